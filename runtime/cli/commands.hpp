@@ -1,0 +1,14 @@
+// The `strata` program's subcommands. Each lives in its own file and registers itself on the parent
+// CLI11 app; a failing command throws CLI::RuntimeError with its exit code (2: bad input).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace strata::cli {
+
+inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitDoesNotFit = 3;
+
+void add_plan_command(CLI::App& app);
+
+}  // namespace strata::cli
