@@ -1,0 +1,109 @@
+#include "io/engine.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "base/assert.hpp"
+#include "io/detail/piece.hpp"
+
+namespace strata::io {
+
+std::string_view to_string(EngineKind kind) {
+  switch (kind) {
+    case EngineKind::kAuto:
+      return "auto";
+    case EngineKind::kIoUring:
+      return "io_uring";
+    case EngineKind::kPosix:
+      return "posix";
+  }
+  return "?";
+}
+
+std::optional<EngineKind> parse_engine_kind(std::string_view text) {
+  if (text == "auto") {
+    return EngineKind::kAuto;
+  }
+  if (text == "io_uring") {
+    return EngineKind::kIoUring;
+  }
+  if (text == "posix") {
+    return EngineKind::kPosix;
+  }
+  return std::nullopt;
+}
+
+Engine::Engine(const EngineOptions& options) : options_(options) {
+  STRATA_ASSERT(options.block_size_bytes > 0 && options.block_size_bytes <= kGiB &&
+                    is_aligned(options.block_size_bytes, kDirectIoAlignment),
+                "block_size must be a multiple of 4 KiB, at most 1 GiB");
+  STRATA_ASSERT(options.queue_depth > 0 && options.rings > 0);
+}
+
+Engine::~Engine() = default;
+
+FileId Engine::add_file(FileHandle file) {
+  STRATA_ASSERT(file.valid());
+  std::lock_guard lock(files_mutex_);
+  files_.push_back(std::make_unique<FileHandle>(std::move(file)));
+  return static_cast<FileId>(files_.size() - 1);
+}
+
+FileId Engine::open_file(const std::filesystem::path& path, std::uint64_t size_bytes,
+                         CreateMode create) {
+  FileHandle file = FileHandle::open(path, {create, options_.direct});
+  file.allocate(size_bytes);
+  return add_file(std::move(file));
+}
+
+const FileHandle& Engine::file(FileId id) const {
+  std::lock_guard lock(files_mutex_);
+  STRATA_ASSERT(id < files_.size(), "unknown file id");
+  return *files_[id];
+}
+
+Ticket Engine::submit(const IoRequest& request) {
+  return submit(std::span(&request, 1));
+}
+
+Ticket Engine::submit(std::span<const IoRequest> requests) {
+  const std::uint64_t block = options_.block_size_bytes;
+  std::uint64_t pieces = 0;
+  for (const IoRequest& request : requests) {
+    pieces += request.op == IoOp::kFsync ? 1 : (request.buffer.size() + block - 1) / block;
+  }
+  STRATA_ASSERT(pieces <= std::numeric_limits<std::uint32_t>::max());
+  auto state = std::make_shared<detail::TicketState>(static_cast<std::uint32_t>(pieces));
+
+  for (const IoRequest& request : requests) {
+    const FileHandle* handle = &file(request.file);
+    if (handle->direct() && request.op != IoOp::kFsync) {
+      STRATA_ASSERT(is_aligned(request.offset_bytes, kDirectIoAlignment) &&
+                        is_aligned(request.buffer.size(), kDirectIoAlignment) &&
+                        is_aligned(reinterpret_cast<std::uintptr_t>(request.buffer.data()),
+                                   kDirectIoAlignment),
+                    "O_DIRECT requests need 4 KiB aligned offset, length and buffer");
+    }
+    detail::Piece piece;
+    piece.ticket = state;
+    piece.file = handle;
+    piece.op = request.op;
+    piece.fixed_buffer_index = request.fixed_buffer_index.value_or(detail::kNotFixed);
+    if (request.op == IoOp::kFsync) {
+      enqueue(piece);
+      continue;
+    }
+    for (std::uint64_t done = 0; done < request.buffer.size(); done += block) {
+      piece.ticket = state;
+      piece.data = request.buffer.data() + done;
+      piece.offset_bytes = request.offset_bytes + done;
+      piece.length_bytes =
+          static_cast<std::uint32_t>(std::min(block, request.buffer.size() - done));
+      enqueue(piece);
+    }
+  }
+  return Ticket(std::move(state));
+}
+
+}  // namespace strata::io

@@ -1,0 +1,41 @@
+// EngineOptions: what an engine is built with; fixed for its lifetime.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "base/units.hpp"
+#include "io/file_handle.hpp"
+
+namespace strata::io {
+
+class BufferPool;
+class FaultInjector;
+
+enum class EngineKind : std::uint8_t {
+  kAuto,     // io_uring, or POSIX with one warning line when the kernel refuses io_uring
+  kIoUring,  // io_uring or a clear error
+  kPosix,    // a thread pool over pread/pwrite
+};
+
+std::string_view to_string(EngineKind kind);
+std::optional<EngineKind> parse_engine_kind(std::string_view text);  // "auto", "io_uring", "posix"
+
+struct EngineOptions {
+  EngineKind kind = EngineKind::kAuto;
+  // Requests are split into pieces of at most this many bytes (a multiple of 4 KiB, <= 1 GiB).
+  std::uint64_t block_size_bytes = kMiB;
+  // Pieces in flight per ring (io_uring) or per ring's worth of threads (POSIX).
+  std::uint32_t queue_depth = 16;
+  // io_uring rings, each owned by one I/O thread. POSIX runs queue_depth * rings threads (<= 64).
+  std::uint32_t rings = 1;
+  // How Engine::open_file opens files. kOff: buffered I/O; durability needs Engine::sync().
+  DirectIo direct = DirectIo::kOn;
+  // Registered with every ring as fixed buffers when the kernel allows; must outlive the engine.
+  const BufferPool* fixed_buffers = nullptr;
+  // Tests only: consulted at every completed operation; must outlive the engine.
+  FaultInjector* faults = nullptr;
+};
+
+}  // namespace strata::io

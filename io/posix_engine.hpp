@@ -1,0 +1,31 @@
+// PosixEngine: the Engine interface over a thread pool doing pread/pwrite/fsync. The fallback where
+// io_uring is refused, and the second backend every engine test runs on.
+#pragma once
+
+#include <thread>
+#include <vector>
+
+#include "io/detail/bounded_queue.hpp"
+#include "io/detail/piece.hpp"
+#include "io/engine.hpp"
+
+namespace strata::io {
+
+class PosixEngine final : public Engine {
+ public:
+  // Starts min(queue_depth * rings, 64) threads; each runs one piece at a time.
+  explicit PosixEngine(const EngineOptions& options);
+  ~PosixEngine() override;
+
+  std::string_view name() const override { return "posix"; }
+  std::size_t thread_count() const noexcept { return threads_.size(); }
+
+ private:
+  void enqueue(detail::Piece& piece) override;
+  void run();
+
+  detail::BoundedQueue<detail::Piece> queue_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace strata::io

@@ -1,0 +1,321 @@
+// Proves the NVMe store's crash safety: committed steps survive reopening, uncommitted writes and
+// injected failures at every point of a commit never expose half a step, checksums catch flipped
+// bytes, and a store from another layout or rank count is refused with a clear error.
+#include "tiers/nvme_store.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "io/aligned_buffer.hpp"
+#include "io/fault_injector.hpp"
+#include "io/make_engine.hpp"
+#include "tests/io/io_test_support.hpp"
+
+namespace strata::tiers {
+namespace {
+
+using io::testing::ScratchDir;
+using ::testing::HasSubstr;
+
+const std::vector<ExtentSpec> kExtents = {
+    {"embed/master", 10'000}, {"h.0/master", 4096}, {"h.0/exp_avg", 70'000}, {"tiny", 3}};
+
+std::unique_ptr<io::Engine> make_test_engine(io::FaultInjector* faults = nullptr) {
+  io::EngineOptions options;
+  options.kind = io::EngineKind::kAuto;
+  options.block_size_bytes = 16 * 1024;  // several pieces per extent
+  options.queue_depth = 8;
+  options.direct = io::DirectIo::kOn;
+  options.faults = faults;
+  return io::make_engine(options);
+}
+
+// Deterministic content of `extent` at `step`.
+io::AlignedBuffer content(const NvmeStore& store, ExtentId extent, std::uint64_t step) {
+  io::AlignedBuffer buffer = io::AlignedBuffer::allocate(store.slot_bytes(extent));
+  std::mt19937_64 random(step * 1000 + extent);
+  for (std::size_t i = 0; i < store.extent(extent).length_bytes; ++i) {
+    buffer.data()[i] = static_cast<std::byte>(random());
+  }
+  return buffer;
+}
+
+void write_step(NvmeStore& store, std::uint64_t step) {
+  std::vector<io::AlignedBuffer> buffers;
+  std::vector<io::Ticket> tickets;
+  for (ExtentId id = 0; id < store.extent_count(); ++id) {
+    buffers.push_back(content(store, id, step));
+    tickets.push_back(store.write(id, buffers.back().span()));
+  }
+  for (io::Ticket& ticket : tickets) ticket.wait();
+}
+
+// True when every extent reads back exactly as written at `step`.
+bool holds_step(NvmeStore& store, std::uint64_t step) {
+  for (ExtentId id = 0; id < store.extent_count(); ++id) {
+    io::AlignedBuffer buffer = io::AlignedBuffer::allocate(store.slot_bytes(id));
+    store.read(id, buffer.span()).wait();
+    const io::AlignedBuffer expected = content(store, id, step);
+    if (std::memcmp(buffer.data(), expected.data(), store.extent(id).length_bytes) != 0)
+      return false;
+  }
+  return true;
+}
+
+NvmeStoreOptions options_for(const ScratchDir& dir, StoreOpenMode mode, int paths = 1) {
+  NvmeStoreOptions options;
+  for (int i = 0; i < paths; ++i) {
+    options.paths.push_back(dir / ("drive" + std::to_string(i)));
+    std::filesystem::create_directories(options.paths.back());
+  }
+  options.mode = mode;
+  return options;
+}
+
+TEST(NvmeStore, CommittedStepSurvivesReopen) {
+  ScratchDir dir;
+  {
+    auto engine = make_test_engine();
+    NvmeStore store(*engine, options_for(dir, StoreOpenMode::kCreate, 2), kExtents);
+    EXPECT_FALSE(store.resumed());
+    EXPECT_FALSE(store.committed_step().has_value());
+    write_step(store, 0);
+    EXPECT_TRUE(holds_step(store, 0));  // reads its own uncommitted writes
+    store.commit(0);
+    EXPECT_EQ(store.committed_step(), 0u);
+  }
+  auto engine = make_test_engine();
+  NvmeStore store(*engine, options_for(dir, StoreOpenMode::kResume, 2), kExtents);
+  EXPECT_TRUE(store.resumed());
+  EXPECT_EQ(store.committed_step(), 0u);
+  EXPECT_TRUE(holds_step(store, 0));
+}
+
+TEST(NvmeStore, UncommittedWritesAreInvisibleAfterReopen) {
+  ScratchDir dir;
+  {
+    auto engine = make_test_engine();
+    NvmeStore store(*engine, options_for(dir, StoreOpenMode::kCreate), kExtents);
+    write_step(store, 0);
+    store.commit(0);
+    write_step(store, 1);
+    store.commit(1);
+    write_step(store, 2);  // a crash now: step 2 written to the free slots, never committed
+  }
+  auto engine = make_test_engine();
+  NvmeStore store(*engine, options_for(dir, StoreOpenMode::kCreateOrResume), kExtents);
+  EXPECT_EQ(store.committed_step(), 1u);
+  EXPECT_TRUE(holds_step(store, 1));
+  // And the store goes on from there: slots alternate correctly after a resume.
+  write_step(store, 2);
+  store.commit(2);
+  write_step(store, 3);
+  EXPECT_TRUE(holds_step(store, 3));
+}
+
+// An injected failure at every I/O operation of a commit (data writes, data fsyncs, manifest
+// write, manifest fsync): the store reopens holding exactly step 1 or exactly step 2, never a mix,
+// and exactly step 2 whenever commit(2) reported success.
+TEST(NvmeStore, FailureAtEveryPointOfACommitLosesNothing) {
+  std::uint64_t operations_in_commit = 0;
+  for (std::uint64_t nth = 1;; ++nth) {
+    SCOPED_TRACE("failing operation " + std::to_string(nth));
+    ScratchDir dir;
+    {
+      auto engine = make_test_engine();
+      NvmeStore store(*engine, options_for(dir, StoreOpenMode::kCreate, 2), kExtents);
+      write_step(store, 1);
+      store.commit(1);
+    }
+    io::FaultInjector faults;
+    bool committed = false;
+    bool fault_fired = false;
+    {
+      auto engine = make_test_engine(&faults);
+      NvmeStore store(*engine, options_for(dir, StoreOpenMode::kResume, 2), kExtents);
+      // Count from the first operation after opening (which read the manifests).
+      faults.add(io::FaultRule::fail_nth(faults.operations() + nth, EIO));
+      try {
+        write_step(store, 2);
+        store.commit(2);
+        committed = true;
+      } catch (const std::exception& error) {
+        EXPECT_THAT(error.what(), HasSubstr("Input/output error"));
+      }
+      fault_fired = !faults.events().empty();
+    }
+    auto engine = make_test_engine();
+    NvmeStore store(*engine, options_for(dir, StoreOpenMode::kResume, 2), kExtents);
+    ASSERT_TRUE(store.committed_step() == 1u || store.committed_step() == 2u);
+    if (committed) {
+      EXPECT_EQ(store.committed_step(), 2u);
+    }
+    EXPECT_TRUE(holds_step(store, *store.committed_step()));
+    if (!fault_fired) {
+      operations_in_commit = nth - 1;
+      break;
+    }
+  }
+  EXPECT_GE(operations_in_commit, 8u) << "the loop must have covered a whole commit";
+}
+
+TEST(NvmeStore, FlippedBytesAreCaughtByChecksum) {
+  ScratchDir dir;
+  NvmeStoreOptions options = options_for(dir, StoreOpenMode::kCreate);
+  std::filesystem::path swap;
+  {
+    auto engine = make_test_engine();
+    NvmeStore store(*engine, options, kExtents);
+    write_step(store, 5);
+    store.commit(5);
+    swap = store.swap_files().front();
+  }
+  // Flip one byte of extent 0, slot A, directly on disk.
+  {
+    const int fd = ::open(swap.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    char byte = 0;
+    ASSERT_EQ(::pread(fd, &byte, 1, 100), 1);
+    byte = static_cast<char>(~byte);
+    ASSERT_EQ(::pwrite(fd, &byte, 1, 100), 1);
+    ::close(fd);
+  }
+  options.mode = StoreOpenMode::kResume;
+  auto engine = make_test_engine();
+  NvmeStore store(*engine, options, kExtents);
+  io::AlignedBuffer buffer = io::AlignedBuffer::allocate(store.slot_bytes(0));
+  try {
+    store.read(0, buffer.span()).wait();
+    FAIL() << "corrupt bytes were accepted";
+  } catch (const StoreCorruption& error) {
+    EXPECT_THAT(error.what(), HasSubstr("extent 'embed/master' slot A"));
+    EXPECT_THAT(error.what(), HasSubstr(swap.string()));
+    EXPECT_THAT(error.what(), HasSubstr("step 5"));
+  }
+  // Other extents are still readable.
+  io::AlignedBuffer other = io::AlignedBuffer::allocate(store.slot_bytes(1));
+  EXPECT_NO_THROW(store.read(1, other.span()).wait());
+}
+
+TEST(NvmeStore, FlipOnReadInjectedIsCaught) {
+  ScratchDir dir;
+  io::FaultInjector faults;
+  auto engine = make_test_engine(&faults);
+  NvmeStore store(*engine, options_for(dir, StoreOpenMode::kCreate), kExtents);
+  write_step(store, 0);
+  store.commit(0);
+  faults.add(
+      io::FaultRule{std::nullopt, "", io::IoOp::kRead, io::FaultKind::kFlipByteOnRead, 0, 1});
+  io::AlignedBuffer buffer = io::AlignedBuffer::allocate(store.slot_bytes(2));
+  EXPECT_THROW(store.read(2, buffer.span()).wait(), StoreCorruption);
+  EXPECT_NO_THROW(store.read(2, buffer.span()).wait());  // the fault fired once; the data is fine
+}
+
+TEST(NvmeStore, AnotherShapeOrRankCountIsRefused) {
+  ScratchDir dir;
+  {
+    auto engine = make_test_engine();
+    NvmeStore store(*engine, options_for(dir, StoreOpenMode::kCreate), kExtents);
+    write_step(store, 0);
+    store.commit(0);
+  }
+  auto engine = make_test_engine();
+  std::vector<ExtentSpec> bigger = kExtents;
+  bigger[2].length_bytes *= 2;
+  try {
+    NvmeStore store(*engine, options_for(dir, StoreOpenMode::kResume), bigger);
+    FAIL() << "another shape was accepted";
+  } catch (const StoreMismatch& error) {
+    EXPECT_THAT(error.what(), HasSubstr("'h.0/exp_avg' of 70000 bytes"));
+    EXPECT_THAT(error.what(), HasSubstr("of 140000 bytes"));
+  }
+  std::vector<ExtentSpec> fewer(kExtents.begin(), kExtents.end() - 1);
+  EXPECT_THROW(NvmeStore(*engine, options_for(dir, StoreOpenMode::kResume), fewer), StoreMismatch);
+  NvmeStoreOptions two_ranks = options_for(dir, StoreOpenMode::kResume);
+  two_ranks.ranks = 2;
+  try {
+    NvmeStore store(*engine, two_ranks, kExtents);
+    FAIL() << "another rank count was accepted";
+  } catch (const StoreMismatch& error) {
+    EXPECT_THAT(error.what(), HasSubstr("written by rank 0 of 1 ranks; this run is rank 0 of 2"));
+  }
+}
+
+TEST(NvmeStore, CorruptOrTruncatedManifestsAreReported) {
+  ScratchDir dir;
+  NvmeStoreOptions options = options_for(dir, StoreOpenMode::kCreate);
+  {
+    auto engine = make_test_engine();
+    NvmeStore store(*engine, options, kExtents);
+    write_step(store, 0);
+    store.commit(0);
+    write_step(store, 1);
+    store.commit(1);  // both manifest copies now hold a valid commit
+  }
+  options.mode = StoreOpenMode::kResume;
+  const std::filesystem::path newest = dir / "drive0" / "strata-rank0.manifest.0";  // sequence 2
+  std::filesystem::resize_file(newest, 100);  // truncated: the other copy (step 0) takes over
+  {
+    auto engine = make_test_engine();
+    NvmeStore store(*engine, options, kExtents);
+    EXPECT_EQ(store.committed_step(), 0u);
+    EXPECT_TRUE(holds_step(store, 0));
+  }
+  std::ofstream(dir / "drive0" / "strata-rank0.manifest.1", std::ios::binary | std::ios::trunc)
+      << std::string(4096, 'x');
+  {
+    auto engine = make_test_engine();
+    try {
+      NvmeStore store(*engine, options, kExtents);
+      FAIL() << "corrupt manifests were accepted";
+    } catch (const StoreCorruption& error) {
+      EXPECT_THAT(error.what(), HasSubstr("strata-rank0.manifest.0: its checksum does not match"));
+      EXPECT_THAT(error.what(), HasSubstr("strata-rank0.manifest.1: it does not start with"));
+    }
+  }
+  std::filesystem::resize_file(dir / "drive0" / "strata-rank0.manifest.0", 0);
+  std::filesystem::resize_file(dir / "drive0" / "strata-rank0.manifest.1", 10);
+  auto engine = make_test_engine();
+  try {
+    NvmeStore store(*engine, options, kExtents);
+    FAIL() << "truncated manifests were accepted";
+  } catch (const StoreCorruption& error) {
+    EXPECT_THAT(error.what(), HasSubstr("manifest.0: it has 0 bytes, not 4096 (truncated"));
+    EXPECT_THAT(error.what(), HasSubstr("manifest.1: it has 10 bytes"));
+  }
+}
+
+TEST(NvmeStore, ResumeWithoutAStoreIsAnError) {
+  ScratchDir dir;
+  auto engine = make_test_engine();
+  try {
+    NvmeStore store(*engine, options_for(dir, StoreOpenMode::kResume), kExtents);
+    FAIL();
+  } catch (const StoreCorruption& error) {
+    EXPECT_THAT(error.what(), HasSubstr("no store manifest"));
+  }
+}
+
+TEST(NvmeStore, MissingPathNamesIt) {
+  ScratchDir dir;
+  auto engine = make_test_engine();
+  NvmeStoreOptions options;
+  options.paths = {dir / "no" / "such" / "dir"};
+  try {
+    NvmeStore store(*engine, options, kExtents);
+    FAIL();
+  } catch (const std::system_error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("no/such/dir/strata-rank0.swap"));
+    EXPECT_THAT(error.what(), HasSubstr("No such file or directory"));
+  }
+}
+
+}  // namespace
+}  // namespace strata::tiers

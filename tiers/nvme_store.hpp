@@ -1,0 +1,166 @@
+// NvmeStore: the crash-safe home of one rank's state on NVMe.
+//
+// Layout. The rank's swap files (one per configured path, "strata-rank<R>.swap") form one striped
+// logical space (io::StripedFile). Every extent (one shard of one state kind of one unit) has a
+// fixed place in it with two slots, A and B, each its length rounded up to 4 KiB. A write for step
+// s goes to the slot that does not hold the extent's committed data, so the committed bytes are
+// never overwritten before a newer commit names the other slot.
+//
+// Commit. commit(step) waits for the step's writes, fsyncs the swap files (when durable), then
+// writes the manifest: extent names, lengths, committed slot, step and XXH3 checksum of each
+// extent's bytes, closed by a checksum of the whole manifest. The manifest has two copies
+// ("strata-rank<R>.manifest.0/.1", on the first path) written alternately and fsynced, so a torn
+// manifest write leaves the other copy intact; opening picks the valid copy with the highest
+// sequence number. After a crash at any instant the store reopens at the last committed step.
+//
+// Verification. Every read is checked against the manifest's checksum; a mismatch is a
+// StoreCorruption naming the file, offset, extent and step: corrupt bytes are never used.
+//
+// Threading: one owner thread calls write/read/commit; tickets may be waited on from any thread.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "io/engine.hpp"
+#include "io/striped_file.hpp"
+#include "io/ticket.hpp"
+
+namespace strata::tiers {
+
+using ExtentId = std::uint32_t;
+
+struct ExtentSpec {
+  std::string name;            // unique, e.g. "h.3/exp_avg"
+  std::uint64_t length_bytes;  // logical bytes; the slot is rounded up to 4 KiB
+};
+
+enum class StoreOpenMode : std::uint8_t {
+  kCreate,          // start afresh (existing swap files and manifests are overwritten)
+  kResume,          // reopen the committed store; an error if there is none
+  kCreateOrResume,  // resume when a manifest exists, else create
+};
+
+struct NvmeStoreOptions {
+  std::vector<std::filesystem::path> paths;  // directories, one per drive; at least one
+  std::uint32_t rank = 0;
+  std::uint32_t ranks = 1;
+  bool durable = true;                  // fsync data before the manifest, and the manifest
+  std::uint64_t stripe_unit_bytes = 0;  // 0: the engine's block size
+  StoreOpenMode mode = StoreOpenMode::kCreateOrResume;
+};
+
+// A slot's bytes do not match their committed checksum, or a manifest is unusable.
+class StoreCorruption : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The store on disk was written for another model shape or rank count.
+class StoreMismatch : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class NvmeStore;
+
+// A read in flight. wait() blocks for the I/O, then verifies the checksum (throws
+// StoreCorruption) and rethrows any io::IoError.
+class StoreRead {
+ public:
+  StoreRead() = default;
+  void wait();
+  bool poll() const { return ticket_.poll(); }
+
+ private:
+  friend class NvmeStore;
+  io::Ticket ticket_;
+  std::span<const std::byte> data_;
+  std::uint64_t checksum_ = 0;
+  std::string where_;  // for the corruption message
+  bool verified_ = false;
+};
+
+class NvmeStore {
+ public:
+  // Opens the store for `extents` (the same list, in the same order, on every reopen).
+  // Throws StoreMismatch when a resumed store was written for another layout, StoreCorruption when
+  // no manifest copy is valid, io::IoError for file errors (path and errno named).
+  NvmeStore(io::Engine& engine, const NvmeStoreOptions& options, std::vector<ExtentSpec> extents);
+  NvmeStore(const NvmeStore&) = delete;
+  NvmeStore& operator=(const NvmeStore&) = delete;
+  ~NvmeStore();  // waits for writes in flight; never commits
+
+  // True when the store was reopened at a committed step (kResume, or kCreateOrResume that found
+  // a manifest).
+  bool resumed() const { return resumed_; }
+  // The last committed step; nullopt before the first commit.
+  std::optional<std::uint64_t> committed_step() const { return committed_step_; }
+  bool has_data(ExtentId extent) const;
+
+  std::size_t extent_count() const { return extents_.size(); }
+  const ExtentSpec& extent(ExtentId extent) const { return extents_[extent].spec; }
+  std::optional<ExtentId> find(std::string_view name) const;
+  // Bytes a read or write buffer of this extent must have: length rounded up to 4 KiB.
+  std::uint64_t slot_bytes(ExtentId extent) const { return extents_[extent].slot_bytes; }
+
+  // Writes `data` (slot_bytes long, 4 KiB aligned; bytes past the length are padding) to the slot
+  // not holding the committed data. The buffer must live until the ticket completes. A second write
+  // of the same extent before commit waits for the first and replaces it.
+  io::Ticket write(ExtentId extent, std::span<const std::byte> data);
+  // Reads the extent's newest bytes (written this step, else committed) into `buffer`.
+  StoreRead read(ExtentId extent, std::span<std::byte> buffer);
+
+  // Makes every write since the last commit the committed state of `step`. On failure (a write
+  // or the manifest failed) throws, and the previous commit stays the committed state.
+  void commit(std::uint64_t step);
+
+  std::uint64_t bytes_written() const { return bytes_written_; }
+  std::uint64_t bytes_read() const { return bytes_read_; }
+  const std::vector<std::filesystem::path>& swap_files() const { return swap_paths_; }
+  std::filesystem::path manifest_path(int copy) const;
+
+ private:
+  struct SlotState {
+    bool has_data = false;
+    std::uint8_t slot = 0;
+    std::uint64_t step = 0;
+    std::uint64_t checksum = 0;
+  };
+  struct Extent {
+    ExtentSpec spec;
+    std::uint64_t offset_bytes = 0;  // of slot A in the logical space; slot B follows
+    std::uint64_t slot_bytes = 0;
+    SlotState committed;
+    std::optional<SlotState> pending;
+    io::Ticket pending_write;
+  };
+
+  void create_files(std::uint64_t logical_bytes);
+  bool load_manifest();  // false when no manifest exists
+  std::vector<std::byte> encode_manifest(std::uint64_t sequence, std::uint64_t step,
+                                         const std::vector<SlotState>& states) const;
+  std::uint64_t layout_hash() const;
+  std::string describe(const Extent& extent, std::uint8_t slot) const;
+
+  io::Engine* engine_;
+  NvmeStoreOptions options_;
+  std::vector<Extent> extents_;
+  std::vector<std::filesystem::path> swap_paths_;
+  std::optional<io::StripedFile> swap_;
+  io::FileId manifest_files_[2] = {0, 0};
+  std::uint64_t manifest_bytes_ = 0;                  // fixed size of each copy, 4 KiB multiple
+  std::uint64_t manifest_sizes_on_disk_[2] = {0, 0};  // before opening grew them
+  std::uint64_t manifest_sequence_ = 0;
+  std::optional<std::uint64_t> committed_step_;
+  bool resumed_ = false;
+  std::uint64_t bytes_written_ = 0;
+  std::uint64_t bytes_read_ = 0;
+};
+
+}  // namespace strata::tiers
