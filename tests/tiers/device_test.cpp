@@ -297,6 +297,22 @@ TEST_P(DeviceTest, DestroyingAStreamRunsItsQueuedWork) {
   EXPECT_EQ(ran.load(), 50);
 }
 
+TEST_P(DeviceTest, MoveAssignedStreamsAndEventsReleaseWhatTheyHeld) {
+  // The device asserts at destruction that no stream or event outlived it: a move-assignment that
+  // dropped the old handle without releasing it would abort here.
+  auto device = make();
+  DeviceBuffer cell = device->allocate(4);
+  Stream first = device->create_stream();
+  Stream second = device->create_stream();
+  Event event = device->create_event();
+  first.fill(cell.span(), 5.0f);
+  first.record(event);
+  first = std::move(second);  // drains the old stream's work before releasing it
+  EXPECT_TRUE(event.is_complete());
+  event = device->create_event();
+  EXPECT_EQ(read_floats(first, cell.span())[0], 5.0f);
+}
+
 TEST_P(DeviceTest, PoisonOnReleaseExposesUseAfterRelease) {
   auto device = make(64 * kMiB, PoisonOnRelease::kOn);
   ASSERT_TRUE(device->poisons_on_release());

@@ -189,7 +189,16 @@ Event::Event(Device& device, std::unique_ptr<detail::EventImpl> impl)
   ++device_->live_events_;
 }
 
-Event::~Event() {
+Event& Event::operator=(Event&& other) noexcept {
+  if (this != &other) {
+    reset();
+    device_ = other.device_;
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+
+void Event::reset() noexcept {
   if (impl_) {
     impl_.reset();
     std::lock_guard lock(device_->mutex_);
@@ -205,7 +214,16 @@ Stream::Stream(Device& device, std::unique_ptr<detail::StreamImpl> impl)
   ++device_->live_streams_;
 }
 
-Stream::~Stream() {
+Stream& Stream::operator=(Stream&& other) noexcept {
+  if (this != &other) {
+    reset();
+    device_ = other.device_;
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+
+void Stream::reset() noexcept {
   if (impl_) {
     impl_.reset();  // drains the queue
     std::lock_guard lock(device_->mutex_);

@@ -139,14 +139,15 @@ class Event {
  public:
   Event(Device& device, std::unique_ptr<detail::EventImpl> impl);
   Event(Event&&) noexcept = default;
-  Event& operator=(Event&&) noexcept = default;
-  ~Event();
+  Event& operator=(Event&& other) noexcept;
+  ~Event() { reset(); }
 
   void wait() { impl_->wait(); }
   bool is_complete() { return impl_->is_complete(); }
   detail::EventImpl& impl() { return *impl_; }
 
  private:
+  void reset() noexcept;
   Device* device_;
   std::unique_ptr<detail::EventImpl> impl_;
 };
@@ -157,8 +158,8 @@ class Stream {
  public:
   Stream(Device& device, std::unique_ptr<detail::StreamImpl> impl);
   Stream(Stream&&) noexcept = default;
-  Stream& operator=(Stream&&) noexcept = default;
-  ~Stream();
+  Stream& operator=(Stream&& other) noexcept;
+  ~Stream() { reset(); }
 
   void copy_to_device(DeviceSpan dst, const void* host_src);  // dst.bytes bytes
   void copy_to_host(void* host_dst, DeviceSpan src);          // src.bytes bytes
@@ -177,6 +178,7 @@ class Stream {
   void synchronize();       // blocks the host until all enqueued work is done; rethrows its error
 
  private:
+  void reset() noexcept;  // drains the queued work, then releases the stream
   Device* device_;
   std::unique_ptr<detail::StreamImpl> impl_;
 };
