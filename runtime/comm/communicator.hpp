@@ -1,0 +1,167 @@
+// Communicator: the collectives strata's ZeRO-3 engine needs (all-gather of parameter shards,
+// reduce-scatter of gradients, all-reduce of norms and overflow flags, broadcast, barrier), over
+// three backends: LocalComm (one rank), MpiComm (processes started by mpirun) and NcclComm (device
+// buffers, CUDA builds only). make_communicator() picks LocalComm or MpiComm from the environment.
+//
+// Contracts (docs/comm.md has the details):
+// - Threading: a Communicator is owned by one thread at a time; its collectives must not run
+//   concurrently with each other. Every rank calls the same collectives in the same order with
+//   matching sizes and types (as MPI requires).
+// - Completion: host backends (Local, Mpi) complete a collective before returning. NcclComm
+// enqueues
+//   it on its stream; synchronize() waits (and applies the timeout). Code that must run on every
+//   backend calls synchronize() before it reads results.
+// - Determinism: floating reductions accumulate in fp32 in rank order and round to nearest even
+// once
+//   (LocalComm, MpiComm): bitwise identical results for given inputs and rank count. NcclComm uses
+//   NCCL's reductions (deterministic run to run for a fixed topology, not rank-ordered).
+// - Errors: backend failures throw CommError subclasses naming the rank and the collective; a
+//   collective not completed within the timeout throws CommTimeoutError naming the missing ranks.
+//   After any CommError the communicator is poisoned: every later call throws. The job is expected
+//   to end with abort_all() (see mpi_comm.hpp).
+// - Argument mismatches (wrong sizes, types, root out of range) are programmer errors:
+// STRATA_ASSERT.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "runtime/comm/comm_error.hpp"
+#include "runtime/comm/dtype.hpp"
+
+namespace strata::runtime::comm {
+
+// A typed view of a buffer in the backend's memory (host for Local/Mpi, device for Nccl).
+struct ConstBuffer {
+  const void* data = nullptr;
+  std::size_t count = 0;  // elements
+  DataType dtype = DataType::kUint8;
+
+  std::size_t bytes() const { return count * element_bytes(dtype); }
+  template <CommElement T>
+  static ConstBuffer of(std::span<const T> elements) {
+    return {elements.data(), elements.size(), data_type_v<T>};
+  }
+};
+
+struct MutableBuffer {
+  void* data = nullptr;
+  std::size_t count = 0;  // elements
+  DataType dtype = DataType::kUint8;
+
+  std::size_t bytes() const { return count * element_bytes(dtype); }
+  ConstBuffer as_const() const { return {data, count, dtype}; }
+  template <CommElement T>
+  static MutableBuffer of(std::span<T> elements) {
+    return {elements.data(), elements.size(), data_type_v<T>};
+  }
+};
+
+// Per-collective counters of one rank. payload_bytes is the size of the whole logical buffer (the
+// gathered buffer for all_gather, the unreduced input for reduce_scatter, the buffer for all_reduce
+// and broadcast): summed over a step it is what the memory plan calls 2 psi / 3 psi. sent_bytes is
+// what this rank puts on the wire in the bandwidth-optimal (ring) schedule, which MpiComm's own
+// algorithms match exactly: all_gather (N-1) x send, reduce_scatter (N-1) x recv, all_reduce
+// 2 x (count - own chunk), broadcast the buffer on the root only, barrier 0.
+struct CollectiveStats {
+  std::uint64_t calls = 0;
+  std::uint64_t payload_bytes = 0;
+  std::uint64_t sent_bytes = 0;
+};
+
+struct CommStats {
+  std::array<CollectiveStats, kCountedCollectives> by_collective{};
+
+  const CollectiveStats& operator[](Collective collective) const;
+  std::uint64_t total_sent_bytes() const;
+  std::uint64_t total_payload_bytes() const;
+};
+
+// Elements [begin, begin + count) of `total` that `rank` reduces in MpiComm's all_reduce: the first
+// total % size ranks get one element more.
+struct Chunk {
+  std::size_t begin = 0;
+  std::size_t count = 0;
+};
+Chunk chunk_of(std::size_t total, int size, int rank);
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string_view backend_name() const = 0;
+
+  // recv.count == size() * send.count; rank r's send lands at recv[r * send.count].
+  void all_gather(ConstBuffer send, MutableBuffer recv);
+  // send.count == size() * recv.count; recv = op over ranks of send[rank() * recv.count ...].
+  void reduce_scatter(ConstBuffer send, MutableBuffer recv, ReduceOp op);
+  // In place: data = op over ranks of data.
+  void all_reduce(MutableBuffer data, ReduceOp op);
+  // In place: every rank's data becomes root's data.
+  void broadcast(MutableBuffer data, int root);
+  void barrier();
+  // Waits for every collective issued so far (no-op on host backends, which complete on return).
+  virtual void synchronize() {}
+
+  template <CommElement T>
+  void all_gather(std::span<const T> send, std::span<T> recv) {
+    all_gather(ConstBuffer::of(send), MutableBuffer::of(recv));
+  }
+  template <CommElement T>
+  void reduce_scatter(std::span<const T> send, std::span<T> recv, ReduceOp op) {
+    reduce_scatter(ConstBuffer::of(send), MutableBuffer::of(recv), op);
+  }
+  template <CommElement T>
+  void all_reduce(std::span<T> data, ReduceOp op) {
+    all_reduce(MutableBuffer::of(data), op);
+  }
+  template <CommElement T>
+  void broadcast(std::span<T> data, int root) {
+    broadcast(MutableBuffer::of(data), root);
+  }
+
+  // Host scalars on every backend (NcclComm stages them through device memory): overflow flags,
+  // step counters, norms. They complete on return.
+  virtual std::uint64_t all_reduce_u64(std::uint64_t value, ReduceOp op);
+  virtual float all_reduce_f32(float value, ReduceOp op);
+  bool any_rank(bool flag) { return all_reduce_u64(flag ? 1 : 0, ReduceOp::kMax) != 0; }
+
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = CommStats{}; }
+
+ protected:
+  Communicator() = default;
+
+  // Backends implement these; arguments are already checked and the statistics counted.
+  virtual void do_all_gather(ConstBuffer send, MutableBuffer recv) = 0;
+  virtual void do_reduce_scatter(ConstBuffer send, MutableBuffer recv, ReduceOp op) = 0;
+  virtual void do_all_reduce(MutableBuffer data, ReduceOp op) = 0;
+  virtual void do_broadcast(MutableBuffer data, int root) = 0;
+  virtual void do_barrier() = 0;
+
+ private:
+  void count(Collective collective, std::uint64_t payload_bytes, std::uint64_t sent_bytes);
+
+  CommStats stats_;
+};
+
+struct CommOptions {
+  // A collective that has not completed after this long throws CommTimeoutError.
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+};
+
+// LocalComm when this process was not started by mpirun (no OMPI_COMM_WORLD_SIZE / PMIX_RANK in the
+// environment), MpiComm over MPI_COMM_WORLD otherwise (initialising MPI on first use).
+std::unique_ptr<Communicator> make_communicator(const CommOptions& options = {});
+bool launched_by_mpirun();
+
+}  // namespace strata::runtime::comm

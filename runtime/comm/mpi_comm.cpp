@@ -1,0 +1,346 @@
+#include "runtime/comm/mpi_comm.hpp"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "base/assert.hpp"
+
+namespace strata::runtime::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long a timed-out rank waits for each peer's arrival record. A peer whose MPI library is not
+// progressing (stuck outside MPI, over a transport that needs target progress) is reported as
+// missing when this runs out; on one machine the window is shared memory and answers at once.
+constexpr auto kProbeLimit = std::chrono::milliseconds(1000);
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return "unknown MPI error";
+  return std::string(text, static_cast<std::size_t>(length));
+}
+
+// Owns MPI's lifetime when strata initialised it: MPI_Finalize runs at normal process exit.
+class MpiLifetime {
+ public:
+  MpiLifetime() {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized != 0) return;  // the application owns MPI
+    int provided = 0;
+    const int result = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    if (result != MPI_SUCCESS) {
+      throw MpiError(-1, Collective::kSetup, "MPI_Init_thread", result, mpi_error_text(result));
+    }
+    if (provided < MPI_THREAD_SERIALIZED) {
+      throw CommError(-1, Collective::kSetup,
+                      fmt::format("MPI_Init_thread provided thread level {}, strata needs "
+                                  "MPI_THREAD_SERIALIZED ({})",
+                                  provided, MPI_THREAD_SERIALIZED));
+    }
+    owned_ = true;
+  }
+  ~MpiLifetime() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (owned_ && finalized == 0) MPI_Finalize();
+  }
+  MpiLifetime(const MpiLifetime&) = delete;
+  MpiLifetime& operator=(const MpiLifetime&) = delete;
+
+ private:
+  bool owned_ = false;
+};
+
+MPI_Datatype mpi_type_of(DataType dtype) {
+  switch (dtype) {
+    case DataType::kFp32:
+      return MPI_FLOAT;
+    case DataType::kBf16:
+    case DataType::kFp16:
+      return MPI_UINT16_T;  // moved as bits; MPI never reduces them
+    case DataType::kUint8:
+      return MPI_UINT8_T;
+    case DataType::kUint64:
+      return MPI_UINT64_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+// The arrival record of a rank: (sequence number << 8) | collective.
+std::uint64_t arrival_record(std::uint64_t sequence, Collective collective) {
+  return (sequence << 8) | static_cast<std::uint64_t>(collective);
+}
+
+}  // namespace
+
+void ensure_mpi_initialized() {
+  // Constructed once, thread-safely; destroyed (MPI_Finalize) at exit after every MpiComm that
+  // was created after it, since those finish construction later.
+  static MpiLifetime lifetime;
+}
+
+void abort_all(std::string_view reason, int exit_code) noexcept {
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  int rank = 0;
+  if (initialized != 0 && finalized == 0) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::fprintf(stderr, "strata: rank %d aborting the job: %.*s\n", rank,
+               static_cast<int>(reason.size()), reason.data());
+  std::fflush(stderr);
+  std::fflush(stdout);
+  if (initialized != 0 && finalized == 0) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);
+}
+
+struct MpiComm::State {
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Win arrivals = MPI_WIN_NULL;
+  std::uint64_t* own_arrival = nullptr;  // this rank's slot in the window (shared with its peers)
+  MPI_Request request = MPI_REQUEST_NULL;
+  Clock::time_point deadline;
+  std::vector<std::byte> scratch;  // grows to the largest reduction seen, then is reused
+  std::vector<int> send_counts, send_offsets, recv_counts, recv_offsets;  // size() each
+};
+
+MpiComm::MpiComm(const CommOptions& options)
+    : options_(options), state_(std::make_unique<State>()) {
+  ensure_mpi_initialized();
+  uncaught_at_construction_ = std::uncaught_exceptions();
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &state_->comm), Collective::kSetup, "MPI_Comm_dup");
+  check(MPI_Comm_set_errhandler(state_->comm, MPI_ERRORS_RETURN), Collective::kSetup,
+        "MPI_Comm_set_errhandler");
+  check(MPI_Comm_size(state_->comm, &size_), Collective::kSetup, "MPI_Comm_size");
+  check(MPI_Win_allocate(sizeof(std::uint64_t), sizeof(std::uint64_t), MPI_INFO_NULL, state_->comm,
+                         &state_->own_arrival, &state_->arrivals),
+        Collective::kSetup, "MPI_Win_allocate");
+  check(MPI_Win_set_errhandler(state_->arrivals, MPI_ERRORS_RETURN), Collective::kSetup,
+        "MPI_Win_set_errhandler");
+  *state_->own_arrival = arrival_record(0, Collective::kSetup);
+  // One passive-target epoch for the communicator's whole life: timed-out ranks read their peers'
+  // records at any moment without their cooperation.
+  check(MPI_Win_lock_all(MPI_MODE_NOCHECK, state_->arrivals), Collective::kSetup,
+        "MPI_Win_lock_all");
+  check(MPI_Barrier(state_->comm), Collective::kSetup, "MPI_Barrier");
+  const auto ranks = static_cast<std::size_t>(size_);
+  state_->send_counts.resize(ranks);
+  state_->send_offsets.resize(ranks);
+  state_->recv_counts.resize(ranks);
+  state_->recv_offsets.resize(ranks);
+}
+
+MpiComm::~MpiComm() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  // Freeing the window is collective: after an error, or while an exception unwinds this rank
+  // alone, the peers may never join, so the handles are left to MPI_Abort / process exit instead.
+  const bool unwinding = std::uncaught_exceptions() > uncaught_at_construction_;
+  if (finalized != 0 || poisoned() || unwinding) return;
+  if (state_->arrivals != MPI_WIN_NULL) {
+    MPI_Win_unlock_all(state_->arrivals);
+    MPI_Win_free(&state_->arrivals);
+  }
+  if (state_->comm != MPI_COMM_NULL) MPI_Comm_free(&state_->comm);
+}
+
+void MpiComm::check(int mpi_result, Collective collective, std::string_view call) {
+  if (mpi_result == MPI_SUCCESS) return;
+  MpiError error(rank_, collective, call, mpi_result, mpi_error_text(mpi_result));
+  if (first_error_.empty()) first_error_ = error.what();
+  throw error;
+}
+
+void MpiComm::check_count(std::size_t count, Collective collective) {
+  if (count <= static_cast<std::size_t>(INT_MAX)) return;
+  throw CommError(rank_, collective,
+                  fmt::format("{} elements exceed MPI's int count limit ({}); split the buffer",
+                              count, INT_MAX));
+}
+
+void MpiComm::begin(Collective collective) {
+  if (poisoned()) {
+    throw CommError(rank_, collective,
+                    "communicator unusable after an earlier error (" + first_error_ + ")");
+  }
+  ++sequence_;
+  // Publish the arrival: a plain store to our window slot plus MPI_Win_sync is the unified memory
+  // model's way to make it visible to peers' MPI_Get.
+  std::atomic_ref<std::uint64_t>(*state_->own_arrival)
+      .store(arrival_record(sequence_, collective), std::memory_order_release);
+  MPI_Win_sync(state_->arrivals);
+  state_->deadline = Clock::now() + options_.timeout;
+}
+
+void MpiComm::wait(Collective collective) {
+  // Spin briefly (small collectives finish in microseconds), then back off to at most 1 ms per
+  // poll so oversubscribed ranks leave the CPU to the peers they are waiting for.
+  constexpr int kSpinPolls = 64;
+  constexpr auto kMaxSleep = std::chrono::microseconds(1000);
+  auto sleep = std::chrono::microseconds(1);
+  for (int polls = 0;; ++polls) {
+    int done = 0;
+    check(MPI_Test(&state_->request, &done, MPI_STATUS_IGNORE), collective, "MPI_Test");
+    if (done != 0) return;
+    if (Clock::now() >= state_->deadline) fail_timeout(collective);
+    if (polls < kSpinPolls) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(sleep);
+      sleep = std::min(sleep * 2, kMaxSleep);
+    }
+  }
+}
+
+void MpiComm::fail_timeout(Collective collective) {
+  const auto ranks = static_cast<std::size_t>(size_);
+  std::vector<std::uint64_t> records(ranks, 0);
+  std::vector<MPI_Request> probes(ranks, MPI_REQUEST_NULL);
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    MPI_Rget(&records[static_cast<std::size_t>(peer)], 1, MPI_UINT64_T, peer, 0, 1, MPI_UINT64_T,
+             state_->arrivals, &probes[static_cast<std::size_t>(peer)]);
+  }
+  const auto probe_deadline =
+      Clock::now() + std::min<Clock::duration>(kProbeLimit, options_.timeout);
+  std::vector<bool> answered(ranks, false);
+  answered[static_cast<std::size_t>(rank_)] = true;
+  for (bool pending = true; pending && Clock::now() < probe_deadline;) {
+    pending = false;
+    for (std::size_t peer = 0; peer < ranks; ++peer) {
+      if (answered[peer]) continue;
+      int done = 0;
+      if (probes[peer] != MPI_REQUEST_NULL) MPI_Test(&probes[peer], &done, MPI_STATUS_IGNORE);
+      answered[peer] = done != 0;
+      pending = pending || !answered[peer];
+    }
+    if (pending) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+
+  std::vector<int> missing;
+  std::string detail = fmt::format("this rank is in {} #{}", to_string(collective), sequence_);
+  for (std::size_t peer = 0; peer < ranks; ++peer) {
+    if (peer == static_cast<std::size_t>(rank_)) continue;
+    if (!answered[peer]) {
+      missing.push_back(static_cast<int>(peer));
+      detail += fmt::format("; rank {} did not answer (not progressing MPI)", peer);
+      continue;
+    }
+    const std::uint64_t sequence = records[peer] >> 8;
+    const auto reached = static_cast<Collective>(records[peer] & 0xff);
+    if (sequence == sequence_ && reached == collective) continue;  // arrived
+    missing.push_back(static_cast<int>(peer));
+    if (sequence == 0) {
+      detail += fmt::format("; rank {} has not entered any collective", peer);
+    } else {
+      detail += fmt::format("; rank {} is {} {} #{}", peer,
+                            sequence < sequence_ ? "still at" : "at a mismatched",
+                            to_string(reached), sequence);
+    }
+  }
+  CommTimeoutError error(rank_, collective, std::chrono::duration<double>(options_.timeout).count(),
+                         std::move(missing), detail);
+  first_error_ = error.what();
+  throw error;
+}
+
+void MpiComm::do_all_gather(ConstBuffer send, MutableBuffer recv) {
+  constexpr auto kKind = Collective::kAllGather;
+  begin(kKind);
+  check_count(recv.count, kKind);
+  const MPI_Datatype type = mpi_type_of(send.dtype);
+  const int count = static_cast<int>(send.count);
+  auto* own_slot =
+      static_cast<std::byte*>(recv.data) + static_cast<std::size_t>(rank_) * send.bytes();
+  const void* source = send.data == own_slot ? MPI_IN_PLACE : send.data;
+  check(MPI_Iallgather(source, count, type, recv.data, count, type, state_->comm, &state_->request),
+        kKind, "MPI_Iallgather");
+  wait(kKind);
+}
+
+void MpiComm::do_reduce_scatter(ConstBuffer send, MutableBuffer recv, ReduceOp op) {
+  constexpr auto kKind = Collective::kReduceScatter;
+  begin(kKind);
+  check_count(send.count, kKind);
+  // Every rank receives block r of every rank (rank order), then reduces them locally.
+  if (state_->scratch.size() < send.bytes()) state_->scratch.resize(send.bytes());
+  const MPI_Datatype type = mpi_type_of(send.dtype);
+  const int count = static_cast<int>(recv.count);
+  check(MPI_Ialltoall(send.data, count, type, state_->scratch.data(), count, type, state_->comm,
+                      &state_->request),
+        kKind, "MPI_Ialltoall");
+  wait(kKind);
+  if (recv.count == 0) return;
+  reduce_rows(recv.dtype, op, state_->scratch.data(), recv.bytes(), static_cast<std::size_t>(size_),
+              recv.count, static_cast<std::byte*>(recv.data));
+}
+
+void MpiComm::do_all_reduce(MutableBuffer data, ReduceOp op) {
+  constexpr auto kKind = Collective::kAllReduce;
+  begin(kKind);
+  check_count(data.count, kKind);
+  const std::size_t element = element_bytes(data.dtype);
+  const auto ranks = static_cast<std::size_t>(size_);
+  const Chunk own = chunk_of(data.count, size_, rank_);
+  if (state_->scratch.size() < ranks * own.count * element) {
+    state_->scratch.resize(ranks * own.count * element);
+  }
+  for (int peer = 0; peer < size_; ++peer) {
+    const auto index = static_cast<std::size_t>(peer);
+    const Chunk chunk = chunk_of(data.count, size_, peer);
+    state_->send_counts[index] = static_cast<int>(chunk.count);
+    state_->send_offsets[index] = static_cast<int>(chunk.begin);
+    state_->recv_counts[index] = static_cast<int>(own.count);
+    state_->recv_offsets[index] = static_cast<int>(index * own.count);
+  }
+  const MPI_Datatype type = mpi_type_of(data.dtype);
+  auto* bytes = static_cast<std::byte*>(data.data);
+  // Phase 1: reduce-scatter (chunk r of every rank to rank r, reduced there in rank order).
+  check(MPI_Ialltoallv(bytes, state_->send_counts.data(), state_->send_offsets.data(), type,
+                       state_->scratch.data(), state_->recv_counts.data(),
+                       state_->recv_offsets.data(), type, state_->comm, &state_->request),
+        kKind, "MPI_Ialltoallv");
+  wait(kKind);
+  if (own.count != 0) {
+    reduce_rows(data.dtype, op, state_->scratch.data(), own.count * element, ranks, own.count,
+                bytes + own.begin * element);
+  }
+  // Phase 2: all-gather the reduced chunks in place.
+  check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, bytes, state_->send_counts.data(),
+                        state_->send_offsets.data(), type, state_->comm, &state_->request),
+        kKind, "MPI_Iallgatherv");
+  wait(kKind);
+}
+
+void MpiComm::do_broadcast(MutableBuffer data, int root) {
+  constexpr auto kKind = Collective::kBroadcast;
+  begin(kKind);
+  check_count(data.count, kKind);
+  check(MPI_Ibcast(data.data, static_cast<int>(data.count), mpi_type_of(data.dtype), root,
+                   state_->comm, &state_->request),
+        kKind, "MPI_Ibcast");
+  wait(kKind);
+}
+
+void MpiComm::do_barrier() {
+  constexpr auto kKind = Collective::kBarrier;
+  begin(kKind);
+  check(MPI_Ibarrier(state_->comm, &state_->request), kKind, "MPI_Ibarrier");
+  wait(kKind);
+}
+
+}  // namespace strata::runtime::comm

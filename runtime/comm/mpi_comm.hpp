@@ -1,0 +1,79 @@
+// MpiComm: collectives between processes started by mpirun (one machine or several), over Open MPI.
+//
+// - MPI is initialised on first use with MPI_Init_thread(MPI_THREAD_SERIALIZED) and finalised when
+//   the process exits normally (static destruction). SERIALIZED means: any thread may call a
+//   collective, but never two at once, and no other thread may use MPI meanwhile unless the
+//   application serialises those calls too. If the application initialised MPI itself, its thread
+//   level is kept.
+// - The communicator duplicates MPI_COMM_WORLD (its own matching space) with MPI_ERRORS_RETURN, so
+//   every MPI failure becomes an MpiError naming the rank, the collective and MPI_Error_string.
+// - Every collective is nonblocking MPI (Iallgather, Ialltoall(v), Iallgatherv, Ibcast, Ibarrier)
+//   polled with MPI_Test, spinning briefly then sleeping with exponential backoff up to 1 ms, until
+//   its deadline (CommOptions::timeout). On timeout it reads, through a one-sided MPI window, which
+//   collective each rank has reached, and throws CommTimeoutError naming the missing ranks.
+// - Reductions never use MPI's reduction operators: reduce_scatter is an Ialltoall followed by a
+// local
+//   reduction of the N blocks in rank order; all_reduce is the same on N chunks followed by an
+//   Iallgatherv. Hence fp32 accumulation, one rounding, rank order: bitwise deterministic, and the
+//   bytes sent equal the ring algorithm's (see CollectiveStats).
+// - After any error the communicator is poisoned (later calls throw) and its destructor frees
+// nothing
+//   collective; the intended reaction is abort_all(), which ends every rank of the job.
+// - Counts are limited to INT_MAX elements per call (MPI's int counts); larger calls throw
+// CommError.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "runtime/comm/communicator.hpp"
+
+namespace strata::runtime::comm {
+
+// Initialises MPI if no one has (MPI_THREAD_SERIALIZED) and arranges MPI_Finalize at exit.
+void ensure_mpi_initialized();
+
+// Ends the whole job now: prints "strata: rank R aborting the job: <reason>" to stderr and calls
+// MPI_Abort(MPI_COMM_WORLD, exit_code), which makes mpirun kill every rank and exit with exit_code.
+// Without MPI (a LocalComm run) it prints the same line and _Exit(exit_code)s. Safe to call from a
+// catch block on any rank; it never returns.
+[[noreturn]] void abort_all(std::string_view reason, int exit_code = 1) noexcept;
+
+class MpiComm final : public Communicator {
+ public:
+  // Collective over MPI_COMM_WORLD: every rank constructs its MpiComm at the same point.
+  explicit MpiComm(const CommOptions& options = {});
+  ~MpiComm() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string_view backend_name() const override { return "mpi"; }
+  bool poisoned() const { return !first_error_.empty(); }
+
+ protected:
+  void do_all_gather(ConstBuffer send, MutableBuffer recv) override;
+  void do_reduce_scatter(ConstBuffer send, MutableBuffer recv, ReduceOp op) override;
+  void do_all_reduce(MutableBuffer data, ReduceOp op) override;
+  void do_broadcast(MutableBuffer data, int root) override;
+  void do_barrier() override;
+
+ private:
+  struct State;  // MPI handles, the arrival window, scratch (keeps <mpi.h> out of this header)
+
+  void begin(Collective collective);
+  void wait(Collective collective);
+  [[noreturn]] void fail_timeout(Collective collective);
+  void check(int mpi_result, Collective collective, std::string_view call);
+  void check_count(std::size_t count, Collective collective);
+
+  CommOptions options_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::uint64_t sequence_ = 0;  // collectives entered so far (the current one included)
+  std::string first_error_;
+  std::unique_ptr<State> state_;
+  int uncaught_at_construction_ = 0;
+};
+
+}  // namespace strata::runtime::comm
