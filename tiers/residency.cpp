@@ -47,8 +47,7 @@ void ResidencyManager::acquire(UnitId unit) {
       ++stats_.ready_hits;
       break;
     case State::kLoading:
-      finish_if_loaded(unit);
-      if (entry.state == State::kLoaded) {
+      if (client_->load_complete(unit)) {
         ++stats_.ready_hits;
       } else {
         must_wait = true;
@@ -72,8 +71,8 @@ void ResidencyManager::acquire(UnitId unit) {
   }
   // Start the next loads before blocking, so they overlap this wait.
   prefetch_ahead();
-  if (must_wait) {
-    ++stats_.waits;
+  if (must_wait) ++stats_.waits;
+  if (entry.state == State::kLoading) {
     client_->wait_load(unit);
     entry.state = State::kLoaded;
   }
@@ -104,11 +103,7 @@ void ResidencyManager::flush() {
   for (UnitId unit = 0; unit < units_.size(); ++unit) {
     Unit& entry = units_[unit];
     if (entry.state == State::kAbsent || entry.users > 0) continue;
-    if (entry.state == State::kLoading) {
-      client_->wait_load(unit);
-      entry.state = State::kLoaded;
-    }
-    if (entry.persistent) {
+    if (entry.persistent && entry.state == State::kLoaded) {
       if (entry.dirty) {
         client_->write_back(unit);
         ++stats_.write_backs;
@@ -116,6 +111,15 @@ void ResidencyManager::flush() {
       }
       continue;
     }
+    evict(unit);
+  }
+}
+
+void ResidencyManager::invalidate() {
+  for (UnitId unit = 0; unit < units_.size(); ++unit) {
+    Unit& entry = units_[unit];
+    if (entry.state == State::kAbsent || entry.users > 0) continue;
+    entry.dirty = false;
     evict(unit);
   }
 }
@@ -128,11 +132,6 @@ void ResidencyManager::start_load(UnitId unit) {
   stats_.high_water_bytes = std::max(stats_.high_water_bytes, stats_.resident_bytes);
   entry.state = State::kLoading;
   client_->start_load(unit);
-}
-
-void ResidencyManager::finish_if_loaded(UnitId unit) {
-  Unit& entry = units_[unit];
-  if (entry.state == State::kLoading && client_->load_complete(unit)) entry.state = State::kLoaded;
 }
 
 std::uint64_t ResidencyManager::next_use_distance(UnitId unit) const {
@@ -157,8 +156,8 @@ bool ResidencyManager::make_room(std::uint64_t bytes, std::optional<std::uint64_
     for (UnitId unit = 0; unit < units_.size(); ++unit) {
       const Unit& entry = units_[unit];
       if (entry.state == State::kAbsent || entry.users > 0 || entry.persistent) continue;
-      finish_if_loaded(unit);
-      if (entry.state != State::kLoaded) continue;  // never evict a load in flight
+      // A prefetch whose I/O is still in flight is evicted only by a demand load (below).
+      if (entry.state == State::kLoading && !client_->load_complete(unit)) continue;
       const std::uint64_t distance = next_use_distance(unit);
       if (!victim || better_victim(unit, distance, *victim, victim_distance)) {
         victim = unit;
@@ -176,10 +175,6 @@ bool ResidencyManager::make_room(std::uint64_t bytes, std::optional<std::uint64_
           victim_distance = distance;
         }
       }
-      if (victim) {
-        client_->wait_load(*victim);
-        units_[*victim].state = State::kLoaded;
-      }
     }
     if (!victim) return false;
     // A prefetch never evicts what is needed sooner than what it loads.
@@ -191,8 +186,8 @@ bool ResidencyManager::make_room(std::uint64_t bytes, std::optional<std::uint64_
 
 void ResidencyManager::evict(UnitId unit) {
   Unit& entry = units_[unit];
-  STRATA_ASSERT(entry.state == State::kLoaded && entry.users == 0, "evicting a unit in use");
-  if (entry.dirty) {
+  STRATA_ASSERT(entry.state != State::kAbsent && entry.users == 0, "evicting a unit in use");
+  if (entry.dirty && entry.state == State::kLoaded) {
     client_->write_back(unit);
     ++stats_.write_backs;
     entry.dirty = false;
@@ -205,15 +200,16 @@ void ResidencyManager::evict(UnitId unit) {
 
 std::uint64_t ResidencyManager::inflight_bytes() const {
   std::uint64_t bytes = 0;
-  for (const Unit& entry : units_) {
-    if (entry.state == State::kLoading) bytes += entry.bytes;
+  for (UnitId unit = 0; unit < units_.size(); ++unit) {
+    if (units_[unit].state == State::kLoading && !client_->load_complete(unit)) {
+      bytes += units_[unit].bytes;
+    }
   }
   return bytes;
 }
 
 void ResidencyManager::prefetch_ahead() {
   if (!has_schedule() || options_.prefetch_depth == 0) return;
-  for (UnitId unit = 0; unit < units_.size(); ++unit) finish_if_loaded(unit);
   const std::uint64_t window = std::min<std::uint64_t>(options_.prefetch_depth, schedule_.size());
   for (std::uint64_t ahead = 0; ahead < window; ++ahead) {
     const UnitId unit = schedule_[(cursor_ + ahead) % schedule_.size()];

@@ -26,17 +26,23 @@ namespace strata::tiers {
 
 using UnitId = std::uint32_t;
 
+// A load has an asynchronous part (start_load: e.g. an NVMe read) and a finishing part (wait_load:
+// e.g. the all-gather and cast that make the gathered unit). The manager calls wait_load exactly
+// once per load, from acquire(), so finishing work runs in schedule order on the owner thread: the
+// same order on every rank, as collectives require.
 class ResidencyClient {
  public:
   virtual ~ResidencyClient() = default;
-  // Allocates the unit's resident buffer and starts filling it; returns without waiting.
+  // Allocates the unit's resident buffer and starts its asynchronous part; returns at once.
   virtual void start_load(UnitId unit) = 0;
+  // Whether the asynchronous part has completed. No side effects.
   virtual bool load_complete(UnitId unit) = 0;
-  // Blocks until the load has completed; rethrows its failure.
+  // Blocks until the asynchronous part has completed, then finishes the load; rethrows failures.
   virtual void wait_load(UnitId unit) = 0;
   // Writes a dirty unit back to its home; returns when that is durable enough to evict.
   virtual void write_back(UnitId unit) = 0;
-  // Frees the unit's resident buffer (its load, if any, has completed).
+  // Frees the unit's resident buffer. A load that was never finished (a prefetch evicted before
+  // use) may still be in flight: the client waits for its asynchronous part first.
   virtual void evict(UnitId unit) = 0;
 };
 
@@ -84,6 +90,9 @@ class ResidencyManager {
   void end_iteration();
   // Writes back every dirty unit and evicts everything not in use (e.g. before a checkpoint).
   void flush();
+  // Evicts every unit not in use, persistent ones included, without writing back: their home
+  // copies changed (after an optimizer step), so the resident copies are stale.
+  void invalidate();
 
   bool has_schedule() const { return !schedule_.empty() && !recording_; }
   const std::vector<UnitId>& schedule() const { return schedule_; }
@@ -92,6 +101,7 @@ class ResidencyManager {
   std::uint64_t budget_bytes() const { return options_.budget_bytes; }
 
  private:
+  // kLoading: started, not finished (its asynchronous part may have completed); kLoaded: finished.
   enum class State : std::uint8_t { kAbsent, kLoading, kLoaded };
   struct Unit {
     std::uint64_t bytes = 0;
@@ -103,7 +113,6 @@ class ResidencyManager {
   };
 
   void start_load(UnitId unit);
-  void finish_if_loaded(UnitId unit);
   // Makes room for `bytes`; evicts only units whose next use is later than `needed_at` (a position
   // in the replay), or any evictable unit when needed_at is nullopt. False if it cannot.
   bool make_room(std::uint64_t bytes, std::optional<std::uint64_t> needed_at);

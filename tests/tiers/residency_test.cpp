@@ -35,12 +35,14 @@ class FakeClient : public ResidencyClient {
     EXPECT_EQ(resident_version_[unit], -1) << "unit " << unit << " loaded twice";
     resident_version_[unit] = home_version_[unit];
     ready_at_[unit] = tick + latency_;
+    finished_[unit] = false;
     ++loads[unit];
     log.push_back("load " + std::to_string(unit));
   }
   bool load_complete(UnitId unit) override { return tick >= ready_at_[unit]; }
   void wait_load(UnitId unit) override {
-    ++waits;
+    EXPECT_FALSE(finished_[unit]) << "unit " << unit << " finished twice";
+    finished_[unit] = true;
     ready_at_[unit] = std::min(ready_at_[unit], tick);
   }
   void write_back(UnitId unit) override {
@@ -49,6 +51,7 @@ class FakeClient : public ResidencyClient {
   }
   void evict(UnitId unit) override {
     EXPECT_NE(resident_version_[unit], -1);
+    finished_[unit] = false;
     resident_bytes_ -= bytes_[unit];
     resident_version_[unit] = -1;
     log.push_back("evict " + std::to_string(unit));
@@ -60,7 +63,6 @@ class FakeClient : public ResidencyClient {
   std::uint64_t high_water() const { return high_water_; }
 
   std::uint64_t tick = 0;
-  std::uint64_t waits = 0;
   std::map<UnitId, int> loads;
   std::vector<std::string> log;
 
@@ -71,6 +73,7 @@ class FakeClient : public ResidencyClient {
   std::vector<int> home_version_;
   std::vector<int> resident_version_;
   std::vector<std::uint64_t> ready_at_;
+  std::map<UnitId, bool> finished_;
   std::uint64_t resident_bytes_ = 0;
   std::uint64_t high_water_ = 0;
 };
@@ -200,6 +203,9 @@ TEST(Residency, DepartingFromTheScheduleRecordsItAnew) {
   run(manager, client, {0, 1, 2, 3}, 2);
   run(manager, client, {0, 2, 1, 3}, 1);
   EXPECT_EQ(manager.stats().schedule_rerecords, 1u);
+  EXPECT_FALSE(manager.has_schedule());
+  manager.invalidate();
+  EXPECT_FALSE(manager.is_resident(0));
   EXPECT_EQ(manager.schedule(), (std::vector<UnitId>{0, 2, 1, 3}));
 }
 
