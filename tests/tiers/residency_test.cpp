@@ -203,7 +203,6 @@ TEST(Residency, DepartingFromTheScheduleRecordsItAnew) {
   run(manager, client, {0, 1, 2, 3}, 2);
   run(manager, client, {0, 2, 1, 3}, 1);
   EXPECT_EQ(manager.stats().schedule_rerecords, 1u);
-  EXPECT_FALSE(manager.has_schedule());
   manager.invalidate();
   EXPECT_FALSE(manager.is_resident(0));
   EXPECT_EQ(manager.schedule(), (std::vector<UnitId>{0, 2, 1, 3}));
