@@ -1,0 +1,270 @@
+// The kernel bodies, written once over an Ops type (VectorOps<Arch> or ScalarOps) and
+// instantiated by each kernels_<level>.cpp. Include only from those files.
+//
+// Bitwise identity across levels, thread counts and chunkings rests on three rules:
+//  - every element goes through the same sequence of fp32 operations (mul, add, sub, div, sqrt:
+//    all correctly rounded), with no FMA contraction (-ffp-contract=off on these files);
+//  - loop tails use ScalarOps with the same sequence, so where a chunk ends does not matter;
+//  - the norm accumulates in double in a fixed lane layout that does not depend on the width.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "cpu_adam/detail/kernel_table.hpp"
+#include "cpu_adam/detail/vector_ops.hpp"
+
+namespace strata::cpu_adam::detail {
+namespace {
+
+// Out = void means "no param_out".
+template <class Ops, class Out>
+inline void store_out(const UpdateArgs& args, std::size_t i, typename Ops::F value) {
+  if constexpr (!std::is_void_v<Out>) Ops::store(static_cast<Out*>(args.param_out) + i, value);
+}
+
+template <class Ops, class Grad>
+inline typename Ops::F load_scaled_grad(const UpdateArgs& args, std::size_t i) {
+  using F = typename Ops::F;
+  return Ops::load(static_cast<const Grad*>(args.grad) + i) * F(args.constants.grad_multiplier);
+}
+
+struct AdamRule {
+  template <class Ops, class Grad, class Out>
+  static void apply(const UpdateArgs& args, std::size_t i) {
+    using F = typename Ops::F;
+    const UpdateConstants& c = args.constants;
+    F param = Ops::load(args.master + i);
+    F grad = load_scaled_grad<Ops, Grad>(args, i);
+    if (c.use_l2) grad = grad + F(c.l2) * param;
+    const F exp_avg = F(c.beta1) * Ops::load(args.exp_avg + i) + F(c.one_minus_beta1) * grad;
+    const F exp_avg_sq =
+        F(c.beta2) * Ops::load(args.exp_avg_sq + i) + F(c.one_minus_beta2) * (grad * grad);
+    const F denom = Ops::sqrt(exp_avg_sq) * F(c.inv_sqrt_bias_correction2) + F(c.eps);
+    if (c.use_decay) param = param * F(c.decay);
+    // Divide first: exp_avg / denom is well scaled, while step_size * exp_avg can fall into the
+    // denormals, where its rounding error would then be magnified by the division.
+    param = param - F(c.step_size) * (exp_avg / denom);
+    Ops::store(args.exp_avg + i, exp_avg);
+    Ops::store(args.exp_avg_sq + i, exp_avg_sq);
+    Ops::store(args.master + i, param);
+    store_out<Ops, Out>(args, i, param);
+  }
+};
+
+struct AdagradRule {
+  template <class Ops, class Grad, class Out>
+  static void apply(const UpdateArgs& args, std::size_t i) {
+    using F = typename Ops::F;
+    const UpdateConstants& c = args.constants;
+    F param = Ops::load(args.master + i);
+    F grad = load_scaled_grad<Ops, Grad>(args, i);
+    if (c.use_l2) grad = grad + F(c.l2) * param;
+    const F sum_sq = Ops::load(args.exp_avg_sq + i) + grad * grad;
+    param = param - F(c.step_size) * (grad / (Ops::sqrt(sum_sq) + F(c.eps)));
+    Ops::store(args.exp_avg_sq + i, sum_sq);
+    Ops::store(args.master + i, param);
+    store_out<Ops, Out>(args, i, param);
+  }
+};
+
+struct LionRule {
+  template <class Ops, class Grad, class Out>
+  static void apply(const UpdateArgs& args, std::size_t i) {
+    using F = typename Ops::F;
+    const UpdateConstants& c = args.constants;
+    F param = Ops::load(args.master + i);
+    const F grad = load_scaled_grad<Ops, Grad>(args, i);
+    const F exp_avg = Ops::load(args.exp_avg + i);
+    const F direction = F(c.beta1) * exp_avg + F(c.one_minus_beta1) * grad;
+    if (c.use_decay) param = param * F(c.decay);
+    param = param - F(c.step_size) * Ops::sign(direction);
+    Ops::store(args.exp_avg + i, F(c.beta2) * exp_avg + F(c.one_minus_beta2) * grad);
+    Ops::store(args.master + i, param);
+    store_out<Ops, Out>(args, i, param);
+  }
+};
+
+template <class V, class Rule, class Grad, class Out>
+void update_kernel(const UpdateArgs& args, std::size_t begin, std::size_t end) {
+  std::size_t i = begin;
+  for (; i + V::kWidth <= end; i += V::kWidth) Rule::template apply<V, Grad, Out>(args, i);
+  for (; i < end; ++i) Rule::template apply<ScalarOps, Grad, Out>(args, i);
+}
+
+template <class V, class Grad>
+double norm_kernel(const void* data, std::size_t begin, std::size_t end) {
+  const Grad* values = static_cast<const Grad*>(data);
+  double lanes[kNormLanes] = {};
+  std::size_t i = begin;
+  if constexpr (V::kWidth > 1) {
+    using D = typename V::D;
+    constexpr std::size_t kDoubles = D::size;
+    constexpr std::size_t kAccumulators = kNormLanes / kDoubles;
+    D sums[kAccumulators];
+    for (auto& sum : sums) sum = D(0.0);
+    for (; i + kNormLanes <= end; i += kNormLanes) {
+      for (std::size_t k = 0; k < kNormLanes / V::kWidth; ++k) {
+        D low;
+        D high;
+        V::widen(V::load(values + i + k * V::kWidth), low, high);
+        // x*x is exact in double for any fp32 x, so this add is the only rounding.
+        sums[2 * k] = sums[2 * k] + low * low;
+        sums[2 * k + 1] = sums[2 * k + 1] + high * high;
+      }
+    }
+    for (std::size_t k = 0; k < kAccumulators; ++k) sums[k].store_unaligned(lanes + k * kDoubles);
+  }
+  for (; i < end; ++i) {
+    const double value = to_float(values[i]);
+    lanes[(i - begin) % kNormLanes] += value * value;
+  }
+  for (std::size_t stride = kNormLanes / 2; stride > 0; stride /= 2) {
+    for (std::size_t k = 0; k < stride; ++k) lanes[k] += lanes[k + stride];
+  }
+  return lanes[0];
+}
+
+template <class T>
+inline void touch_scalar(T* p) {
+  volatile T* slot = p;
+  *slot = *slot;
+}
+
+// Same bytes read and written as update_kernel<V, ..., Grad, Out>, no arithmetic: the bound.
+template <class V, class Grad, class Out>
+void stream_kernel(const UpdateArgs& args, std::size_t begin, std::size_t end) {
+  using F = typename V::F;
+  std::size_t i = begin;
+  if constexpr (V::kWidth > 1) {
+    constexpr std::size_t kW = V::kWidth;
+    // Two vectors of elements per step, so 16-bit arrays move whole fp32 vectors of raw bits.
+    for (; i + 2 * kW <= end; i += 2 * kW) {
+      F master0 = V::load(args.master + i);
+      F master1 = V::load(args.master + i + kW);
+      F avg0 = V::load(args.exp_avg + i);
+      F avg1 = V::load(args.exp_avg + i + kW);
+      F sq0 = V::load(args.exp_avg_sq + i);
+      F sq1 = V::load(args.exp_avg_sq + i + kW);
+      const Grad* grad = static_cast<const Grad*>(args.grad) + i;
+      F grad0 = V::load(reinterpret_cast<const float*>(grad));
+      V::opaque(grad0);
+      if constexpr (sizeof(Grad) == 4) {
+        F grad1 = V::load(reinterpret_cast<const float*>(grad + kW));
+        V::opaque(grad1);
+      }
+      V::opaque(master0);
+      V::opaque(master1);
+      V::opaque(avg0);
+      V::opaque(avg1);
+      V::opaque(sq0);
+      V::opaque(sq1);
+      V::store(args.master + i, master0);
+      V::store(args.master + i + kW, master1);
+      V::store(args.exp_avg + i, avg0);
+      V::store(args.exp_avg + i + kW, avg1);
+      V::store(args.exp_avg_sq + i, sq0);
+      V::store(args.exp_avg_sq + i + kW, sq1);
+      if constexpr (!std::is_void_v<Out>) {
+        V::store(reinterpret_cast<float*>(static_cast<Out*>(args.param_out) + i), master0);
+      }
+    }
+  }
+  for (; i < end; ++i) {
+    touch_scalar(args.master + i);
+    touch_scalar(args.exp_avg + i);
+    touch_scalar(args.exp_avg_sq + i);
+    [[maybe_unused]] const unsigned char grad_byte =
+        static_cast<const volatile unsigned char*>(args.grad)[i * sizeof(Grad)];
+    if constexpr (!std::is_void_v<Out>) {
+      static_cast<volatile std::uint16_t*>(args.param_out)[i] = 0;
+    }
+  }
+}
+
+template <class V, class Source, class Destination>
+void convert_kernel(const void* source, void* destination, std::size_t begin, std::size_t end) {
+  const Source* from = static_cast<const Source*>(source);
+  Destination* to = static_cast<Destination*>(destination);
+  std::size_t i = begin;
+  for (; i + V::kWidth <= end; i += V::kWidth) V::store(to + i, V::load(from + i));
+  for (; i < end; ++i) ScalarOps::store(to + i, ScalarOps::load(from + i));
+}
+
+template <class Ops, class T>
+inline void scale_at(T* data, float factor, std::size_t i) {
+  using F = typename Ops::F;
+  Ops::store(data + i, Ops::load(data + i) * F(factor));
+}
+
+template <class V, class T>
+void scale_kernel(void* data, float factor, std::size_t begin, std::size_t end) {
+  T* values = static_cast<T*>(data);
+  std::size_t i = begin;
+  for (; i + V::kWidth <= end; i += V::kWidth) scale_at<V>(values, factor, i);
+  for (; i < end; ++i) scale_at<ScalarOps>(values, factor, i);
+}
+
+// dtype index -> element type; kOut* index -> output type (void for none).
+template <int kDtype>
+using DtypeType =
+    std::conditional_t<kDtype == 0, float, std::conditional_t<kDtype == 1, Bf16, Fp16>>;
+template <int kOut>
+using OutType =
+    std::conditional_t<kOut == kOutNone, void, std::conditional_t<kOut == kOutBf16, Bf16, Fp16>>;
+
+template <class V, class Rule, int kGrad, int kOut>
+constexpr void fill_update(KernelTable& table, int rule) {
+  table.update[rule][kGrad][kOut] = &update_kernel<V, Rule, DtypeType<kGrad>, OutType<kOut>>;
+}
+
+template <class V, class Rule>
+constexpr void fill_rule(KernelTable& table, UpdateRule rule) {
+  const int r = static_cast<int>(rule);
+  fill_update<V, Rule, 0, 0>(table, r);
+  fill_update<V, Rule, 0, 1>(table, r);
+  fill_update<V, Rule, 0, 2>(table, r);
+  fill_update<V, Rule, 1, 0>(table, r);
+  fill_update<V, Rule, 1, 1>(table, r);
+  fill_update<V, Rule, 1, 2>(table, r);
+  fill_update<V, Rule, 2, 0>(table, r);
+  fill_update<V, Rule, 2, 1>(table, r);
+  fill_update<V, Rule, 2, 2>(table, r);
+}
+
+template <class V, int kGrad>
+constexpr void fill_stream(KernelTable& table) {
+  using Grad = DtypeType<kGrad>;
+  table.stream[kGrad][kOutNone] = &stream_kernel<V, Grad, void>;
+  table.stream[kGrad][kOutBf16] = &stream_kernel<V, Grad, Bf16>;
+  table.stream[kGrad][kOutFp16] = &stream_kernel<V, Grad, Fp16>;
+}
+
+template <class V>
+KernelTable make_kernel_table(SimdLevel level) {
+  KernelTable table{};
+  table.level = level;
+  fill_rule<V, AdamRule>(table, UpdateRule::kAdam);
+  fill_rule<V, AdagradRule>(table, UpdateRule::kAdagrad);
+  fill_rule<V, LionRule>(table, UpdateRule::kLion);
+  table.norm[0] = &norm_kernel<V, float>;
+  table.norm[1] = &norm_kernel<V, Bf16>;
+  table.norm[2] = &norm_kernel<V, Fp16>;
+  fill_stream<V, 0>(table);
+  fill_stream<V, 1>(table);
+  fill_stream<V, 2>(table);
+  table.convert[0][1] = &convert_kernel<V, float, Bf16>;
+  table.convert[0][2] = &convert_kernel<V, float, Fp16>;
+  table.convert[1][0] = &convert_kernel<V, Bf16, float>;
+  table.convert[2][0] = &convert_kernel<V, Fp16, float>;
+  table.convert[1][2] = &convert_kernel<V, Bf16, Fp16>;
+  table.convert[2][1] = &convert_kernel<V, Fp16, Bf16>;
+  table.scale[0] = &scale_kernel<V, float>;
+  table.scale[1] = &scale_kernel<V, Bf16>;
+  table.scale[2] = &scale_kernel<V, Fp16>;
+  return table;
+}
+
+}  // namespace
+}  // namespace strata::cpu_adam::detail

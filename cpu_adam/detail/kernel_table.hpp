@@ -1,0 +1,79 @@
+// The per-instruction-set kernel table: plain function pointers, one table per SimdLevel, each
+// built in its own translation unit compiled with that level's flags (kernels_<level>.cpp).
+// Internal to cpu_adam; the public entry points are in optimizer.hpp, grad_norm.hpp, cast.hpp.
+#pragma once
+
+#include <cstddef>
+
+#include "cpu_adam/dtype.hpp"
+#include "cpu_adam/simd_level.hpp"
+
+namespace strata::cpu_adam::detail {
+
+enum class UpdateRule { kAdam = 0, kAdagrad = 1, kLion = 2 };
+inline constexpr int kUpdateRuleCount = 3;
+
+// Where the updated weights are also written: nowhere, as bf16, or as fp16. Index in the tables.
+inline constexpr int kOutNone = 0;
+inline constexpr int kOutBf16 = 1;
+inline constexpr int kOutFp16 = 2;
+inline constexpr int kOutCount = 3;
+
+// Per-step constants, computed once in double on the host and rounded to fp32 once, so every
+// element (and every level) uses the very same fp32 operands.
+struct UpdateConstants {
+  float grad_multiplier = 1;  // clip_coef / loss_scale
+  float beta1 = 0;
+  float one_minus_beta1 = 1;
+  float beta2 = 0;
+  float one_minus_beta2 = 1;
+  float step_size = 0;                  // Adam: lr / (1 - beta1^t); Adagrad, Lion: lr
+  float inv_sqrt_bias_correction2 = 1;  // 1 / sqrt(1 - beta2^t)
+  float eps = 0;
+  float decay = 1;         // decoupled weight decay factor 1 - lr * wd (AdamW, Lion)
+  float l2 = 0;            // L2 weight decay added to the gradient (Adam, Adagrad)
+  bool use_l2 = false;     // add l2 * param to the gradient
+  bool use_decay = false;  // multiply the param by `decay`
+};
+
+struct UpdateArgs {
+  float* master = nullptr;
+  float* exp_avg = nullptr;     // Adam, Lion
+  float* exp_avg_sq = nullptr;  // Adam, Adagrad (the running sum of squares)
+  const void* grad = nullptr;
+  void* param_out = nullptr;
+  UpdateConstants constants;
+};
+
+// Updates elements [begin, end).
+using UpdateFn = void (*)(const UpdateArgs& args, std::size_t begin, std::size_t end);
+// Sum of squares of elements [begin, end), accumulated in double in kNormLanes interleaved lanes
+// (element i goes to lane (i - begin) % kNormLanes), the lanes then added in a fixed tree.
+using NormFn = double (*)(const void* data, std::size_t begin, std::size_t end);
+// The memory bound: reads and writes what UpdateFn does, in place, with no arithmetic.
+using StreamFn = void (*)(const UpdateArgs& args, std::size_t begin, std::size_t end);
+using ConvertFn = void (*)(const void* source, void* destination, std::size_t begin,
+                           std::size_t end);
+using ScaleFn = void (*)(void* data, float factor, std::size_t begin, std::size_t end);
+
+inline constexpr std::size_t kNormLanes = 16;
+
+struct KernelTable {
+  SimdLevel level;
+  UpdateFn update[kUpdateRuleCount][kDtypeCount][kOutCount];
+  NormFn norm[kDtypeCount];
+  StreamFn stream[kDtypeCount][kOutCount];
+  ConvertFn convert[kDtypeCount][kDtypeCount];  // [source][destination]; identity entries are null
+  ScaleFn scale[kDtypeCount];
+};
+
+// Defined by each kernels_<level>.cpp that this build compiles (the x86 ones only on x86).
+const KernelTable& scalar_kernels();
+const KernelTable& sse2_kernels();
+const KernelTable& avx2_kernels();
+const KernelTable& avx512_kernels();
+
+// The table for `level`; STRATA_ASSERTs that the level is available.
+const KernelTable& kernels_for(SimdLevel level);
+
+}  // namespace strata::cpu_adam::detail

@@ -1,0 +1,178 @@
+// Per-instruction-set vector primitives for the kernels: loads of fp32/bf16/fp16 into fp32
+// vectors, rounding stores back, widening to double, sqrt and sign. xsimd does the arithmetic;
+// the 16-bit conversions, which xsimd 8.1 does not provide, are intrinsics here. Every primitive is
+// exact or correctly rounded, so a vector lane computes the same bits as ScalarOps on one element.
+// Each specialisation exists only in the translation unit compiled with its instruction set.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+
+#include <xsimd/xsimd.hpp>
+
+#include "cpu_adam/dtype.hpp"
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
+namespace strata::cpu_adam::detail {
+namespace {  // internal linkage: each kernel TU gets its own copies, compiled with its own flags
+
+// One element at a time. Also the tail of every vector loop, so tails match the lanes.
+struct ScalarOps {
+  using F = float;
+  static constexpr std::size_t kWidth = 1;
+
+  static F load(const float* p) { return *p; }
+  static F load(const Bf16* p) { return to_float(*p); }
+  static F load(const Fp16* p) { return to_float(*p); }
+  static void store(float* p, F x) { *p = x; }
+  static void store(Bf16* p, F x) { *p = to_bf16(x); }
+  static void store(Fp16* p, F x) { *p = to_fp16(x); }
+  static F sqrt(F x) { return std::sqrt(x); }
+  static F sign(F x) { return static_cast<float>(x > 0.0f) - static_cast<float>(x < 0.0f); }
+};
+
+template <class Arch>
+struct VectorOps;
+
+// Things every vector level shares; Derived supplies the 16-bit conversions and widen().
+template <class Arch>
+struct VectorOpsBase {
+  using F = xsimd::batch<float, Arch>;
+  using D = xsimd::batch<double, Arch>;
+  static constexpr std::size_t kWidth = F::size;
+  static_assert(D::size * 2 == kWidth);
+
+  static F load(const float* p) { return F::load_unaligned(p); }
+  static void store(float* p, F x) { x.store_unaligned(p); }
+  static F sqrt(F x) { return xsimd::sqrt(x); }
+  static F sign(F x) {
+    const F zero(0.0f);
+    const F one(1.0f);
+    return xsimd::select(x > zero, one, zero) - xsimd::select(x < zero, one, zero);
+  }
+  // Hides a value from the optimiser so a load/store pair with no arithmetic is kept.
+  static void opaque(F& x) {
+    typename F::register_type reg = x;
+    asm volatile("" : "+v"(reg));
+    x = F(reg);
+  }
+};
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
+template <>
+struct VectorOps<xsimd::avx512bw> : VectorOpsBase<xsimd::avx512bw> {
+  using VectorOpsBase::load;
+  using VectorOpsBase::store;
+
+  static F load(const Bf16* p) {
+    const __m256i halves = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(halves), 16));
+  }
+  static F load(const Fp16* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static void store(Bf16* p, F x) {
+    const __m512i bits = _mm512_castps_si512(x);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    const __m512i rounded =
+        _mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb));
+    const __m512i quiet = _mm512_or_si512(bits, _mm512_set1_epi32(0x0040'0000));
+    const __mmask16 is_nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    const __m512i chosen = _mm512_mask_blend_epi32(is_nan, rounded, quiet);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_cvtepi32_epi16(_mm512_srli_epi32(chosen, 16)));
+  }
+  static void store(Fp16* p, F x) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  static void widen(F x, D& low, D& high) {
+    low = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+    high = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+  }
+};
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+template <>
+struct VectorOps<xsimd::fma3<xsimd::avx2>> : VectorOpsBase<xsimd::fma3<xsimd::avx2>> {
+  using VectorOpsBase::load;
+  using VectorOpsBase::store;
+
+  static F load(const Bf16* p) {
+    const __m128i halves = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(halves), 16));
+  }
+  static F load(const Fp16* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static void store(Bf16* p, F x) {
+    const __m256i bits = _mm256_castps_si256(x);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+    const __m256i rounded =
+        _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb));
+    const __m256i quiet = _mm256_or_si256(bits, _mm256_set1_epi32(0x0040'0000));
+    const __m256 is_nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    const __m256i chosen = _mm256_castps_si256(
+        _mm256_blendv_ps(_mm256_castsi256_ps(rounded), _mm256_castsi256_ps(quiet), is_nan));
+    const __m256i shifted = _mm256_srli_epi32(chosen, 16);
+    // packus works per 128-bit lane: [r0..r3 r0..r3 | r4..r7 r4..r7]; gather qwords 0 and 2.
+    const __m256i packed =
+        _mm256_permute4x64_epi64(_mm256_packus_epi32(shifted, shifted), _MM_SHUFFLE(3, 1, 2, 0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+  }
+  static void store(Fp16* p, F x) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  static void widen(F x, D& low, D& high) {
+    low = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+    high = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+  }
+};
+#endif
+
+#if defined(__SSE2__)
+template <>
+struct VectorOps<xsimd::sse2> : VectorOpsBase<xsimd::sse2> {
+  using VectorOpsBase::load;
+  using VectorOpsBase::store;
+
+  static F load(const Bf16* p) {
+    // Interleaving zeros below each 16-bit value is exactly the 16-bit left shift.
+    const __m128i halves = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    return _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), halves));
+  }
+  static F load(const Fp16* p) {  // SSE2 has no F16C: exact scalar conversions
+    return _mm_setr_ps(to_float(p[0]), to_float(p[1]), to_float(p[2]), to_float(p[3]));
+  }
+  static void store(Bf16* p, F x) {
+    const __m128i bits = _mm_castps_si128(x);
+    const __m128i lsb = _mm_and_si128(_mm_srli_epi32(bits, 16), _mm_set1_epi32(1));
+    const __m128i rounded = _mm_add_epi32(bits, _mm_add_epi32(_mm_set1_epi32(0x7FFF), lsb));
+    const __m128i quiet = _mm_or_si128(bits, _mm_set1_epi32(0x0040'0000));
+    const __m128i is_nan = _mm_castps_si128(_mm_cmpunord_ps(x, x));
+    const __m128i chosen =
+        _mm_or_si128(_mm_and_si128(is_nan, quiet), _mm_andnot_si128(is_nan, rounded));
+    // An arithmetic shift keeps each top half in int16 range, so the signed pack is exact.
+    const __m128i shifted = _mm_srai_epi32(chosen, 16);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_packs_epi32(shifted, shifted));
+  }
+  static void store(Fp16* p, F x) {
+    alignas(16) float values[4];
+    _mm_store_ps(values, x);
+    for (int k = 0; k < 4; ++k) p[k] = to_fp16(values[k]);
+  }
+  static void widen(F x, D& low, D& high) {
+    low = _mm_cvtps_pd(x);
+    high = _mm_cvtps_pd(_mm_movehl_ps(x, x));
+  }
+};
+#endif
+
+}  // namespace
+}  // namespace strata::cpu_adam::detail

@@ -1,0 +1,149 @@
+#include "cpu_adam/optimizer.hpp"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "base/assert.hpp"
+#include "cpu_adam/detail/kernel_table.hpp"
+#include "cpu_adam/detail/parallel.hpp"
+
+namespace strata::cpu_adam {
+namespace {
+
+void require(bool condition, const std::string& what) {
+  if (!condition) throw std::invalid_argument("cpu_adam: " + what);
+}
+
+bool uses_exp_avg(Algorithm algorithm) {
+  return algorithm != Algorithm::kAdagrad;
+}
+bool uses_exp_avg_sq(Algorithm algorithm) {
+  return algorithm != Algorithm::kLion;
+}
+
+detail::UpdateRule rule_of(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::kAdamW:
+    case Algorithm::kAdam:
+      return detail::UpdateRule::kAdam;
+    case Algorithm::kAdagrad:
+      return detail::UpdateRule::kAdagrad;
+    case Algorithm::kLion:
+      return detail::UpdateRule::kLion;
+  }
+  return detail::UpdateRule::kAdam;
+}
+
+int out_index(const TypedSpan& param_out) {
+  if (!param_out.present()) return detail::kOutNone;
+  STRATA_ASSERT(param_out.dtype != Dtype::kFp32, "param_out must be bf16 or fp16");
+  return param_out.dtype == Dtype::kBf16 ? detail::kOutBf16 : detail::kOutFp16;
+}
+
+// Everything per step is computed here in double and rounded to fp32 once.
+detail::UpdateConstants make_constants(const Hyperparams& h, const GradScaling& scaling) {
+  detail::UpdateConstants c;
+  c.grad_multiplier = static_cast<float>(scaling.clip_coef / scaling.loss_scale);
+  c.beta1 = static_cast<float>(h.beta1);
+  c.one_minus_beta1 = static_cast<float>(1.0 - h.beta1);
+  c.beta2 = static_cast<float>(h.beta2);
+  c.one_minus_beta2 = static_cast<float>(1.0 - h.beta2);
+  c.eps = static_cast<float>(h.eps);
+  c.step_size = static_cast<float>(h.lr);
+  switch (h.algorithm) {
+    case Algorithm::kAdamW:
+    case Algorithm::kAdam: {
+      if (h.bias_correction == BiasCorrection::kOn) {
+        const double t = static_cast<double>(h.step);
+        c.step_size = static_cast<float>(h.lr / (1.0 - std::pow(h.beta1, t)));
+        c.inv_sqrt_bias_correction2 =
+            static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(h.beta2, t)));
+      }
+      break;
+    }
+    case Algorithm::kAdagrad:
+    case Algorithm::kLion:
+      break;
+  }
+  const bool decoupled = h.algorithm == Algorithm::kAdamW || h.algorithm == Algorithm::kLion;
+  c.use_decay = decoupled && h.weight_decay != 0.0;
+  c.decay = static_cast<float>(1.0 - h.lr * h.weight_decay);
+  c.use_l2 = !decoupled && h.weight_decay != 0.0;
+  c.l2 = static_cast<float>(h.weight_decay);
+  return c;
+}
+
+detail::UpdateArgs make_args(const ParamSpans& spans) {
+  detail::UpdateArgs args;
+  args.master = spans.master.data();
+  args.exp_avg = spans.exp_avg.data();
+  args.exp_avg_sq = spans.exp_avg_sq.data();
+  args.grad = spans.grad.data;
+  args.param_out = spans.param_out.data;
+  return args;
+}
+
+void check_spans(Algorithm algorithm, const ParamSpans& spans) {
+  const std::size_t count = spans.master.size();
+  STRATA_ASSERT(spans.grad.count == count, "grad length differs from master");
+  STRATA_ASSERT(!uses_exp_avg(algorithm) || spans.exp_avg.size() == count,
+                "exp_avg length differs from master");
+  STRATA_ASSERT(!uses_exp_avg_sq(algorithm) || spans.exp_avg_sq.size() == count,
+                "exp_avg_sq length differs from master");
+  STRATA_ASSERT(!spans.param_out.present() || spans.param_out.count == count,
+                "param_out length differs from master");
+  STRATA_ASSERT(count == 0 || spans.grad.present(), "grad missing");
+}
+
+}  // namespace
+
+void validate(const Hyperparams& h, const GradScaling& scaling) {
+  require(std::isfinite(h.lr) && h.lr >= 0,
+          "lr must be finite and >= 0, got " + std::to_string(h.lr));
+  require(h.beta1 >= 0 && h.beta1 < 1, "beta1 must be in [0, 1), got " + std::to_string(h.beta1));
+  require(h.beta2 >= 0 && h.beta2 < 1, "beta2 must be in [0, 1), got " + std::to_string(h.beta2));
+  require(std::isfinite(h.eps) && h.eps >= 0, "eps must be finite and >= 0");
+  require(std::isfinite(h.weight_decay) && h.weight_decay >= 0,
+          "weight_decay must be finite and >= 0");
+  require(h.step >= 1, "step must be >= 1 (1-based), got " + std::to_string(h.step));
+  require(std::isfinite(scaling.loss_scale) && scaling.loss_scale > 0,
+          "loss_scale must be finite and > 0");
+  require(std::isfinite(scaling.clip_coef) && scaling.clip_coef >= 0,
+          "clip_coef must be finite and >= 0");
+}
+
+void step(const Hyperparams& hyperparams, const ParamSpans& spans, const GradScaling& scaling,
+          tbb::task_arena& arena, const ExecOptions& options) {
+  validate(hyperparams, scaling);
+  check_spans(hyperparams.algorithm, spans);
+  const detail::KernelTable& kernels = detail::kernels_for(options);
+  const detail::UpdateFn update =
+      kernels.update[static_cast<int>(rule_of(hyperparams.algorithm))]
+                    [static_cast<int>(spans.grad.dtype)][out_index(spans.param_out)];
+  detail::UpdateArgs args = make_args(spans);
+  args.constants = make_constants(hyperparams, scaling);
+  detail::for_each_chunk(arena, spans.master.size(), options.chunk_elems,
+                         [&](std::size_t begin, std::size_t end) { update(args, begin, end); });
+}
+
+void stream_bound(const ParamSpans& spans, tbb::task_arena& arena, const ExecOptions& options) {
+  check_spans(Algorithm::kAdamW, spans);
+  const detail::StreamFn stream =
+      detail::kernels_for(options)
+          .stream[static_cast<int>(spans.grad.dtype)][out_index(spans.param_out)];
+  const detail::UpdateArgs args = make_args(spans);
+  detail::for_each_chunk(arena, spans.master.size(), options.chunk_elems,
+                         [&](std::size_t begin, std::size_t end) { stream(args, begin, end); });
+}
+
+std::size_t bytes_per_element(Algorithm algorithm, Dtype grad_dtype,
+                              std::optional<Dtype> param_out_dtype) {
+  const std::size_t state_arrays = algorithm == Algorithm::kAdamW || algorithm == Algorithm::kAdam
+                                       ? 3
+                                       : 2;  // Adagrad, Lion: master + one moment
+  return state_arrays * 2 * sizeof(float) + dtype_bytes(grad_dtype) +
+         (param_out_dtype ? dtype_bytes(*param_out_dtype) : 0);
+}
+
+}  // namespace strata::cpu_adam
