@@ -1,0 +1,705 @@
+#include "runtime/engine.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "base/assert.hpp"
+#include "base/units.hpp"
+#include "cpu_adam/cast.hpp"
+#include "io/make_engine.hpp"
+#include "runtime/byte_size.hpp"
+#include "runtime/engine_state.hpp"
+#include "runtime/param_init.hpp"
+
+namespace strata::runtime {
+namespace detail {
+
+std::string_view kind_name(Kind kind) {
+  switch (kind) {
+    case Kind::kParam16:
+      return "param16";
+    case Kind::kGrad:
+      return "grad";
+    case Kind::kMaster:
+      return "master";
+    case Kind::kExpAvg:
+      return "exp_avg";
+    case Kind::kExpAvgSq:
+      return "exp_avg_sq";
+  }
+  return "?";
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+namespace {
+
+cpu_adam::Dtype to_cpu_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::kFp32:
+      return cpu_adam::Dtype::kFp32;
+    case DType::kBf16:
+      return cpu_adam::Dtype::kBf16;
+    case DType::kFp16:
+      return cpu_adam::Dtype::kFp16;
+  }
+  return cpu_adam::Dtype::kFp32;
+}
+
+comm::DataType to_comm_dtype(cpu_adam::Dtype dtype) {
+  switch (dtype) {
+    case cpu_adam::Dtype::kFp32:
+      return comm::DataType::kFp32;
+    case cpu_adam::Dtype::kBf16:
+      return comm::DataType::kBf16;
+    case cpu_adam::Dtype::kFp16:
+      return comm::DataType::kFp16;
+  }
+  return comm::DataType::kFp32;
+}
+
+Tier home_tier(const Config& config, Kind kind) {
+  switch (kind) {
+    case Kind::kParam16:
+      return config.zero.params;
+    case Kind::kGrad:
+      return config.zero.grads;
+    default:
+      return config.zero.optimizer;
+  }
+}
+
+bool kind_needed(OptimizerType type, Kind kind) {
+  if (kind == Kind::kExpAvg) return type != OptimizerType::kAdagrad;
+  if (kind == Kind::kExpAvgSq) return type != OptimizerType::kLion;
+  return true;
+}
+
+constexpr std::array<Kind, kKindCount> kAllKinds = {Kind::kParam16, Kind::kGrad, Kind::kMaster,
+                                                    Kind::kExpAvg, Kind::kExpAvgSq};
+
+}  // namespace
+
+EngineState::EngineState(const Config& config_in, tiers::Device& device_in,
+                         comm::Communicator& comm_in, const EngineOptions& options_in)
+    : config(config_in), options(options_in), device(&device_in), comm(&comm_in) {
+  if (device->kind() != tiers::DeviceKind::kHost) {
+    throw std::invalid_argument(
+        "the Engine runs on the host device for now; its CUDA path (kernels on device views, "
+        "NCCL gathers) is the multi-rank issue's work: set [tiers.device] kind = \"host\"");
+  }
+  if (options.grad_accumulation == 0) throw std::invalid_argument("grad_accumulation must be >= 1");
+  rank = static_cast<std::uint32_t>(comm->rank());
+  ranks = static_cast<std::uint32_t>(comm->size());
+  param_dtype = to_cpu_dtype(config.precision.params);
+  // Accumulating over micro-batches keeps the gradient shard in fp32 (no rounding per addition).
+  grad_dtype =
+      options.grad_accumulation > 1 ? cpu_adam::Dtype::kFp32 : to_cpu_dtype(config.precision.grads);
+  const bool fp16 =
+      config.precision.params == DType::kFp16 || config.precision.grads == DType::kFp16;
+  loss_scale = fp16 ? config.precision.loss_scale : 1.0;
+  const int threads = config.optimizer.threads == 0 ? tbb::task_arena::automatic
+                                                    : static_cast<int>(config.optimizer.threads);
+  arena = std::make_unique<tbb::task_arena>(threads);
+}
+
+EngineState::~EngineState() {
+  // Gathered units and reads in flight go before the store and the I/O engine.
+  residency.reset();
+  for (UnitState& unit : units) {
+    for (tiers::StoreRead& read : unit.reads) {
+      try {
+        read.wait();
+      } catch (...) {  // a failed prefetch nobody used
+      }
+    }
+  }
+  for (auto& writes : grad_buffer_writes) {
+    for (io::Ticket& ticket : writes) ticket.wait();
+  }
+  // Units hold pinned and device buffers: they go before the pools that own the memory.
+  units.clear();
+}
+
+void EngineState::wait_timed(tiers::StoreRead& read) {
+  const auto start = std::chrono::steady_clock::now();
+  read.wait();
+  io_wait_s += seconds_since(start);
+}
+
+void EngineState::wait_timed(const io::Ticket& ticket) {
+  const auto start = std::chrono::steady_clock::now();
+  ticket.get();
+  io_wait_s += seconds_since(start);
+}
+
+double EngineState::loss_scale_for_step() const {
+  return loss_scale;
+}
+
+void EngineState::finalize() {
+  const ZeroConfig& zero = config.zero;
+  // Stage < 3 keeps every rank's parameters whole: one "rank" for the parameter layout. The
+  // optimizer state and gradients are sharded at every stage >= 1 / >= 2; strata keeps one layout
+  // per unit, sharded over all ranks, and replicates by gathering (stages 0-2 gather once).
+  std::uint64_t device_state = 0;
+  std::uint64_t host_state = 0;
+  std::uint64_t largest_padded = 0;
+  std::uint64_t largest_shard = 0;
+  std::uint64_t largest_group = 0;
+  std::vector<tiers::ExtentSpec> extents;
+  for (UnitState& unit : units) {
+    unit.layout = make_unit_layout(unit.spec, ranks);
+    unit.groups = make_sub_groups(unit.layout.shard_numel, zero.sub_group_size);
+    largest_padded = std::max(largest_padded, unit.layout.padded_numel);
+    largest_shard = std::max(largest_shard, unit.layout.shard_numel);
+    for (const SubGroup& group : unit.groups) largest_group = std::max(largest_group, group.numel);
+    for (Kind kind : kAllKinds) {
+      if (!kind_needed(config.optimizer.type, kind)) continue;
+      ShardHome home;
+      home.tier = home_tier(config, kind);
+      home.dtype = kind == Kind::kParam16 ? param_dtype
+                   : kind == Kind::kGrad  ? grad_dtype
+                                          : cpu_adam::Dtype::kFp32;
+      home.numel = unit.layout.shard_numel;
+      const std::uint64_t bytes = home.numel * home.element_bytes();
+      if (home.tier == Tier::kDevice) device_state += bytes;
+      if (home.tier == Tier::kHost) host_state += round_up(bytes, kDirectIoAlignment);
+      if (home.tier == Tier::kNvme) {
+        for (std::size_t g = 0; g < unit.groups.size(); ++g) {
+          home.extents.push_back(static_cast<tiers::ExtentId>(extents.size()));
+          extents.push_back({fmt::format("{}/{}/{}", unit.spec.name, kind_name(kind), g),
+                             unit.groups[g].numel * home.element_bytes()});
+        }
+      }
+      unit.homes[static_cast<std::size_t>(kind)] = std::move(home);
+    }
+  }
+
+  // Working buffers: gradient scratch and the all-gather send copy on the device; NVMe staging on
+  // the host.
+  const std::uint64_t scratch_bytes =
+      largest_padded * 4 + largest_shard * 4 + largest_shard * cpu_adam::dtype_bytes(param_dtype);
+  pipeline_buffer_bytes = 0;
+  for (Kind kind : {Kind::kMaster, Kind::kExpAvg, Kind::kExpAvgSq, Kind::kGrad, Kind::kParam16}) {
+    const bool on_nvme =
+        kind_needed(config.optimizer.type, kind) && home_tier(config, kind) == Tier::kNvme;
+    if (!on_nvme) continue;
+    const std::uint64_t element_bytes = kind == Kind::kParam16 ? cpu_adam::dtype_bytes(param_dtype)
+                                        : kind == Kind::kGrad  ? cpu_adam::dtype_bytes(grad_dtype)
+                                                               : 4;
+    pipeline_offsets[static_cast<std::size_t>(kind)] = pipeline_buffer_bytes;
+    pipeline_buffer_bytes += round_up(largest_group * element_bytes, kDirectIoAlignment);
+  }
+  const bool any_nvme = !extents.empty();
+  const std::uint64_t pipeline_bytes = any_nvme ? zero.buffer_count * pipeline_buffer_bytes : 0;
+  const std::uint64_t grad_staging_bytes =
+      zero.grads == Tier::kNvme
+          ? 2 * round_up(largest_shard * cpu_adam::dtype_bytes(grad_dtype), kDirectIoAlignment)
+          : 0;
+
+  // The budgets, checked before anything is allocated.
+  const std::uint64_t unit_bytes_max =
+      largest_padded *
+      (4 + (param_dtype == cpu_adam::Dtype::kFp32 ? 0 : cpu_adam::dtype_bytes(param_dtype)));
+  const std::uint64_t device_need = device_state + scratch_bytes + unit_bytes_max;
+  if (device_need > device->budget_bytes()) {
+    throw std::runtime_error(fmt::format(
+        "[tiers.device] budget {} is too small for this model: device-homed state {} + scratch {} "
+        "+ one gathered unit {} = {} (short by {}); raise the budget or home state on host/nvme",
+        format_binary_bytes(device->budget_bytes()), format_binary_bytes(device_state),
+        format_binary_bytes(scratch_bytes), format_binary_bytes(unit_bytes_max),
+        format_binary_bytes(device_need),
+        format_binary_bytes(device_need - device->budget_bytes())));
+  }
+  const std::uint64_t host_need = host_state + pipeline_bytes + grad_staging_bytes;
+  if (host_need > config.tiers.host.budget_bytes) {
+    throw std::runtime_error(fmt::format(
+        "[tiers.host] budget {} is too small: host-homed state {} + NVMe staging {} = {} (short by "
+        "{}); raise the budget, lower [zero] sub_group_size or buffer_count, or home state on nvme",
+        format_binary_bytes(config.tiers.host.budget_bytes), format_binary_bytes(host_state),
+        format_binary_bytes(pipeline_bytes + grad_staging_bytes), format_binary_bytes(host_need),
+        format_binary_bytes(host_need - config.tiers.host.budget_bytes)));
+  }
+
+  // Allocate.
+  host_pool = std::make_unique<tiers::PinnedPool>(device->pinned_allocator(),
+                                                  config.tiers.host.budget_bytes);
+  grad_full_scratch = device->allocate(largest_padded * 4);
+  grad_shard_scratch = device->allocate(largest_shard * 4);
+  gather_send_scratch = device->allocate(largest_shard * cpu_adam::dtype_bytes(param_dtype));
+  for (UnitState& unit : units) {
+    for (auto& slot : unit.homes) {
+      if (!slot) continue;
+      ShardHome& home = *slot;
+      const std::uint64_t bytes = home.numel * home.element_bytes();
+      if (home.tier == Tier::kDevice) {
+        home.device = device->allocate(bytes);
+        home.memory = home.device.data();
+      } else if (home.tier == Tier::kHost) {
+        home.host = host_pool->allocate(bytes);
+        home.memory = home.host.data();
+      }
+    }
+  }
+  for (std::uint32_t i = 0; any_nvme && i < zero.buffer_count; ++i) {
+    pipeline_buffers.push_back(host_pool->allocate(pipeline_buffer_bytes));
+  }
+  if (grad_staging_bytes > 0) {
+    for (auto& buffer : grad_buffers) buffer = host_pool->allocate(grad_staging_bytes / 2);
+  }
+
+  bool resumed = false;
+  if (any_nvme) {
+    const NvmeTierConfig& nvme = config.tiers.nvme;
+    io::EngineOptions io_options;
+    io_options.kind = nvme.engine == IoEngineKind::kIoUring ? io::EngineKind::kIoUring
+                      : nvme.engine == IoEngineKind::kPosix ? io::EngineKind::kPosix
+                                                            : io::EngineKind::kAuto;
+    io_options.block_size_bytes = nvme.block_size;
+    io_options.queue_depth = nvme.queue_depth;
+    io_options.rings = nvme.rings;
+    io_options.direct = nvme.direct ? io::DirectIo::kOn : io::DirectIo::kOff;
+    io_engine = io::make_engine(io_options);
+    tiers::NvmeStoreOptions store_options;
+    for (const std::string& path : nvme.paths) store_options.paths.emplace_back(path);
+    store_options.rank = rank;
+    store_options.ranks = ranks;
+    store_options.durable = nvme.fsync;
+    store_options.mode =
+        options.resume ? tiers::StoreOpenMode::kResume : tiers::StoreOpenMode::kCreate;
+    store = std::make_unique<tiers::NvmeStore>(*io_engine, store_options, std::move(extents));
+    resumed = store->resumed() && store->committed_step().has_value();
+  } else if (options.resume) {
+    throw std::invalid_argument(
+        "resume asked, but no state is homed on NVMe: there is no store "
+        "to resume from");
+  }
+
+  if (resumed) {
+    step_count = *store->committed_step();
+    // Parameters homed in memory are derived from the committed master weights.
+    for (UnitState& unit : units) {
+      ShardHome& param = unit.home(Kind::kParam16);
+      if (param.tier == Tier::kNvme) continue;
+      const std::vector<float> master = read_shard_fp32(unit, Kind::kMaster);
+      cpu_adam::convert(cpu_adam::ConstTypedSpan(std::span<const float>(master)),
+                        cpu_adam::TypedSpan(param.memory, param.numel, param.dtype), *arena);
+    }
+  } else {
+    initialise_fresh();
+  }
+
+  // Gathered units on the device, within what the device budget leaves.
+  std::vector<std::uint64_t> unit_bytes;
+  for (const UnitState& unit : units) {
+    unit_bytes.push_back(
+        unit.layout.padded_numel *
+        (4 + (param_dtype == cpu_adam::Dtype::kFp32 ? 0 : cpu_adam::dtype_bytes(param_dtype))));
+  }
+  tiers::ResidencyOptions residency_options;
+  residency_options.budget_bytes = device->budget_bytes() - device->in_use_bytes();
+  residency_options.prefetch_depth = zero.prefetch_depth;
+  residency_options.max_inflight_bytes = zero.max_inflight_bytes;
+  residency =
+      std::make_unique<tiers::ResidencyManager>(*this, residency_options, unit_bytes, "device");
+  for (UnitId id = 0; id < units.size(); ++id) {
+    if (units[id].layout.numel < zero.persistence_threshold) residency->set_persistent(id);
+  }
+  nvme_read_mark = store ? store->bytes_read() : 0;
+  nvme_written_mark = store ? store->bytes_written() : 0;
+  finalized = true;
+}
+
+void EngineState::initialise_fresh() {
+  step_count = 0;
+  std::vector<float> master;
+  std::vector<std::byte> bytes;
+  for (UnitState& unit : units) {
+    const UnitLayout& layout = unit.layout;
+    const std::uint64_t shard_begin = layout.shard_begin(rank);
+    for (std::size_t g = 0; g < unit.groups.size(); ++g) {
+      const SubGroup& group = unit.groups[g];
+      master.assign(group.numel, 0.0f);
+      // Elements [first, last) of the flattened unit, cut at tensor boundaries.
+      const std::uint64_t first = shard_begin + group.begin;
+      const std::uint64_t last = first + group.numel;
+      for (std::size_t t = 0; t < layout.tensors.size(); ++t) {
+        const TensorPlacement& placement = layout.tensors[t];
+        const std::uint64_t begin = std::max(first, placement.offset);
+        const std::uint64_t end = std::min(last, placement.offset + placement.numel);
+        if (begin >= end) continue;
+        init_tensor_range(config.run.seed, unit.spec.name, unit.spec.tensors[t],
+                          begin - placement.offset,
+                          std::span(master).subspan(begin - first, end - begin));
+      }
+      const auto write_kind = [&](Kind kind, cpu_adam::ConstTypedSpan values) {
+        if (!unit.has(kind)) return;
+        ShardHome& home = unit.home(kind);
+        bytes.assign(group.numel * home.element_bytes(), std::byte{0});
+        cpu_adam::convert(values, cpu_adam::TypedSpan(bytes.data(), group.numel, home.dtype),
+                          *arena);
+        write_group_sync(unit, kind, g, bytes);
+      };
+      const std::vector<float> zeros(group.numel, 0.0f);
+      write_kind(Kind::kMaster, std::span<const float>(master));
+      write_kind(Kind::kParam16, std::span<const float>(master));
+      write_kind(Kind::kExpAvg, std::span<const float>(zeros));
+      write_kind(Kind::kExpAvgSq, std::span<const float>(zeros));
+      write_kind(Kind::kGrad, std::span<const float>(zeros));
+    }
+  }
+  if (store) store->commit(0);
+}
+
+void EngineState::write_group_sync(UnitState& unit, Kind kind, std::size_t group,
+                                   std::span<const std::byte> data) {
+  ShardHome& home = unit.home(kind);
+  const SubGroup& sub = unit.groups[group];
+  STRATA_ASSERT(data.size() == sub.numel * home.element_bytes(), "group size mismatch");
+  if (home.memory != nullptr) {
+    std::memcpy(home.at(sub.begin), data.data(), data.size());
+    return;
+  }
+  tiers::PinnedBuffer staging = host_pool->allocate(data.size());
+  std::memcpy(staging.data(), data.data(), data.size());
+  store->write(home.extents[group], staging.span()).get();
+}
+
+void EngineState::read_group(UnitState& unit, Kind kind, std::size_t group,
+                             std::span<std::byte> out) {
+  ShardHome& home = unit.home(kind);
+  const SubGroup& sub = unit.groups[group];
+  STRATA_ASSERT(out.size() == sub.numel * home.element_bytes(), "group size mismatch");
+  if (home.memory != nullptr) {
+    std::memcpy(out.data(), home.at(sub.begin), out.size());
+    return;
+  }
+  tiers::PinnedBuffer staging = host_pool->allocate(out.size());
+  tiers::StoreRead read = store->read(home.extents[group], staging.span());
+  wait_timed(read);
+  std::memcpy(out.data(), staging.data(), out.size());
+}
+
+std::vector<float> EngineState::read_shard_fp32(UnitState& unit, Kind kind) {
+  ShardHome& home = unit.home(kind);
+  std::vector<float> out(home.numel);
+  std::vector<std::byte> bytes;
+  for (std::size_t g = 0; g < unit.groups.size(); ++g) {
+    const SubGroup& sub = unit.groups[g];
+    bytes.resize(sub.numel * home.element_bytes());
+    read_group(unit, kind, g, bytes);
+    cpu_adam::convert(cpu_adam::ConstTypedSpan(bytes.data(), sub.numel, home.dtype),
+                      std::span<float>(out).subspan(sub.begin, sub.numel), *arena);
+  }
+  return out;
+}
+
+// Gathered units -------------------------------------------------------------------------------
+
+void EngineState::start_load(tiers::UnitId id) {
+  UnitState& unit = units[id];
+  const std::uint64_t padded = unit.layout.padded_numel;
+  unit.full32 = device->allocate(padded * 4);
+  if (param_dtype != cpu_adam::Dtype::kFp32) {
+    unit.full16 = device->allocate(padded * cpu_adam::dtype_bytes(param_dtype));
+  }
+  ShardHome& param = unit.home(Kind::kParam16);
+  if (param.tier != Tier::kNvme) return;
+  // Read this rank's shard straight into its place in the gathered buffer (the host device's
+  // memory is host memory, 4 KiB aligned; the shard offset is a multiple of 4 KiB).
+  std::byte* gathered =
+      param_dtype == cpu_adam::Dtype::kFp32 ? unit.full32.data() : unit.full16.data();
+  std::byte* shard = gathered + unit.layout.shard_begin(rank) * param.element_bytes();
+  for (std::size_t g = 0; g < unit.groups.size(); ++g) {
+    const SubGroup& sub = unit.groups[g];
+    unit.reads.push_back(store->read(
+        param.extents[g],
+        std::span(shard + sub.begin * param.element_bytes(), sub.numel * param.element_bytes())));
+  }
+}
+
+bool EngineState::load_complete(tiers::UnitId id) {
+  for (const tiers::StoreRead& read : units[id].reads) {
+    if (!read.poll()) return false;
+  }
+  return true;
+}
+
+void EngineState::wait_load(tiers::UnitId id) {
+  UnitState& unit = units[id];
+  for (tiers::StoreRead& read : unit.reads) wait_timed(read);
+  unit.reads.clear();
+  ShardHome& param = unit.home(Kind::kParam16);
+  const std::uint64_t shard_bytes = unit.layout.shard_numel * param.element_bytes();
+  std::byte* gathered =
+      param_dtype == cpu_adam::Dtype::kFp32 ? unit.full32.data() : unit.full16.data();
+  std::byte* own = gathered + unit.layout.shard_begin(rank) * param.element_bytes();
+  if (param.tier != Tier::kNvme) std::memcpy(own, param.memory, shard_bytes);
+  if (ranks > 1) {
+    std::memcpy(gather_send_scratch.data(), own, shard_bytes);
+    comm->all_gather(
+        comm::ConstBuffer{gather_send_scratch.data(), unit.layout.shard_numel,
+                          to_comm_dtype(param_dtype)},
+        comm::MutableBuffer{gathered, unit.layout.padded_numel, to_comm_dtype(param_dtype)});
+  }
+  if (param_dtype != cpu_adam::Dtype::kFp32) {
+    cpu_adam::convert(
+        cpu_adam::ConstTypedSpan(unit.full16.data(), unit.layout.padded_numel, param_dtype),
+        cpu_adam::TypedSpan(unit.full32.data(), unit.layout.padded_numel, cpu_adam::Dtype::kFp32),
+        *arena);
+  }
+}
+
+void EngineState::write_back(tiers::UnitId) {
+  STRATA_ASSERT(false, "gathered parameters are never dirty");
+}
+
+void EngineState::evict(tiers::UnitId id) {
+  UnitState& unit = units[id];
+  for (tiers::StoreRead& read : unit.reads) {
+    try {
+      read.wait();
+    } catch (...) {  // an unused prefetch failed: the next load reads again and reports it
+    }
+  }
+  unit.reads.clear();
+  unit.full16.reset();
+  unit.full32.reset();
+}
+
+}  // namespace detail
+
+using detail::Kind;
+using detail::UnitState;
+
+// GatheredUnit ------------------------------------------------------------------------------------
+
+GatheredUnit::GatheredUnit(GatheredUnit&& other) noexcept
+    : engine_(std::exchange(other.engine_, nullptr)), unit_(other.unit_), data_(other.data_) {}
+
+GatheredUnit& GatheredUnit::operator=(GatheredUnit&& other) noexcept {
+  if (this != &other) {
+    if (engine_ != nullptr) engine_->release(unit_);
+    engine_ = std::exchange(other.engine_, nullptr);
+    unit_ = other.unit_;
+    data_ = other.data_;
+  }
+  return *this;
+}
+
+GatheredUnit::~GatheredUnit() {
+  if (engine_ != nullptr) engine_->release(unit_);
+}
+
+std::span<const float> GatheredUnit::tensor(std::size_t index) const {
+  const UnitState& unit = engine_->state_->units[unit_];
+  STRATA_ASSERT(index < unit.layout.tensors.size(), "tensor index out of range");
+  const auto& placement = unit.layout.tensors[index];
+  return {data_ + placement.offset, placement.numel};
+}
+
+std::span<const float> GatheredUnit::tensor(std::string_view name) const {
+  const UnitState& unit = engine_->state_->units[unit_];
+  for (std::size_t i = 0; i < unit.spec.tensors.size(); ++i) {
+    if (unit.spec.tensors[i].name == name) return tensor(i);
+  }
+  throw std::out_of_range(fmt::format("unit '{}' has no tensor '{}'", unit.spec.name, name));
+}
+
+std::size_t GatheredUnit::tensor_count() const {
+  return engine_->state_->units[unit_].spec.tensors.size();
+}
+
+// Engine ------------------------------------------------------------------------------------------
+
+Engine::Engine(const Config& config, tiers::Device& device, comm::Communicator& comm,
+               const EngineOptions& options)
+    : state_(std::make_unique<detail::EngineState>(config, device, comm, options)) {}
+
+Engine::~Engine() = default;
+
+UnitId Engine::add_unit(UnitSpec spec) {
+  if (state_->finalized) throw std::logic_error("add_unit after finalize");
+  for (const UnitState& unit : state_->units) {
+    if (unit.spec.name == spec.name) {
+      throw std::invalid_argument(fmt::format("two units are named '{}'", spec.name));
+    }
+  }
+  if (spec.tensors.empty()) {
+    throw std::invalid_argument(fmt::format("unit '{}' has no tensors", spec.name));
+  }
+  UnitState unit;
+  unit.spec = std::move(spec);
+  state_->units.push_back(std::move(unit));
+  return static_cast<UnitId>(state_->units.size() - 1);
+}
+
+void Engine::finalize() {
+  if (state_->finalized) throw std::logic_error("finalize called twice");
+  if (state_->units.empty()) throw std::logic_error("finalize with no units");
+  state_->finalize();
+}
+
+GatheredUnit Engine::gather(UnitId unit) {
+  STRATA_ASSERT(state_->finalized, "gather before finalize");
+  STRATA_ASSERT(unit < state_->units.size(), "unknown unit");
+  state_->residency->acquire(unit);
+  return GatheredUnit(this, unit,
+                      reinterpret_cast<const float*>(state_->units[unit].full32.data()));
+}
+
+void Engine::release(UnitId unit) {
+  state_->residency->release(unit);
+}
+
+void Engine::reduce_grads(UnitId id, std::span<const float> full_grads) {
+  detail::EngineState& s = *state_;
+  STRATA_ASSERT(s.finalized, "reduce_grads before finalize");
+  UnitState& unit = s.units.at(id);
+  const UnitLayout& layout = unit.layout;
+  if (full_grads.size() != layout.numel) {
+    throw std::invalid_argument(
+        fmt::format("reduce_grads('{}'): {} gradient values, the unit has {}", unit.spec.name,
+                    full_grads.size(), layout.numel));
+  }
+  if (unit.grad_calls >= s.options.grad_accumulation) {
+    throw std::logic_error(
+        fmt::format("reduce_grads('{}') called {} times in one step; "
+                    "grad_accumulation is {}",
+                    unit.spec.name, unit.grad_calls + 1, s.options.grad_accumulation));
+  }
+  auto* full = reinterpret_cast<float*>(s.grad_full_scratch.data());
+  auto* shard = reinterpret_cast<float*>(s.grad_shard_scratch.data());
+  std::memcpy(full, full_grads.data(), full_grads.size_bytes());
+  std::fill(full + layout.numel, full + layout.padded_numel, 0.0f);
+  if (s.ranks > 1) {
+    s.comm->reduce_scatter(std::span<const float>(full, layout.padded_numel),
+                           std::span<float>(shard, layout.shard_numel), comm::ReduceOp::kAvg);
+  } else {
+    shard = full;
+  }
+  detail::ShardHome& home = unit.home(Kind::kGrad);
+  const bool accumulate = unit.grad_calls > 0;
+  const bool last = unit.grad_calls + 1 == s.options.grad_accumulation;
+  ++unit.grad_calls;
+
+  if (home.memory != nullptr) {
+    if (accumulate) {  // fp32 storage when accumulating
+      auto* stored = reinterpret_cast<float*>(home.memory);
+      for (std::uint64_t i = 0; i < layout.shard_numel; ++i) stored[i] += shard[i];
+    } else {
+      cpu_adam::convert(std::span<const float>(shard, layout.shard_numel),
+                        cpu_adam::TypedSpan(home.memory, home.numel, home.dtype), *s.arena);
+    }
+    if (last) s.norm.add(cpu_adam::ConstTypedSpan(home.memory, home.numel, home.dtype), *s.arena);
+    return;
+  }
+  // NVMe: through a pinned staging buffer (two, alternating, so one can be written while the next
+  // unit's gradient is prepared).
+  const std::size_t index = s.next_grad_buffer;
+  s.next_grad_buffer = 1 - s.next_grad_buffer;
+  for (io::Ticket& ticket : s.grad_buffer_writes[index]) s.wait_timed(ticket);
+  s.grad_buffer_writes[index].clear();
+  std::byte* staging = s.grad_buffers[index].data();
+  const std::uint64_t bytes = home.numel * home.element_bytes();
+  if (accumulate) {
+    for (std::size_t g = 0; g < unit.groups.size(); ++g) {
+      const SubGroup& sub = unit.groups[g];
+      tiers::StoreRead read =
+          s.store->read(home.extents[g], std::span(staging + sub.begin * 4, sub.numel * 4));
+      s.wait_timed(read);
+    }
+    auto* stored = reinterpret_cast<float*>(staging);
+    for (std::uint64_t i = 0; i < layout.shard_numel; ++i) stored[i] += shard[i];
+  } else {
+    cpu_adam::convert(std::span<const float>(shard, layout.shard_numel),
+                      cpu_adam::TypedSpan(staging, home.numel, home.dtype), *s.arena);
+  }
+  if (last) s.norm.add(cpu_adam::ConstTypedSpan(staging, home.numel, home.dtype), *s.arena);
+  for (std::size_t g = 0; g < unit.groups.size(); ++g) {
+    const SubGroup& sub = unit.groups[g];
+    const std::uint64_t element_bytes = home.element_bytes();
+    s.grad_buffer_writes[index].push_back(s.store->write(
+        home.extents[g], std::span<const std::byte>(staging + sub.begin * element_bytes,
+                                                    sub.numel * element_bytes)));
+  }
+  static_cast<void>(bytes);
+}
+
+StepStats Engine::step() {
+  detail::EngineState& s = *state_;
+  STRATA_ASSERT(s.finalized, "step before finalize");
+  StepStats stats;
+  s.optimizer_step(stats);
+  return stats;
+}
+
+std::vector<float> Engine::master_shard(UnitId unit) {
+  return state_shard(unit, "master");
+}
+
+std::vector<float> Engine::state_shard(UnitId id, std::string_view kind) {
+  UnitState& unit = state_->units.at(id);
+  for (Kind candidate :
+       {Kind::kMaster, Kind::kExpAvg, Kind::kExpAvgSq, Kind::kParam16, Kind::kGrad}) {
+    if (detail::kind_name(candidate) != kind) continue;
+    if (!unit.has(candidate)) {
+      throw std::invalid_argument(fmt::format("this optimizer keeps no '{}'", kind));
+    }
+    std::vector<float> values = state_->read_shard_fp32(unit, candidate);
+    values.resize(unit.layout.shard_real_numel(state_->rank));
+    return values;
+  }
+  throw std::invalid_argument(fmt::format("unknown state kind '{}'", kind));
+}
+
+std::vector<float> Engine::gather_master(UnitId id) {
+  detail::EngineState& s = *state_;
+  UnitState& unit = s.units.at(id);
+  std::vector<float> shard = s.read_shard_fp32(unit, Kind::kMaster);
+  std::vector<float> full(unit.layout.padded_numel);
+  if (s.ranks > 1) {
+    s.comm->all_gather(std::span<const float>(shard), std::span<float>(full));
+  } else {
+    full = shard;
+  }
+  full.resize(unit.layout.numel);
+  return full;
+}
+
+std::uint64_t Engine::step_count() const {
+  return state_->step_count;
+}
+std::size_t Engine::unit_count() const {
+  return state_->units.size();
+}
+const UnitSpec& Engine::unit_spec(UnitId unit) const {
+  return state_->units.at(unit).spec;
+}
+std::uint64_t Engine::unit_numel(UnitId unit) const {
+  return state_->units.at(unit).layout.numel;
+}
+const Config& Engine::config() const {
+  return state_->config;
+}
+std::uint64_t Engine::device_high_water_bytes() const {
+  return state_->device->high_water_bytes();
+}
+std::uint64_t Engine::host_high_water_bytes() const {
+  return state_->host_pool ? state_->host_pool->high_water_bytes() : 0;
+}
+
+std::string Engine::placement_summary() const {
+  const ZeroConfig& zero = state_->config.zero;
+  return fmt::format("ZeRO-{} over {} rank(s): params on {}, grads on {}, optimizer state on {}",
+                     zero.stage, state_->ranks, to_string(zero.params), to_string(zero.grads),
+                     to_string(zero.optimizer));
+}
+
+}  // namespace strata::runtime

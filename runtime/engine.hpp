@@ -1,0 +1,141 @@
+// Engine: the public API a training loop calls. ZeRO-3 over a Communicator, with each state kind
+// (16-bit parameters, gradients, fp32 master weights and optimizer moments) homed on the tier the
+// config gives it: the device, pinned host memory, or the crash-safe NVMe store.
+//
+//   Engine engine(config, device, comm);
+//   UnitId block = engine.add_unit({"h.0", {{"attn.w", {d, 3 * d}, TensorInit::normal(0.02f)}}});
+//   engine.finalize();                          // partition, place, initialise (or resume)
+//   for each step:
+//     for each micro-batch:
+//       forward:  { auto unit = engine.gather(block); model.forward(unit.tensor(0), ...); }
+//       backward: { auto unit = engine.gather(block); ...; engine.reduce_grads(block, grads); }
+//     StepStats stats = engine.step();
+//
+// Offloading changes where bytes live, never the mathematics: for a fixed config, seed and rank
+// count, parameters, optimizer state and losses are bitwise the same for every tier placement,
+// prefetch depth, buffer count and thread count.
+//
+// Threading: one thread owns the Engine and calls everything; the Engine runs I/O on io/'s
+// threads and Adam on its own oneTBB arena. A GatheredUnit must be destroyed before step().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/config.hpp"
+#include "runtime/unit_spec.hpp"
+
+namespace strata::tiers {
+class Device;
+}
+namespace strata::runtime::comm {
+class Communicator;
+}
+
+namespace strata::runtime {
+
+using UnitId = std::uint32_t;
+class Engine;
+
+namespace detail {
+struct EngineState;
+}
+
+struct EngineOptions {
+  // Resume from the NVMe store's committed step (state homed on NVMe), instead of starting afresh.
+  bool resume = false;
+  // Micro-batches per optimizer step: gradients are summed in fp32 over this many reduce_grads
+  // calls per unit (scale the loss by 1 / grad_accumulation for an average).
+  std::uint32_t grad_accumulation = 1;
+};
+
+struct TierTraffic {
+  std::uint64_t read_bytes = 0;
+  std::uint64_t written_bytes = 0;
+};
+
+struct StepStats {
+  std::uint64_t step = 0;        // the step just taken (1-based); unchanged when skipped
+  double grad_norm = 0;          // global L2 norm of the (unscaled) gradients
+  bool skipped = false;          // non-finite gradients: no update (fp16 overflow)
+  double loss_scale = 1;         // the loss scale in force for the next step
+  TierTraffic nvme;              // since the previous step
+  double io_wait_s = 0;          // time blocked on NVMe during the optimizer step and gathers
+  double adam_s = 0;             // time in the CPU optimizer
+  double step_s = 0;             // wall time of step()
+  std::uint64_t comm_bytes = 0;  // payload bytes of collectives since the previous step
+};
+
+// The full tensors of one unit, gathered for compute. Views are fp32 in device memory (host memory
+// on the host device). Destroying the handle releases the unit (it may stay cached).
+class GatheredUnit {
+ public:
+  GatheredUnit(GatheredUnit&& other) noexcept;
+  GatheredUnit& operator=(GatheredUnit&& other) noexcept;
+  GatheredUnit(const GatheredUnit&) = delete;
+  GatheredUnit& operator=(const GatheredUnit&) = delete;
+  ~GatheredUnit();
+
+  std::span<const float> tensor(std::size_t index) const;
+  std::span<const float> tensor(std::string_view name) const;
+  std::size_t tensor_count() const;
+  UnitId unit() const { return unit_; }
+
+ private:
+  friend class Engine;
+  GatheredUnit(Engine* engine, UnitId unit, const float* data)
+      : engine_(engine), unit_(unit), data_(data) {}
+  Engine* engine_ = nullptr;
+  UnitId unit_ = 0;
+  const float* data_ = nullptr;
+};
+
+class Engine {
+ public:
+  Engine(const Config& config, tiers::Device& device, comm::Communicator& comm,
+         const EngineOptions& options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  UnitId add_unit(UnitSpec spec);
+  // Partitions every unit, allocates each state kind on its home tier (budgets checked first),
+  // and initialises it (or resumes it from the NVMe store).
+  void finalize();
+
+  GatheredUnit gather(UnitId unit);
+  // `full_grads`: the unit's gradient, numel fp32 values in tensor order, in device memory.
+  // Reduce-scatters it (average over ranks) into this rank's gradient shard on its home tier,
+  // summed in fp32 over the micro-batches of the step.
+  void reduce_grads(UnitId unit, std::span<const float> full_grads);
+  StepStats step();
+
+  // This rank's fp32 master shard of `unit` (real elements only), read from wherever it lives.
+  std::vector<float> master_shard(UnitId unit);
+  // One optimizer-state array of this rank's shard: "master", "exp_avg" or "exp_avg_sq".
+  std::vector<float> state_shard(UnitId unit, std::string_view kind);
+  // The whole unit's fp32 master weights, gathered from every rank (for export and tests).
+  std::vector<float> gather_master(UnitId unit);
+
+  std::uint64_t step_count() const;
+  std::size_t unit_count() const;
+  const UnitSpec& unit_spec(UnitId unit) const;
+  std::uint64_t unit_numel(UnitId unit) const;
+  const Config& config() const;
+  // High-water marks of the tiers' budgets (bytes), for memory tests and reports.
+  std::uint64_t device_high_water_bytes() const;
+  std::uint64_t host_high_water_bytes() const;
+  // Where each state kind lives, one line, for logs: "params device, grads host, optimizer nvme".
+  std::string placement_summary() const;
+
+ private:
+  friend class GatheredUnit;
+  void release(UnitId unit);
+  std::unique_ptr<detail::EngineState> state_;
+};
+
+}  // namespace strata::runtime

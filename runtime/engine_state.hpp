@@ -1,0 +1,126 @@
+// The Engine's private state, shared by engine.cpp (setup, gather, gradients) and
+// optimizer_step.cpp (the pipelined optimizer step). Not a public header.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <tbb/task_arena.h>
+
+#include "cpu_adam/dtype.hpp"
+#include "cpu_adam/grad_norm.hpp"
+#include "io/engine.hpp"
+#include "runtime/comm/communicator.hpp"
+#include "runtime/engine.hpp"
+#include "runtime/partition.hpp"
+#include "tiers/device/device.hpp"
+#include "tiers/nvme_store.hpp"
+#include "tiers/pinned_pool.hpp"
+#include "tiers/residency.hpp"
+
+namespace strata::runtime::detail {
+
+// The state kinds each rank keeps per unit shard.
+enum class Kind : std::uint8_t { kParam16, kGrad, kMaster, kExpAvg, kExpAvgSq };
+inline constexpr std::size_t kKindCount = 5;
+std::string_view kind_name(Kind kind);
+
+// Where one state kind of one unit shard lives.
+struct ShardHome {
+  Tier tier = Tier::kDevice;
+  cpu_adam::Dtype dtype = cpu_adam::Dtype::kFp32;
+  std::uint64_t numel = 0;
+  tiers::DeviceBuffer device;            // tier device
+  tiers::PinnedBuffer host;              // tier host
+  std::byte* memory = nullptr;           // device or host bytes; null on NVMe
+  std::vector<tiers::ExtentId> extents;  // tier nvme: one per sub-group
+
+  std::uint64_t element_bytes() const { return cpu_adam::dtype_bytes(dtype); }
+  std::byte* at(std::uint64_t element) const { return memory + element * element_bytes(); }
+};
+
+struct UnitState {
+  UnitSpec spec;
+  UnitLayout layout;
+  std::vector<SubGroup> groups;
+  std::array<std::optional<ShardHome>, kKindCount> homes;
+  std::uint32_t grad_calls = 0;  // reduce_grads calls since the last step
+  // Gathered for compute (device memory), managed by the residency manager.
+  tiers::DeviceBuffer full16;  // padded numel in the parameter dtype (absent for fp32 params)
+  tiers::DeviceBuffer full32;  // padded numel fp32: what GatheredUnit views
+  std::vector<tiers::StoreRead> reads;  // NVMe parameter reads in flight
+
+  ShardHome& home(Kind kind) { return *homes[static_cast<std::size_t>(kind)]; }
+  bool has(Kind kind) const { return homes[static_cast<std::size_t>(kind)].has_value(); }
+};
+
+struct EngineState final : tiers::ResidencyClient {
+  EngineState(const Config& config_in, tiers::Device& device_in, comm::Communicator& comm_in,
+              const EngineOptions& options_in);
+  ~EngineState() override;
+
+  // ResidencyClient: gathered units on the device.
+  void start_load(tiers::UnitId unit) override;
+  bool load_complete(tiers::UnitId unit) override;
+  void wait_load(tiers::UnitId unit) override;
+  void write_back(tiers::UnitId unit) override;
+  void evict(tiers::UnitId unit) override;
+
+  void finalize();
+  void initialise_fresh();
+  void optimizer_step(StepStats& stats);
+  // Reads [group] of `kind` into `out` (NVMe, synchronously) or copies it from memory.
+  void read_group(UnitState& unit, Kind kind, std::size_t group, std::span<std::byte> out);
+  void write_group_sync(UnitState& unit, Kind kind, std::size_t group,
+                        std::span<const std::byte> data);
+  std::vector<float> read_shard_fp32(UnitState& unit, Kind kind);
+  void wait_timed(tiers::StoreRead& read);
+  void wait_timed(const io::Ticket& ticket);
+  double loss_scale_for_step() const;
+
+  Config config;
+  EngineOptions options;
+  tiers::Device* device;
+  comm::Communicator* comm;
+  std::uint32_t rank = 0;
+  std::uint32_t ranks = 1;
+  cpu_adam::Dtype param_dtype = cpu_adam::Dtype::kBf16;
+  cpu_adam::Dtype grad_dtype = cpu_adam::Dtype::kBf16;
+  std::vector<UnitState> units;
+  bool finalized = false;
+  std::uint64_t step_count = 0;
+  double loss_scale = 1.0;
+  std::uint32_t clean_steps = 0;
+
+  std::unique_ptr<tbb::task_arena> arena;
+  std::unique_ptr<tiers::PinnedPool> host_pool;
+  std::unique_ptr<io::Engine> io_engine;
+  std::unique_ptr<tiers::NvmeStore> store;
+  std::unique_ptr<tiers::ResidencyManager> residency;
+  cpu_adam::GradNormAccumulator norm;
+
+  // Scratch: the padded fp32 gradient of one unit and this rank's reduced shard (device memory);
+  // a copy of this rank's parameter shard for the all-gather's send side.
+  tiers::DeviceBuffer grad_full_scratch;
+  tiers::DeviceBuffer grad_shard_scratch;
+  tiers::DeviceBuffer gather_send_scratch;
+  // Pinned staging: optimizer pipeline buffers (buffer_count) and gradient write buffers.
+  std::vector<tiers::PinnedBuffer> pipeline_buffers;
+  std::uint64_t pipeline_buffer_bytes = 0;
+  std::array<std::uint64_t, kKindCount> pipeline_offsets{};  // per NVMe kind, in a pipeline buffer
+  std::array<tiers::PinnedBuffer, 2> grad_buffers;
+  std::array<std::vector<io::Ticket>, 2> grad_buffer_writes;
+  std::size_t next_grad_buffer = 0;
+
+  // Statistics since the last step.
+  double io_wait_s = 0;
+  std::uint64_t nvme_read_mark = 0;
+  std::uint64_t nvme_written_mark = 0;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start);
+
+}  // namespace strata::runtime::detail

@@ -1,0 +1,118 @@
+// A small model for the Engine's tests: an MLP (linear layers with tanh between them, one unit per
+// layer) regressing fixed random targets with a mean-squared-error loss, forward and backward in
+// plain fp32 loops over the Engine's gathered views.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "runtime/engine.hpp"
+
+namespace strata::runtime::testing {
+
+class TinyMlp {
+ public:
+  // widths: {in, hidden..., out}; one unit per layer with tensors "w" (in x out) and "b" (out).
+  TinyMlp(std::vector<std::uint32_t> widths, std::uint32_t batch, std::uint32_t data_seed)
+      : widths_(std::move(widths)), batch_(batch) {
+    std::mt19937 random(data_seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    inputs_.resize(static_cast<std::size_t>(batch_) * widths_.front());
+    targets_.resize(static_cast<std::size_t>(batch_) * widths_.back());
+    for (float& x : inputs_) x = normal(random);
+    for (float& y : targets_) y = 0.5f * normal(random);
+  }
+
+  void add_units(Engine& engine) {
+    for (std::size_t layer = 0; layer + 1 < widths_.size(); ++layer) {
+      UnitSpec unit;
+      unit.name = "layer" + std::to_string(layer);
+      const float std = 1.0f / std::sqrt(static_cast<float>(widths_[layer]));
+      unit.tensors.push_back({"w", {widths_[layer], widths_[layer + 1]}, TensorInit::normal(std)});
+      unit.tensors.push_back({"b", {widths_[layer + 1]}, TensorInit::zeros()});
+      units_.push_back(engine.add_unit(unit));
+    }
+  }
+
+  // One forward + backward pass; hands each layer's gradient to reduce_grads. Returns the loss.
+  // `loss_scale` multiplies the loss (fp16 training); `grad_sink`, when set, sees every gradient.
+  float train_step(Engine& engine, double loss_scale = 1.0,
+                   std::vector<std::vector<float>>* grad_sink = nullptr) {
+    const std::size_t layers = units_.size();
+    std::vector<std::vector<float>> activations(layers + 1);
+    activations[0] = inputs_;
+    for (std::size_t l = 0; l < layers; ++l) {
+      GatheredUnit unit = engine.gather(units_[l]);
+      activations[l + 1] = linear(unit.tensor("w"), unit.tensor("b"), activations[l], widths_[l],
+                                  widths_[l + 1], l + 1 < layers);
+    }
+    const std::vector<float>& out = activations[layers];
+    float loss = 0;
+    std::vector<float> grad_out(out.size());
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      const float diff = out[i] - targets_[i];
+      loss += diff * diff;
+      grad_out[i] = static_cast<float>(2.0 * diff / out.size() * loss_scale);
+    }
+    loss /= static_cast<float>(out.size());
+    if (grad_sink) grad_sink->assign(layers, {});
+    for (std::size_t l = layers; l-- > 0;) {
+      GatheredUnit unit = engine.gather(units_[l]);
+      const std::uint32_t in = widths_[l];
+      const std::uint32_t outw = widths_[l + 1];
+      // Through tanh (all layers but the last).
+      if (l + 1 < layers) {
+        for (std::size_t i = 0; i < grad_out.size(); ++i) {
+          const float y = activations[l + 1][i];
+          grad_out[i] *= 1.0f - y * y;
+        }
+      }
+      std::vector<float> grads(static_cast<std::size_t>(in) * outw + outw, 0.0f);
+      std::vector<float> grad_in(static_cast<std::size_t>(batch_) * in, 0.0f);
+      const std::span<const float> w = unit.tensor("w");
+      for (std::uint32_t n = 0; n < batch_; ++n) {
+        for (std::uint32_t o = 0; o < outw; ++o) {
+          const float g = grad_out[n * outw + o];
+          grads[static_cast<std::size_t>(in) * outw + o] += g;
+          for (std::uint32_t i = 0; i < in; ++i) {
+            grads[static_cast<std::size_t>(i) * outw + o] += activations[l][n * in + i] * g;
+            grad_in[n * in + i] += w[static_cast<std::size_t>(i) * outw + o] * g;
+          }
+        }
+      }
+      engine.reduce_grads(units_[l], grads);
+      if (grad_sink) (*grad_sink)[l] = grads;
+      grad_out = std::move(grad_in);
+    }
+    return loss;
+  }
+
+  const std::vector<UnitId>& units() const { return units_; }
+
+ private:
+  std::vector<float> linear(std::span<const float> w, std::span<const float> b,
+                            const std::vector<float>& x, std::uint32_t in, std::uint32_t out,
+                            bool activation) const {
+    std::vector<float> y(static_cast<std::size_t>(batch_) * out);
+    for (std::uint32_t n = 0; n < batch_; ++n) {
+      for (std::uint32_t o = 0; o < out; ++o) {
+        float sum = b[o];
+        for (std::uint32_t i = 0; i < in; ++i)
+          sum += x[n * in + i] * w[static_cast<std::size_t>(i) * out + o];
+        y[n * out + o] = activation ? std::tanh(sum) : sum;
+      }
+    }
+    return y;
+  }
+
+  std::vector<std::uint32_t> widths_;
+  std::uint32_t batch_;
+  std::vector<float> inputs_;
+  std::vector<float> targets_;
+  std::vector<UnitId> units_;
+};
+
+}  // namespace strata::runtime::testing
