@@ -51,6 +51,10 @@ struct EngineOptions {
   // Micro-batches per optimizer step: gradients are summed in fp32 over this many reduce_grads
   // calls per unit (scale the loss by 1 / grad_accumulation for an average).
   std::uint32_t grad_accumulation = 1;
+  // Benchmarks only (`strata bench step`): kSkip moves every byte of the optimizer step but does
+  // no arithmetic, to time the I/O pipeline alone.
+  enum class OptimizerCompute : std::uint8_t { kRun, kSkip };
+  OptimizerCompute optimizer_compute = OptimizerCompute::kRun;
 };
 
 struct TierTraffic {

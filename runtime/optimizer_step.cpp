@@ -157,7 +157,9 @@ void EngineState::optimizer_step(StepStats& stats) {
       spans.param_out = cpu_adam::TypedSpan(param_out, sub.numel, param_dtype);
     }
     const auto adam_start = std::chrono::steady_clock::now();
-    cpu_adam::step(hyper, spans, scaling, *arena);
+    if (options.optimizer_compute == EngineOptions::OptimizerCompute::kRun) {
+      cpu_adam::step(hyper, spans, scaling, *arena);
+    }
     if (param_dtype == cpu_adam::Dtype::kFp32) {
       std::memcpy(param_out, spans.master.data(), sub.numel * sizeof(float));
     }
