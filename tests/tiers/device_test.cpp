@@ -260,7 +260,11 @@ TEST_P(DeviceTest, ErrorInEnqueuedWorkIsRethrownAtSynchronize) {
   auto device = make();
   Stream stream = device->create_stream();
   Event after_failure = device->create_event();
+  std::atomic<bool> later_work_ran{false};
   stream.host_callback([] { throw std::runtime_error("injected failure in stream work"); });
+  stream.host_callback(
+      [] { throw std::runtime_error("a second failure is not the one reported"); });
+  stream.host_callback([&later_work_ran] { later_work_ran = true; });  // never lost
   stream.record(after_failure);
   EXPECT_THROW(
       {
@@ -273,6 +277,7 @@ TEST_P(DeviceTest, ErrorInEnqueuedWorkIsRethrownAtSynchronize) {
       },
       std::runtime_error);
   EXPECT_THROW(stream.synchronize(), std::runtime_error);
+  EXPECT_TRUE(later_work_ran.load());
   EXPECT_NO_THROW(stream.synchronize());  // reported once
 
   // The stream is usable again after the error was collected.

@@ -15,8 +15,9 @@
 //   thread that feeds the recording stream.
 // Errors: a failure inside enqueued work (a throwing host callback, a CUDA fault) is kept by the
 //   stream and rethrown by its next synchronize() (once), and by Event::wait() on an event recorded
-//   after the failure. Work enqueued between the failure and that synchronize has unspecified
-//   effects (HostDevice skips it). Misuse (size mismatch, unaligned span) trips STRATA_ASSERT.
+//   after the failure. Later work still runs (a callback that signals completion or returns a
+//   lease is never lost), except after a CUDA fault, which stops the whole CUDA context; the first
+//   error is the one reported. Misuse (size mismatch, unaligned span) trips STRATA_ASSERT.
 #pragma once
 
 #include <cstddef>

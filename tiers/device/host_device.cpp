@@ -173,9 +173,6 @@ class HostStream final : public detail::StreamImpl {
   // Runs one entry without holding the stream mutex. Returns the error it raised, if any.
   static std::exception_ptr execute(Entry& entry, const std::exception_ptr& error_before) {
     if (auto* op = std::get_if<DeviceOp>(&entry)) {
-      if (error_before) {
-        return nullptr;  // the stream already failed: skip data work until synchronize()
-      }
       try {
         std::visit([](const auto& concrete) { detail::run_on_host(concrete); }, *op);
       } catch (...) {
