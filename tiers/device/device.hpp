@@ -31,6 +31,7 @@
 
 #include "tiers/device/device_op.hpp"
 #include "tiers/device/dtype.hpp"
+#include "tiers/device/poison.hpp"
 
 namespace strata::tiers {
 
@@ -44,19 +45,16 @@ inline constexpr std::uint64_t kDeviceAllocationGranularity = 256;
 enum class DeviceKind { kHost, kCuda, kAuto };
 std::string_view device_kind_name(DeviceKind kind);
 
-// Poison on release: released buffers are filled with kPoisonByte (an fp32/bf16/fp16 NaN in every
-// element) and held in a bounded quarantine before their memory is really freed, so a stale read
-// shows the pattern instead of plausible numbers. kFromEnvironment reads STRATA_POISON=1.
-enum class PoisonOnRelease { kOff, kOn, kFromEnvironment };
-inline constexpr std::uint8_t kPoisonByte = 0xff;
-
 struct DeviceOptions {
   DeviceKind kind = DeviceKind::kAuto;
   int index = 0;  // CUDA device ordinal; ignored by HostDevice
   std::uint64_t budget_bytes = 1ull << 30;
   std::size_t stream_queue_depth = 1024;  // HostDevice: ops queued per stream before enqueue blocks
+  // Poison on release (tiers/device/poison.hpp): released buffers are filled with kPoisonByte and
+  // held in a FIFO quarantine of at most poison_quarantine_bytes before their memory is freed, so
+  // a stale read is defined and shows NaNs.
   PoisonOnRelease poison = PoisonOnRelease::kFromEnvironment;
-  std::uint64_t poison_quarantine_bytes = 64ull << 20;  // released bytes kept poisoned, at most
+  std::uint64_t poison_quarantine_bytes = 64ull << 20;
 };
 
 // Allocation past the budget. Names the device, the budget, the bytes in use and the request.
