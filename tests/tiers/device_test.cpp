@@ -167,6 +167,35 @@ TEST_P(DeviceTest, EventOrdersWorkAcrossStreams) {
   producer.synchronize();
 }
 
+TEST_P(DeviceTest, PingPongBetweenTwoStreamsKeepsEveryRound) {
+  // A fills a buffer, B adds it into a running sum; each waits for the other's event before
+  // touching the shared buffer again. A lost ordering shows up as a wrong sum.
+  auto device = make(64 * kMiB, PoisonOnRelease::kOff, /*stream_queue_depth=*/4);
+  Stream a = device->create_stream();
+  Stream b = device->create_stream();
+  Event filled = device->create_event();
+  Event consumed = device->create_event();
+  constexpr std::uint64_t kCount = 1024;
+  DeviceBuffer shared = device->allocate(kCount * 4);
+  DeviceBuffer sum = device->allocate(kCount * 4);
+  b.fill(sum.span(), 0.0f);
+  constexpr int kRounds = 200;
+  for (int round = 1; round <= kRounds; ++round) {
+    a.wait(consumed);
+    a.fill(shared.span(), static_cast<float>(round));
+    a.record(filled);
+    b.wait(filled);
+    b.accumulate(sum.span(), shared.span(), DType::kFloat32);
+    b.record(consumed);
+  }
+  a.synchronize();
+  const std::vector<float> result = read_floats(b, sum.span());
+  const float expected = static_cast<float>(kRounds * (kRounds + 1) / 2);  // exact in fp32
+  for (const float value : result) {
+    ASSERT_EQ(value, expected);
+  }
+}
+
 TEST_P(DeviceTest, HostWaitsOnEvent) {
   auto device = make();
   Stream stream = device->create_stream();
