@@ -12,6 +12,7 @@
 #include <future>
 #include <numeric>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "base/units.hpp"
 #include "tests/tiers/device_backends.hpp"
 #include "tiers/device/detail/half_convert.hpp"
+#include "tiers/pinned_pool.hpp"
 
 namespace strata::tiers {
 namespace {
@@ -145,7 +147,11 @@ TEST_P(DeviceTest, EventOrdersWorkAcrossStreams) {
   Stream consumer = device->create_stream();
   Event ready = device->create_event();
   DeviceBuffer data = device->allocate(4 * kKiB);
-  std::vector<float> host(kKiB);
+  // Pinned: on CUDA a device-to-host copy into pageable memory returns only when it is done, which
+  // here would be never (the producer waits for the host to open its gate).
+  PinnedPool pool(device->pinned_allocator(), 4 * kKiB);
+  PinnedBuffer pinned = pool.allocate(4 * kKiB);
+  const std::span<float> host(reinterpret_cast<float*>(pinned.data()), kKiB);
   for (int round = 1; round <= 5; ++round) {
     // The producer is held back by a gate the host opens only after the consumer has enqueued its
     // read: without the event wait, the consumer would read the previous round's values.

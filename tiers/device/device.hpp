@@ -8,7 +8,8 @@
 // Ownership: Device outlives every DeviceBuffer, Stream and Event it created (checked when the
 //   device is destroyed). Host memory passed to a copy must stay valid, and device memory must not
 //   be released, until the work using it has completed (wait on an event or synchronize); for real
-//   asynchrony on CUDA the host side should be pinned (Device::pinned_allocator()).
+//   asynchrony on CUDA the host side should be pinned (Device::pinned_allocator()): a copy from
+//   device to pageable host memory makes CUDA block the calling thread until the copy is done.
 // Threading: Device members are thread-safe. A Stream may be fed from any thread (enqueueing is
 //   internally locked) but it has one owner in practice: work from two threads interleaves in an
 //   unspecified order. Event::wait/is_complete may be called from any thread; record it from the
