@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "base/assert.hpp"
@@ -67,6 +68,9 @@ PinnedLease& PinnedLease::operator=(PinnedLease&& other) noexcept {
 
 void PinnedLease::reset() noexcept {
   if (state_ != nullptr) {
+    if (state_->poison) {
+      std::memset(data_, kPoisonByte, bytes_);
+    }
     {
       std::lock_guard lock(state_->mutex);
       STRATA_ASSERT(state_->free_indices.size() < state_->buffer_count, "lease returned twice");
@@ -128,8 +132,11 @@ std::size_t PinnedSlab::free_count() const {
 
 // ---- PinnedPool -----------------------------------------------------------------------------
 
-PinnedPool::PinnedPool(std::shared_ptr<PinnedAllocator> allocator, std::uint64_t budget_bytes)
-    : allocator_(std::move(allocator)), budget_bytes_(budget_bytes) {
+PinnedPool::PinnedPool(std::shared_ptr<PinnedAllocator> allocator, std::uint64_t budget_bytes,
+                       PoisonOnRelease poison)
+    : allocator_(std::move(allocator)),
+      budget_bytes_(budget_bytes),
+      poison_(poison_enabled(poison)) {
   STRATA_ASSERT(allocator_ != nullptr);
 }
 
@@ -169,6 +176,7 @@ PinnedSlab PinnedPool::allocate_slab(std::size_t buffer_count, std::uint64_t buf
   state->buffer_count = buffer_count;
   state->buffer_bytes = buffer_bytes;
   state->stride_bytes = round_up(buffer_bytes, kPinnedAlignment);  // every lease page-aligned
+  state->poison = poison_;
   state->backing = allocate(state->stride_bytes * buffer_count);
   state->free_indices.reserve(buffer_count);
   for (std::size_t i = buffer_count; i > 0; --i) {

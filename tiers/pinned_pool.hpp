@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "tiers/device/pinned_allocator.hpp"
+#include "tiers/device/poison.hpp"
 
 namespace strata::tiers {
 
@@ -118,7 +119,10 @@ class PinnedSlab {
 
 class PinnedPool {
  public:
-  PinnedPool(std::shared_ptr<PinnedAllocator> allocator, std::uint64_t budget_bytes);
+  // poison: slab leases are filled with kPoisonByte when returned (one-off buffers are unmapped on
+  // release, so a stale access faults anyway).
+  PinnedPool(std::shared_ptr<PinnedAllocator> allocator, std::uint64_t budget_bytes,
+             PoisonOnRelease poison = PoisonOnRelease::kFromEnvironment);
   ~PinnedPool();
   PinnedPool(const PinnedPool&) = delete;
   PinnedPool& operator=(const PinnedPool&) = delete;
@@ -131,6 +135,7 @@ class PinnedPool {
   std::uint64_t budget_bytes() const { return budget_bytes_; }
   std::uint64_t in_use_bytes() const;
   std::uint64_t high_water_bytes() const;
+  bool poisons_on_release() const { return poison_; }
 
  private:
   friend class PinnedBuffer;
@@ -138,6 +143,7 @@ class PinnedPool {
 
   std::shared_ptr<PinnedAllocator> allocator_;
   const std::uint64_t budget_bytes_;
+  const bool poison_;
   mutable std::mutex mutex_;  // guards the counters
   std::uint64_t in_use_bytes_ = 0;
   std::uint64_t high_water_bytes_ = 0;
@@ -151,6 +157,7 @@ struct SlabState {
   std::size_t buffer_count = 0;
   std::uint64_t buffer_bytes = 0;
   std::uint64_t stride_bytes = 0;
+  bool poison = false;
   std::mutex mutex;  // guards free_indices
   std::condition_variable returned;
   std::vector<std::size_t> free_indices;

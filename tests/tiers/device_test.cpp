@@ -12,6 +12,7 @@
 #include <future>
 #include <numeric>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "base/units.hpp"
 #include "tests/tiers/device_backends.hpp"
 #include "tiers/device/detail/half_convert.hpp"
+#include "tiers/pinned_pool.hpp"
 
 namespace strata::tiers {
 namespace {
@@ -145,7 +147,11 @@ TEST_P(DeviceTest, EventOrdersWorkAcrossStreams) {
   Stream consumer = device->create_stream();
   Event ready = device->create_event();
   DeviceBuffer data = device->allocate(4 * kKiB);
-  std::vector<float> host(kKiB);
+  // Pinned: on CUDA a device-to-host copy into pageable memory returns only when it is done, which
+  // here would be never (the producer waits for the host to open its gate).
+  PinnedPool pool(device->pinned_allocator(), 4 * kKiB);
+  PinnedBuffer pinned = pool.allocate(4 * kKiB);
+  const std::span<float> host(reinterpret_cast<float*>(pinned.data()), kKiB);
   for (int round = 1; round <= 5; ++round) {
     // The producer is held back by a gate the host opens only after the consumer has enqueued its
     // read: without the event wait, the consumer would read the previous round's values.
@@ -165,6 +171,35 @@ TEST_P(DeviceTest, EventOrdersWorkAcrossStreams) {
     }
   }
   producer.synchronize();
+}
+
+TEST_P(DeviceTest, PingPongBetweenTwoStreamsKeepsEveryRound) {
+  // A fills a buffer, B adds it into a running sum; each waits for the other's event before
+  // touching the shared buffer again. A lost ordering shows up as a wrong sum.
+  auto device = make(64 * kMiB, PoisonOnRelease::kOff, /*stream_queue_depth=*/4);
+  Stream a = device->create_stream();
+  Stream b = device->create_stream();
+  Event filled = device->create_event();
+  Event consumed = device->create_event();
+  constexpr std::uint64_t kCount = 1024;
+  DeviceBuffer shared = device->allocate(kCount * 4);
+  DeviceBuffer sum = device->allocate(kCount * 4);
+  b.fill(sum.span(), 0.0f);
+  constexpr int kRounds = 200;
+  for (int round = 1; round <= kRounds; ++round) {
+    a.wait(consumed);
+    a.fill(shared.span(), static_cast<float>(round));
+    a.record(filled);
+    b.wait(filled);
+    b.accumulate(sum.span(), shared.span(), DType::kFloat32);
+    b.record(consumed);
+  }
+  a.synchronize();
+  const std::vector<float> result = read_floats(b, sum.span());
+  const float expected = static_cast<float>(kRounds * (kRounds + 1) / 2);  // exact in fp32
+  for (const float value : result) {
+    ASSERT_EQ(value, expected);
+  }
 }
 
 TEST_P(DeviceTest, HostWaitsOnEvent) {
@@ -260,7 +295,11 @@ TEST_P(DeviceTest, ErrorInEnqueuedWorkIsRethrownAtSynchronize) {
   auto device = make();
   Stream stream = device->create_stream();
   Event after_failure = device->create_event();
+  std::atomic<bool> later_work_ran{false};
   stream.host_callback([] { throw std::runtime_error("injected failure in stream work"); });
+  stream.host_callback(
+      [] { throw std::runtime_error("a second failure is not the one reported"); });
+  stream.host_callback([&later_work_ran] { later_work_ran = true; });  // never lost
   stream.record(after_failure);
   EXPECT_THROW(
       {
@@ -273,6 +312,7 @@ TEST_P(DeviceTest, ErrorInEnqueuedWorkIsRethrownAtSynchronize) {
       },
       std::runtime_error);
   EXPECT_THROW(stream.synchronize(), std::runtime_error);
+  EXPECT_TRUE(later_work_ran.load());
   EXPECT_NO_THROW(stream.synchronize());  // reported once
 
   // The stream is usable again after the error was collected.

@@ -3,9 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <cstdlib>
-#include <cstring>
-
 #include "base/assert.hpp"
 #include "base/units.hpp"
 #include "tiers/device/host_device.hpp"
@@ -16,11 +13,6 @@
 namespace strata::tiers {
 
 namespace {
-
-bool poison_from_environment() {
-  const char* value = std::getenv("STRATA_POISON");
-  return value != nullptr && std::strcmp(value, "0") != 0 && value[0] != '\0';
-}
 
 bool aligned_to(const void* pointer, std::size_t alignment) {
   return reinterpret_cast<std::uintptr_t>(pointer) % alignment == 0;
@@ -87,8 +79,7 @@ void DeviceBuffer::reset() noexcept {
 Device::Device(DeviceKind kind, DeviceOptions options, std::string name)
     : options_(options), name_(std::move(name)), kind_(kind) {
   STRATA_ASSERT(kind != DeviceKind::kAuto);
-  poison_ = options_.poison == PoisonOnRelease::kOn ||
-            (options_.poison == PoisonOnRelease::kFromEnvironment && poison_from_environment());
+  poison_ = poison_enabled(options_.poison);
 }
 
 Device::~Device() {

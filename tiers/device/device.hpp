@@ -8,15 +8,17 @@
 // Ownership: Device outlives every DeviceBuffer, Stream and Event it created (checked when the
 //   device is destroyed). Host memory passed to a copy must stay valid, and device memory must not
 //   be released, until the work using it has completed (wait on an event or synchronize); for real
-//   asynchrony on CUDA the host side should be pinned (Device::pinned_allocator()).
+//   asynchrony on CUDA the host side should be pinned (Device::pinned_allocator()): a copy from
+//   device to pageable host memory makes CUDA block the calling thread until the copy is done.
 // Threading: Device members are thread-safe. A Stream may be fed from any thread (enqueueing is
 //   internally locked) but it has one owner in practice: work from two threads interleaves in an
 //   unspecified order. Event::wait/is_complete may be called from any thread; record it from the
 //   thread that feeds the recording stream.
 // Errors: a failure inside enqueued work (a throwing host callback, a CUDA fault) is kept by the
 //   stream and rethrown by its next synchronize() (once), and by Event::wait() on an event recorded
-//   after the failure. Work enqueued between the failure and that synchronize has unspecified
-//   effects (HostDevice skips it). Misuse (size mismatch, unaligned span) trips STRATA_ASSERT.
+//   after the failure. Later work still runs (a callback that signals completion or returns a
+//   lease is never lost), except after a CUDA fault, which stops the whole CUDA context; the first
+//   error is the one reported. Misuse (size mismatch, unaligned span) trips STRATA_ASSERT.
 #pragma once
 
 #include <cstddef>
@@ -30,6 +32,7 @@
 
 #include "tiers/device/device_op.hpp"
 #include "tiers/device/dtype.hpp"
+#include "tiers/device/poison.hpp"
 
 namespace strata::tiers {
 
@@ -43,19 +46,16 @@ inline constexpr std::uint64_t kDeviceAllocationGranularity = 256;
 enum class DeviceKind { kHost, kCuda, kAuto };
 std::string_view device_kind_name(DeviceKind kind);
 
-// Poison on release: released buffers are filled with kPoisonByte (an fp32/bf16/fp16 NaN in every
-// element) and held in a bounded quarantine before their memory is really freed, so a stale read
-// shows the pattern instead of plausible numbers. kFromEnvironment reads STRATA_POISON=1.
-enum class PoisonOnRelease { kOff, kOn, kFromEnvironment };
-inline constexpr std::uint8_t kPoisonByte = 0xff;
-
 struct DeviceOptions {
   DeviceKind kind = DeviceKind::kAuto;
   int index = 0;  // CUDA device ordinal; ignored by HostDevice
   std::uint64_t budget_bytes = 1ull << 30;
   std::size_t stream_queue_depth = 1024;  // HostDevice: ops queued per stream before enqueue blocks
+  // Poison on release (tiers/device/poison.hpp): released buffers are filled with kPoisonByte and
+  // held in a FIFO quarantine of at most poison_quarantine_bytes before their memory is freed, so
+  // a stale read is defined and shows NaNs.
   PoisonOnRelease poison = PoisonOnRelease::kFromEnvironment;
-  std::uint64_t poison_quarantine_bytes = 64ull << 20;  // released bytes kept poisoned, at most
+  std::uint64_t poison_quarantine_bytes = 64ull << 20;
 };
 
 // Allocation past the budget. Names the device, the budget, the bytes in use and the request.

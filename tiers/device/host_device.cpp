@@ -104,12 +104,12 @@ class HostStream final : public detail::StreamImpl {
 
   void record(detail::EventImpl& event) override {
     const auto& state = host_event(event).state();
-    std::uint64_t generation = 0;
-    {
+    // The generation is taken only once the marker has its place in the queue (under the stream
+    // lock), so a waiter can never capture a generation whose marker is still waiting for space.
+    push_with([&state]() -> Entry {
       std::lock_guard lock(state->mutex);
-      generation = ++state->recorded_generation;
-    }
-    push(RecordMarker{state, generation});
+      return RecordMarker{state, ++state->recorded_generation};
+    });
   }
 
   void wait(detail::EventImpl& event) override {
@@ -134,11 +134,17 @@ class HostStream final : public detail::StreamImpl {
 
  private:
   void push(Entry entry) {
+    push_with([&entry] { return std::move(entry); });
+  }
+
+  // Waits for space, then makes the entry and queues it under the stream lock.
+  template <typename MakeEntry>
+  void push_with(MakeEntry make_entry) {
     {
       std::unique_lock lock(mutex_);
       STRATA_ASSERT(!stopping_);
       space_available_.wait(lock, [&] { return queue_.size() < queue_depth_; });
-      queue_.push_back(std::move(entry));
+      queue_.push_back(make_entry());
       ++submitted_;
     }
     work_available_.notify_one();
@@ -173,9 +179,6 @@ class HostStream final : public detail::StreamImpl {
   // Runs one entry without holding the stream mutex. Returns the error it raised, if any.
   static std::exception_ptr execute(Entry& entry, const std::exception_ptr& error_before) {
     if (auto* op = std::get_if<DeviceOp>(&entry)) {
-      if (error_before) {
-        return nullptr;  // the stream already failed: skip data work until synchronize()
-      }
       try {
         std::visit([](const auto& concrete) { detail::run_on_host(concrete); }, *op);
       } catch (...) {

@@ -8,9 +8,9 @@
 //   variables.
 // - Event: a generation counter. record() enqueues a marker; the event completes when the worker
 //   reaches it. Stream::wait(event) enqueues an entry that makes the worker sleep until then.
-// - Errors: an exception thrown by enqueued work becomes the stream's error; later data work on
-//   that stream is skipped (markers still complete, so no waiter hangs) until synchronize()
-//   rethrows it.
+// - Errors: the first exception thrown by enqueued work becomes the stream's error, rethrown by the
+//   next synchronize(); later work still runs (as on CUDA after a failed host callback), so
+//   callbacks that signal completion are never lost and no waiter hangs.
 // - Destruction: a stream drains its queue before its thread exits; an error nobody collected is
 //   printed on stderr rather than silently lost.
 #pragma once

@@ -55,35 +55,27 @@ STRATA_HOST_DEVICE float bf16_to_fp32(std::uint16_t value) {
   return bits_float(static_cast<std::uint32_t>(value) << 16);
 }
 
+// Branch-free (every path computed, then selected), so the host loop vectorises and GPU warps
+// do not diverge.
 STRATA_HOST_DEVICE std::uint16_t fp32_to_fp16(float value) {
   const std::uint32_t bits = float_bits(value);
   const std::uint32_t sign = (bits >> 16) & 0x8000u;
   const std::uint32_t magnitude = bits & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) {  // NaN: keep the top 10 payload bits, force the quiet bit
-    return static_cast<std::uint16_t>(sign | 0x7e00u | ((magnitude >> 13) & 0x03ffu));
-  }
-  if (magnitude >= 0x477ff000u) {  // >= 65520 (65504 + half an ulp, a tie that rounds to inf)
-    return static_cast<std::uint16_t>(sign | 0x7c00u);
-  }
-  if (magnitude >= 0x38800000u) {  // >= 2^-14: normal fp16; rebias 127 -> 15, round 13 bits away
-    const std::uint32_t rebased = magnitude - (112u << 23);
-    const std::uint32_t lsb = (rebased >> 13) & 1u;
-    return static_cast<std::uint16_t>(sign | ((rebased + 0x0fffu + lsb) >> 13));
-  }
-  if (magnitude < 0x33000000u) {  // < 2^-25: below half the smallest denormal (ties go to 0)
-    return static_cast<std::uint16_t>(sign);
-  }
-  // Denormal fp16: value = m * 2^-24. Shift the full 24-bit significand right so that bit 0 is
-  // 2^-24, rounding half to even by hand; a round-up into 0x400 gives the smallest normal.
-  const std::uint32_t exponent = magnitude >> 23;  // 102 .. 112
-  const std::uint32_t significand = (magnitude & 0x007fffffu) | 0x00800000u;
-  const std::uint32_t shift = 126u - exponent;  // 14 .. 24
-  const std::uint32_t kept = significand >> shift;
-  const std::uint32_t remainder = significand & ((1u << shift) - 1u);
-  const std::uint32_t half = 1u << (shift - 1u);
-  const std::uint32_t rounded =
-      kept + ((remainder > half || (remainder == half && (kept & 1u) != 0u)) ? 1u : 0u);
-  return static_cast<std::uint16_t>(sign | rounded);
+  // Normal fp16: rebias the exponent 127 -> 15 and drop 13 mantissa bits, adding 0x0fff plus the
+  // lowest kept bit to round half to even. A carry out of the mantissa bumps the exponent, which
+  // is right, and turns [65520, 65536) into inf.
+  const std::uint32_t rebased = magnitude - (112u << 23);
+  const std::uint32_t normal = (rebased + 0x0fffu + ((rebased >> 13) & 1u)) >> 13;
+  // Denormal fp16 (|x| < 2^-14): adding 0.5 puts the value's 2^-24 units at the bottom of the fp32
+  // mantissa (0.5 has an ulp of 2^-24), so the FPU's own round-to-nearest-even does the rounding;
+  // 0x400 (the smallest normal) comes out when it rounds up.
+  const std::uint32_t denormal = float_bits(bits_float(magnitude) + 0.5f) - (126u << 23);
+  // NaN: keep the top 10 payload bits, force the quiet bit.
+  const std::uint32_t nan = 0x7e00u | ((magnitude >> 13) & 0x03ffu);
+  std::uint32_t result = magnitude < (113u << 23) ? denormal : normal;
+  result = magnitude >= (143u << 23) ? 0x7c00u : result;  // >= 65536 (and inf): inf
+  result = magnitude > 0x7f800000u ? nan : result;
+  return static_cast<std::uint16_t>(sign | result);
 }
 
 STRATA_HOST_DEVICE float fp16_to_fp32(std::uint16_t value) {
