@@ -247,8 +247,8 @@ void MpiComm::fail_timeout(Collective collective) {
     if (sequence == 0) {
       detail += fmt::format("; rank {} has not entered any collective", peer);
     } else {
-      detail += fmt::format("; rank {} is {} {} #{}", peer,
-                            sequence < sequence_ ? "still at" : "at a mismatched",
+      detail += fmt::format("; rank {} {} {} #{}", peer,
+                            sequence < sequence_ ? "last entered" : "is in a mismatched",
                             to_string(reached), sequence);
     }
   }

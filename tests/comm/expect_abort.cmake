@@ -1,0 +1,21 @@
+# Runs COMMAND (a ;-list) and passes only if it exits non-zero, prints EXPECT (a regex), and ends
+# within MAX_SECONDS: a job that must abort every rank, not hang.
+string(TIMESTAMP start "%s" UTC)
+execute_process(COMMAND ${COMMAND} RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE err
+                TIMEOUT 30)
+string(TIMESTAMP stop "%s" UTC)
+math(EXPR elapsed "${stop} - ${start}")
+message("${out}${err}")
+message("exit status: ${result}, ${elapsed} s")
+if(result EQUAL 0)
+  message(FATAL_ERROR "expected a non-zero exit status")
+endif()
+if(result MATCHES "timeout")
+  message(FATAL_ERROR "the job did not end on its own")
+endif()
+if(NOT "${out}${err}" MATCHES "${EXPECT}")
+  message(FATAL_ERROR "output does not match '${EXPECT}'")
+endif()
+if(elapsed GREATER MAX_SECONDS)
+  message(FATAL_ERROR "took ${elapsed} s, more than ${MAX_SECONDS} s")
+endif()
