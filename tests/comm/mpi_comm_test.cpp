@@ -256,3 +256,17 @@ TEST(MpiCommTest, MakeCommunicatorPicksMpiUnderMpirun) {
 
 }  // namespace
 }  // namespace strata::runtime::comm
+
+namespace strata::runtime::comm {
+namespace {
+
+// Run only by the CTest case comm_mpi_failure_on_one_rank_fails_every_rank: a failure on the last
+// rank alone must be printed by that rank and turn into a non-zero exit of the whole run.
+TEST(MpiCommHarnessTest, DISABLED_FailsOnTheLastRankOnly) {
+  MpiComm& comm = mpi_testing::world();
+  EXPECT_NE(comm.rank(), comm.size() - 1) << "deliberate failure on the last rank";
+  comm.barrier();  // the ranks stay in step after a failed EXPECT
+}
+
+}  // namespace
+}  // namespace strata::runtime::comm
