@@ -51,6 +51,10 @@ class MpiLifetime {
                                   provided, MPI_THREAD_SERIALIZED));
     }
     owned_ = true;
+    // Open MPI 4.1 reports errors of nonblocking collectives found in MPI_Test through
+    // MPI_COMM_WORLD's handler, not the request's communicator: without this, a truncated
+    // broadcast kills the job instead of raising MpiError. Applications that own MPI keep theirs.
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   }
   ~MpiLifetime() {
     int finalized = 0;

@@ -6,6 +6,8 @@
 //   end
 //            (mpirun exits non-zero) although ranks 0, 2, ... wait in a collective rank 1 never
 //            joins.
+//   mpi-error  the ranks broadcast different lengths (root 100 elements, the others 10): the
+//            receivers must get an MpiError naming broadcast and carrying MPI's error text.
 //   hang     rank 1 stops without an error (sleeps outside MPI): the others time out and
 //   abort_all(),
 //            so the job ends non-zero instead of hanging.
@@ -65,6 +67,23 @@ int run_timeout(MpiComm& comm) {
   return 0;
 }
 
+int run_mpi_error(MpiComm& comm) {
+  std::vector<float> data(comm.rank() == 0 ? 100 : 10, 1.0f);
+  try {
+    comm.broadcast(std::span<float>(data), 0);
+    if (comm.rank() == 0) return 0;  // the root may finish: it sent what it had
+    return fail(comm.rank(), "a truncated broadcast succeeded");
+  } catch (const MpiError& error) {
+    std::fprintf(stderr, "[rank %d] got the expected error: %s\n", comm.rank(), error.what());
+    if (error.collective() != Collective::kBroadcast) return fail(comm.rank(), "wrong collective");
+    if (std::strstr(error.what(), "MPI error") == nullptr ||
+        std::strstr(error.what(), "rank ") == nullptr) {
+      return fail(comm.rank(), "message lacks the rank or MPI's error text");
+    }
+    return 0;
+  }
+}
+
 void run_throw(MpiComm& comm) {
   comm.barrier();
   if (comm.rank() == 1)
@@ -91,12 +110,12 @@ int main(int argc, char** argv) {
   // would wait in MPI_Win_free for ranks that no longer call it); MPI_Finalize cleans up.
   auto* comm = new MpiComm(CommOptions{kTimeout});
   try {
-    if (mode == "timeout") {
-      int failures = run_timeout(*comm);
+    if (mode == "timeout" || mode == "mpi-error") {
+      int failures = mode == "timeout" ? run_timeout(*comm) : run_mpi_error(*comm);
       int total = 0;
       MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
       if (comm->rank() == 0) {
-        std::fprintf(stderr, "timeout scenario: %s\n", total == 0 ? "PASS" : "FAIL");
+        std::fprintf(stderr, "%s scenario: %s\n", mode.c_str(), total == 0 ? "PASS" : "FAIL");
       }
       return total == 0 ? 0 : 1;
     }
@@ -105,7 +124,7 @@ int main(int argc, char** argv) {
     else if (mode == "hang")
       run_hang(*comm);
     else
-      return fail(comm->rank(), "usage: strata_comm_fault_program timeout|throw|hang");
+      return fail(comm->rank(), "usage: strata_comm_fault_program timeout|mpi-error|throw|hang");
   } catch (const std::exception& error) {
     abort_all(error.what(), 3);
   }

@@ -1,5 +1,6 @@
-# Runs COMMAND (a ;-list) and passes only if it exits non-zero, prints EXPECT (a regex), and ends
-# within MAX_SECONDS: a job that must abort every rank, not hang.
+# Runs COMMAND (a ;-list) and passes only if it exits non-zero, prints a match for every regex in
+# EXPECT (a ;-list, in any order: ranks print concurrently), and ends within MAX_SECONDS: a job that
+# must fail on every rank, not hang.
 string(TIMESTAMP start "%s" UTC)
 execute_process(COMMAND ${COMMAND} RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE err
                 TIMEOUT 30)
@@ -13,9 +14,11 @@ endif()
 if(result MATCHES "timeout")
   message(FATAL_ERROR "the job did not end on its own")
 endif()
-if(NOT "${out}${err}" MATCHES "${EXPECT}")
-  message(FATAL_ERROR "output does not match '${EXPECT}'")
-endif()
+foreach(pattern IN LISTS EXPECT)
+  if(NOT "${out}${err}" MATCHES "${pattern}")
+    message(FATAL_ERROR "output does not match '${pattern}'")
+  endif()
+endforeach()
 if(elapsed GREATER MAX_SECONDS)
   message(FATAL_ERROR "took ${elapsed} s, more than ${MAX_SECONDS} s")
 endif()
