@@ -12,5 +12,6 @@ inline constexpr int kExitDoesNotFit = 3;
 void add_plan_command(CLI::App& app);
 void add_bench_device_command(CLI::App& bench);
 void add_bench_step_command(CLI::App& bench);
+void add_bench_comm_command(CLI::App& bench);
 
 }  // namespace strata::cli

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   bench->require_subcommand(1);
   strata::cli::add_bench_device_command(*bench);
   strata::cli::add_bench_step_command(*bench);
+  strata::cli::add_bench_comm_command(*bench);
 
   try {
     app.parse(argc, argv);

@@ -144,8 +144,11 @@ namespace {
 // Elements are processed in blocks so the inner loops run over contiguous memory and vectorise.
 constexpr std::size_t kBlockElements = 512;
 
+// std::max (the first operand on ties, so -0/+0 follow rank order), except that a NaN wins: an
+// overflow check must see it.
 float max_keeping_nan(float accumulated, float value) {
-  return (accumulated > value || std::isnan(accumulated)) ? accumulated : value;
+  if (std::isnan(value)) return value;
+  return accumulated < value ? value : accumulated;
 }
 
 template <typename T>

@@ -8,19 +8,12 @@ void LocalComm::do_all_gather(ConstBuffer send, MutableBuffer recv) {
   if (send.count != 0 && send.data != recv.data) std::memmove(recv.data, send.data, send.bytes());
 }
 
-void LocalComm::do_reduce_scatter(ConstBuffer send, MutableBuffer recv, ReduceOp op) {
-  // One row reduced: avg of one value is the value (x / 1 is exact), and it goes through the same
-  // code as the multi-rank backends so NaN payloads are normalised identically.
-  if (recv.count == 0) return;
-  reduce_rows(send.dtype, op, static_cast<const std::byte*>(send.data), send.bytes(), 1, recv.count,
-              static_cast<std::byte*>(recv.data));
+// One rank: sum, max and avg (x / 1 is exact) of a single contribution are the contribution.
+void LocalComm::do_reduce_scatter(ConstBuffer send, MutableBuffer recv, ReduceOp /*op*/) {
+  if (recv.count != 0 && send.data != recv.data) std::memmove(recv.data, send.data, recv.bytes());
 }
 
-void LocalComm::do_all_reduce(MutableBuffer data, ReduceOp op) {
-  if (data.count == 0) return;
-  auto* bytes = static_cast<std::byte*>(data.data);
-  reduce_rows(data.dtype, op, bytes, data.bytes(), 1, data.count, bytes);
-}
+void LocalComm::do_all_reduce(MutableBuffer /*data*/, ReduceOp /*op*/) {}
 
 void LocalComm::do_broadcast(MutableBuffer /*data*/, int /*root*/) {}
 

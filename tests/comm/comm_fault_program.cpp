@@ -1,0 +1,133 @@
+// Fault scenarios for MpiComm, run by CTest under mpirun (see tests/comm/CMakeLists.txt):
+//   timeout  rank 1 skips an all_reduce: the others must get CommTimeoutError naming all_reduce and
+//            rank 1 within the timeout, and the communicator must refuse further use. Verdicts are
+//            combined over MPI_COMM_WORLD; exit 0 iff every rank saw what it should.
+//   throw    rank 1 throws mid-step and its top-level handler calls abort_all(): every rank must
+//   end
+//            (mpirun exits non-zero) although ranks 0, 2, ... wait in a collective rank 1 never
+//            joins.
+//   mpi-error  the ranks broadcast different lengths (root 100 elements, the others 10): the
+//            receivers must get an MpiError naming broadcast and carrying MPI's error text.
+//   hang     rank 1 stops without an error (sleeps outside MPI): the others time out and
+//   abort_all(),
+//            so the job ends non-zero instead of hanging.
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "runtime/comm/mpi_comm.hpp"
+
+namespace {
+
+using namespace strata::runtime::comm;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kTimeout = std::chrono::milliseconds(2000);
+
+int fail(int rank, const std::string& message) {
+  std::fprintf(stderr, "[rank %d] FAILED: %s\n", rank, message.c_str());
+  return 1;
+}
+
+// Returns this rank's failure count (0 or 1).
+int run_timeout(MpiComm& comm) {
+  if (comm.rank() == 1) return 0;  // skips the all_reduce below
+  std::uint64_t value = 1;
+  const auto start = Clock::now();
+  try {
+    comm.all_reduce(std::span<std::uint64_t>(&value, 1), ReduceOp::kSum);
+    return fail(comm.rank(), "all_reduce completed although rank 1 never joined");
+  } catch (const CommTimeoutError& error) {
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const std::string text = error.what();
+    std::fprintf(stderr, "[rank %d] got the expected error after %.2f s: %s\n", comm.rank(),
+                 elapsed, text.c_str());
+    if (error.collective() != Collective::kAllReduce) return fail(comm.rank(), "wrong collective");
+    if (error.missing_ranks() != std::vector<int>{1})
+      return fail(comm.rank(), "wrong missing ranks");
+    if (text.find("all_reduce") == std::string::npos ||
+        text.find("rank(s) 1 did not arrive") == std::string::npos) {
+      return fail(comm.rank(), "message does not name all_reduce and rank 1");
+    }
+    if (elapsed < 1.9 || elapsed > 2.0 + 3.0) return fail(comm.rank(), "timeout not honoured");
+  }
+  try {
+    comm.barrier();
+    return fail(comm.rank(), "a poisoned communicator accepted another collective");
+  } catch (const CommTimeoutError&) {
+    return fail(comm.rank(), "poisoned communicator waited instead of refusing");
+  } catch (const CommError& error) {
+    if (std::strstr(error.what(), "unusable") == nullptr) return fail(comm.rank(), error.what());
+  }
+  return 0;
+}
+
+int run_mpi_error(MpiComm& comm) {
+  std::vector<float> data(comm.rank() == 0 ? 100 : 10, 1.0f);
+  try {
+    comm.broadcast(std::span<float>(data), 0);
+    if (comm.rank() == 0) return 0;  // the root may finish: it sent what it had
+    return fail(comm.rank(), "a truncated broadcast succeeded");
+  } catch (const MpiError& error) {
+    std::fprintf(stderr, "[rank %d] got the expected error: %s\n", comm.rank(), error.what());
+    if (error.collective() != Collective::kBroadcast) return fail(comm.rank(), "wrong collective");
+    if (std::strstr(error.what(), "MPI error") == nullptr ||
+        std::strstr(error.what(), "rank ") == nullptr) {
+      return fail(comm.rank(), "message lacks the rank or MPI's error text");
+    }
+    return 0;
+  }
+}
+
+void run_throw(MpiComm& comm) {
+  comm.barrier();
+  if (comm.rank() == 1)
+    throw std::runtime_error("injected failure on rank 1 in the middle of a step");
+  std::vector<float> gradients(1024, 1.0f);
+  comm.all_reduce(std::span<float>(gradients), ReduceOp::kSum);  // rank 1 never arrives
+}
+
+void run_hang(MpiComm& comm) {
+  comm.barrier();
+  if (comm.rank() == 1) {
+    std::this_thread::sleep_for(
+        std::chrono::seconds(60));  // stuck outside MPI; killed by the abort
+  }
+  comm.barrier();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  ensure_mpi_initialized();
+  // Leaked on purpose in the timeout mode: after a timeout no collective frees are possible (rank 1
+  // would wait in MPI_Win_free for ranks that no longer call it); MPI_Finalize cleans up.
+  auto* comm = new MpiComm(CommOptions{kTimeout});
+  try {
+    if (mode == "timeout" || mode == "mpi-error") {
+      int failures = mode == "timeout" ? run_timeout(*comm) : run_mpi_error(*comm);
+      int total = 0;
+      MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+      if (comm->rank() == 0) {
+        std::fprintf(stderr, "%s scenario: %s\n", mode.c_str(), total == 0 ? "PASS" : "FAIL");
+      }
+      return total == 0 ? 0 : 1;
+    }
+    if (mode == "throw")
+      run_throw(*comm);
+    else if (mode == "hang")
+      run_hang(*comm);
+    else
+      return fail(comm->rank(), "usage: strata_comm_fault_program timeout|mpi-error|throw|hang");
+  } catch (const std::exception& error) {
+    abort_all(error.what(), 3);
+  }
+  delete comm;
+  return 0;
+}

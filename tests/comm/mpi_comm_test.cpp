@@ -1,0 +1,272 @@
+// Proves MpiComm's collectives give, on every rank and for every type, reduction and uneven size,
+// exactly the result computed locally in rank order; that its statistics count the ring volumes;
+// and that make_communicator() picks MPI under mpirun. Run by CTest under mpirun -np 1, 2, 3 and 4.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "runtime/comm/communicator.hpp"
+#include "tests/comm/mpi_test_main.hpp"
+
+namespace strata::runtime::comm {
+namespace {
+
+using mpi_testing::world;
+
+// Elements whose sums need rounding in bf16/fp16: mixed signs and magnitudes, a function of
+// (rank, index, salt) so every rank can compute every other rank's contribution.
+float float_value(int rank, std::size_t index, int salt) {
+  const std::uint64_t h = (static_cast<std::uint64_t>(rank) * 0x9e3779b97f4a7c15ull) ^
+                          (index * 0xbf58476d1ce4e5b9ull) ^
+                          (static_cast<std::uint64_t>(salt) * 0x94d049bb133111ebull);
+  const std::uint64_t mixed = (h ^ (h >> 29)) * 0xff51afd7ed558ccdull;
+  const float mantissa = static_cast<float>(static_cast<int>(mixed % 2001) - 1000) / 997.0f;
+  return std::ldexp(mantissa, static_cast<int>((mixed >> 20) % 9) - 4);
+}
+
+template <CommElement T>
+T element(int rank, std::size_t index, int salt) {
+  const float value = float_value(rank, index, salt);
+  if constexpr (std::same_as<T, float>) return value;
+  if constexpr (std::same_as<T, BFloat16>) return to_bf16(value);
+  if constexpr (std::same_as<T, Float16>) return to_fp16(value);
+  if constexpr (std::same_as<T, std::uint8_t>)
+    return static_cast<std::uint8_t>(std::fabs(value) * 30);
+  if constexpr (std::same_as<T, std::uint64_t>) {
+    return static_cast<std::uint64_t>(std::fabs(value) * 1e6) << (index % 40);
+  }
+}
+
+template <CommElement T>
+float widen(T value) {
+  if constexpr (std::same_as<T, float>)
+    return value;
+  else
+    return to_float(value);
+}
+
+// The reference: op over ranks 0..N-1 in order, fp32 accumulation, one rounding.
+template <CommElement T>
+T expected_reduction(std::size_t index, int salt, ReduceOp op, int ranks) {
+  if constexpr (std::same_as<T, std::uint8_t> || std::same_as<T, std::uint64_t>) {
+    T result = element<T>(0, index, salt);
+    for (int r = 1; r < ranks; ++r) {
+      const T value = element<T>(r, index, salt);
+      result = op == ReduceOp::kMax ? std::max(result, value) : static_cast<T>(result + value);
+    }
+    return result;
+  } else {
+    float result = widen(element<T>(0, index, salt));
+    for (int r = 1; r < ranks; ++r) {
+      const float value = widen(element<T>(r, index, salt));
+      result = op == ReduceOp::kMax ? std::max(result, value) : result + value;
+    }
+    if (op == ReduceOp::kAvg) result /= static_cast<float>(ranks);
+    if constexpr (std::same_as<T, float>) return result;
+    if constexpr (std::same_as<T, BFloat16>) return to_bf16(result);
+    if constexpr (std::same_as<T, Float16>) return to_fp16(result);
+  }
+}
+
+template <CommElement T>
+bool same_bits(T a, T b) {
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+template <CommElement T>
+std::uint64_t bits_of(T value) {
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(T));
+  return bits;
+}
+
+const std::size_t kCounts[] = {0, 1, 3, 5, 513, 4099};
+
+template <typename T>
+class MpiCommTypedTest : public ::testing::Test {};
+using Elements = ::testing::Types<float, BFloat16, Float16, std::uint8_t, std::uint64_t>;
+TYPED_TEST_SUITE(MpiCommTypedTest, Elements);
+
+TYPED_TEST(MpiCommTypedTest, AllGatherPlacesEachRanksBlockInRankOrder) {
+  using T = TypeParam;
+  MpiComm& comm = world();
+  const auto ranks = static_cast<std::size_t>(comm.size());
+  for (std::size_t count : kCounts) {
+    std::vector<T> send(count);
+    for (std::size_t i = 0; i < count; ++i) send[i] = element<T>(comm.rank(), i, 1);
+    std::vector<T> recv(ranks * count);
+    comm.all_gather(std::span<const T>(send), std::span<T>(recv));
+    for (std::size_t r = 0; r < ranks; ++r) {
+      for (std::size_t i = 0; i < count; ++i) {
+        ASSERT_TRUE(same_bits(recv[r * count + i], element<T>(static_cast<int>(r), i, 1)))
+            << "count " << count << " block " << r << " element " << i;
+      }
+    }
+  }
+}
+
+TYPED_TEST(MpiCommTypedTest, AllGatherInPlace) {
+  using T = TypeParam;
+  MpiComm& comm = world();
+  const std::size_t count = 77;
+  std::vector<T> buffer(static_cast<std::size_t>(comm.size()) * count);
+  const std::size_t own = static_cast<std::size_t>(comm.rank()) * count;
+  for (std::size_t i = 0; i < count; ++i) buffer[own + i] = element<T>(comm.rank(), i, 2);
+  comm.all_gather(std::span<const T>(buffer.data() + own, count), std::span<T>(buffer));
+  for (std::size_t i = 0; i < buffer.size(); ++i) {
+    ASSERT_TRUE(same_bits(buffer[i], element<T>(static_cast<int>(i / count), i % count, 2))) << i;
+  }
+}
+
+std::vector<ReduceOp> ops_for(DataType dtype) {
+  if (is_valid_reduction(dtype, ReduceOp::kAvg))
+    return {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax};
+  return {ReduceOp::kSum, ReduceOp::kMax};
+}
+
+TYPED_TEST(MpiCommTypedTest, ReduceScatterMatchesTheRankOrderReference) {
+  using T = TypeParam;
+  MpiComm& comm = world();
+  const auto ranks = static_cast<std::size_t>(comm.size());
+  for (ReduceOp op : ops_for(data_type_v<T>)) {
+    for (std::size_t count : kCounts) {
+      std::vector<T> send(ranks * count);
+      for (std::size_t i = 0; i < send.size(); ++i) send[i] = element<T>(comm.rank(), i, 3);
+      std::vector<T> recv(count);
+      comm.reduce_scatter(std::span<const T>(send), std::span<T>(recv), op);
+      const std::size_t own = static_cast<std::size_t>(comm.rank()) * count;
+      for (std::size_t i = 0; i < count; ++i) {
+        const T expected = expected_reduction<T>(own + i, 3, op, comm.size());
+        ASSERT_TRUE(same_bits(recv[i], expected))
+            << to_string(op) << " count " << count << " element " << i << ": got bits "
+            << bits_of(recv[i]) << ", expected " << bits_of(expected);
+      }
+    }
+  }
+}
+
+TYPED_TEST(MpiCommTypedTest, AllReduceMatchesTheRankOrderReferenceOnEveryRank) {
+  using T = TypeParam;
+  MpiComm& comm = world();
+  for (ReduceOp op : ops_for(data_type_v<T>)) {
+    for (std::size_t count : kCounts) {
+      std::vector<T> data(count);
+      for (std::size_t i = 0; i < count; ++i) data[i] = element<T>(comm.rank(), i, 4);
+      comm.all_reduce(std::span<T>(data), op);
+      for (std::size_t i = 0; i < count; ++i) {
+        const T expected = expected_reduction<T>(i, 4, op, comm.size());
+        ASSERT_TRUE(same_bits(data[i], expected))
+            << to_string(op) << " count " << count << " element " << i << ": got bits "
+            << bits_of(data[i]) << ", expected " << bits_of(expected);
+      }
+    }
+  }
+}
+
+TYPED_TEST(MpiCommTypedTest, BroadcastFromEveryRoot) {
+  using T = TypeParam;
+  MpiComm& comm = world();
+  for (int root = 0; root < comm.size(); ++root) {
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{1000}}) {
+      std::vector<T> data(count);
+      for (std::size_t i = 0; i < count; ++i) data[i] = element<T>(comm.rank(), i, 5);
+      comm.broadcast(std::span<T>(data), root);
+      for (std::size_t i = 0; i < count; ++i) {
+        ASSERT_TRUE(same_bits(data[i], element<T>(root, i, 5)))
+            << "root " << root << " element " << i;
+      }
+    }
+  }
+}
+
+TEST(MpiCommTest, SizeAndRankMatchTheLauncher) {
+  MpiComm& comm = world();
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  ASSERT_NE(size, nullptr);
+  EXPECT_EQ(comm.size(), std::atoi(size));
+  EXPECT_EQ(comm.rank(), std::atoi(std::getenv("OMPI_COMM_WORLD_RANK")));
+  EXPECT_EQ(comm.backend_name(), "mpi");
+}
+
+TEST(MpiCommTest, Bf16AllReduceIsBitwiseIdenticalOnEveryRank) {
+  MpiComm& comm = world();
+  const std::size_t count = 1031;
+  std::vector<BFloat16> data(count);
+  for (std::size_t i = 0; i < count; ++i) data[i] = element<BFloat16>(comm.rank(), i, 6);
+  comm.all_reduce(std::span<BFloat16>(data), ReduceOp::kSum);
+  std::vector<BFloat16> everyone(count * static_cast<std::size_t>(comm.size()));
+  comm.all_gather(std::span<const BFloat16>(data), std::span<BFloat16>(everyone));
+  for (std::size_t i = 0; i < everyone.size(); ++i) ASSERT_EQ(everyone[i], data[i % count]) << i;
+}
+
+TEST(MpiCommTest, ScalarHelpers) {
+  MpiComm& comm = world();
+  const auto ranks = static_cast<std::uint64_t>(comm.size());
+  EXPECT_EQ(comm.all_reduce_u64(static_cast<std::uint64_t>(comm.rank()), ReduceOp::kMax),
+            ranks - 1);
+  EXPECT_EQ(comm.all_reduce_u64(1, ReduceOp::kSum), ranks);
+  EXPECT_TRUE(comm.any_rank(comm.rank() == comm.size() - 1));
+  EXPECT_FALSE(comm.any_rank(false));
+  EXPECT_EQ(comm.all_reduce_f32(static_cast<float>(comm.rank()), ReduceOp::kMax),
+            static_cast<float>(comm.size() - 1));
+}
+
+TEST(MpiCommTest, StatisticsCountCallsPayloadAndRingVolume) {
+  MpiComm& comm = world();
+  const auto ranks = static_cast<std::uint64_t>(comm.size());
+  comm.reset_stats();
+  std::vector<float> shard(10);
+  std::vector<float> full(10 * ranks);
+  comm.all_gather(std::span<const float>(shard), std::span<float>(full));
+  comm.all_gather(std::span<const float>(shard), std::span<float>(full));
+  comm.reduce_scatter(std::span<const float>(full), std::span<float>(shard), ReduceOp::kSum);
+  std::vector<BFloat16> flags(7);
+  comm.all_reduce(std::span<BFloat16>(flags), ReduceOp::kMax);
+  comm.broadcast(std::span<float>(shard), 0);
+  comm.barrier();
+  const CommStats& stats = comm.stats();
+  EXPECT_EQ(stats[Collective::kAllGather].calls, 2u);
+  EXPECT_EQ(stats[Collective::kAllGather].payload_bytes, 2 * 40 * ranks);
+  EXPECT_EQ(stats[Collective::kAllGather].sent_bytes, 2 * 40 * (ranks - 1));
+  EXPECT_EQ(stats[Collective::kReduceScatter].calls, 1u);
+  EXPECT_EQ(stats[Collective::kReduceScatter].payload_bytes, 40 * ranks);
+  EXPECT_EQ(stats[Collective::kReduceScatter].sent_bytes, 40 * (ranks - 1));
+  EXPECT_EQ(stats[Collective::kAllReduce].calls, 1u);
+  EXPECT_EQ(stats[Collective::kAllReduce].payload_bytes, 14u);
+  const Chunk own = chunk_of(7, comm.size(), comm.rank());
+  EXPECT_EQ(stats[Collective::kAllReduce].sent_bytes, ranks == 1 ? 0 : 2 * (7 - own.count) * 2);
+  EXPECT_EQ(stats[Collective::kBroadcast].sent_bytes, comm.rank() == 0 && ranks > 1 ? 40u : 0u);
+  EXPECT_EQ(stats[Collective::kBarrier].calls, 1u);
+  // Summed over ranks, all_reduce sends 2 (N-1)/N of the buffer per rank, like the ring.
+  const std::uint64_t all_reduce_sent_total =
+      comm.all_reduce_u64(stats[Collective::kAllReduce].sent_bytes, ReduceOp::kSum);
+  EXPECT_EQ(all_reduce_sent_total, 2 * (ranks - 1) * 14);
+}
+
+TEST(MpiCommTest, MakeCommunicatorPicksMpiUnderMpirun) {
+  ASSERT_TRUE(launched_by_mpirun());
+  auto comm = make_communicator(CommOptions{std::chrono::seconds(20)});
+  EXPECT_EQ(comm->backend_name(), "mpi");
+  EXPECT_EQ(comm->size(), world().size());
+  EXPECT_EQ(comm->all_reduce_u64(1, ReduceOp::kSum), static_cast<std::uint64_t>(comm->size()));
+}
+
+}  // namespace
+}  // namespace strata::runtime::comm
+
+namespace strata::runtime::comm {
+namespace {
+
+// Run only by the CTest case comm_mpi_failure_on_one_rank_fails_every_rank: a failure on the last
+// rank alone must be printed by that rank and turn into a non-zero exit of the whole run.
+TEST(MpiCommHarnessTest, DISABLED_FailsOnTheLastRankOnly) {
+  MpiComm& comm = mpi_testing::world();
+  EXPECT_NE(comm.rank(), comm.size() - 1) << "deliberate failure on the last rank";
+  comm.barrier();  // the ranks stay in step after a failed EXPECT
+}
+
+}  // namespace
+}  // namespace strata::runtime::comm
