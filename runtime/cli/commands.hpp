@@ -13,5 +13,6 @@ void add_plan_command(CLI::App& app);
 void add_bench_device_command(CLI::App& bench);
 void add_bench_step_command(CLI::App& bench);
 void add_bench_comm_command(CLI::App& bench);
+void add_bench_io_command(CLI::App& bench);
 
 }  // namespace strata::cli

@@ -1,0 +1,244 @@
+// `strata bench io`: sequential read or write throughput of the io/ engine, with fio's options, so
+// scripts/bench-io-vs-fio.sh can run both on the same file system and compare.
+#include <fcntl.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "io/buffer_pool.hpp"
+#include "io/make_engine.hpp"
+#include "io/striped_file.hpp"
+#include "runtime/byte_size.hpp"
+#include "runtime/cli/commands.hpp"
+
+namespace strata::cli {
+
+namespace {
+
+struct BenchIoOptions {
+  std::vector<std::string> dirs;
+  std::string size = "4GiB";
+  std::string block_size = "1MiB";
+  std::uint32_t queue_depth = 16;
+  std::uint32_t rings = 1;
+  std::string rw = "read";
+  std::string engine = "io_uring";
+  bool direct = true;
+  bool json = false;
+};
+
+struct BenchIoResult {
+  double seconds = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t operations = 0;
+};
+
+[[noreturn]] void bad_input(const std::string& message) {
+  throw CLI::RuntimeError("strata bench io: " + message, kExitBadInput);
+}
+
+std::uint64_t parse_size_option(const std::string& name, const std::string& text) {
+  const std::optional<std::uint64_t> bytes = runtime::parse_byte_size(text);
+  if (!bytes || *bytes == 0) {
+    bad_input(fmt::format("{} '{}' is not a byte size (e.g. 4GiB, 1MiB, 4096)", name, text));
+  }
+  return *bytes;
+}
+
+// Sequential I/O over the striped file, one block per request, queue_depth * rings requests in
+// flight, waited for in submission order (as they complete, near enough, for equal sequential
+// blocks).
+BenchIoResult run_sequential(io::Engine& engine, io::StripedFile& striped, io::BufferPool& pool,
+                             io::IoOp op, std::uint64_t size_bytes, std::uint64_t block_bytes) {
+  struct InFlight {
+    io::Ticket ticket;
+    io::BufferPool::Lease buffer;
+  };
+  const std::size_t depth = pool.buffer_count();
+  std::deque<InFlight> in_flight;
+  const auto started = std::chrono::steady_clock::now();
+  std::uint64_t operations = 0;
+  auto retire_oldest = [&] {
+    in_flight.front().ticket.get();
+    in_flight.pop_front();
+  };
+  for (std::uint64_t offset = 0; offset < size_bytes; offset += block_bytes) {
+    if (in_flight.size() == depth) {
+      retire_oldest();
+    }
+    io::BufferPool::Lease buffer = pool.acquire();
+    const std::span<std::byte> bytes = buffer.span().first(block_bytes);
+    io::Ticket ticket = op == io::IoOp::kRead ? striped.read(offset, bytes, buffer.index())
+                                              : striped.write(offset, bytes, buffer.index());
+    in_flight.push_back({std::move(ticket), std::move(buffer)});
+    ++operations;
+  }
+  while (!in_flight.empty()) {
+    retire_oldest();
+  }
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - started;
+  (void)engine;
+  return {elapsed.count(), size_bytes, operations};
+}
+
+// A read run reads what a write run with the same options left; the marker says one did.
+std::string marker_text(std::uint64_t size_bytes, std::uint64_t block_bytes, std::size_t files) {
+  return fmt::format("size={} block={} files={}\n", size_bytes, block_bytes, files);
+}
+
+std::string read_marker(const std::filesystem::path& path) {
+  std::string text;
+  if (std::FILE* file = std::fopen(path.c_str(), "r")) {
+    std::array<char, 256> line{};
+    if (std::fgets(line.data(), static_cast<int>(line.size()), file) != nullptr) {
+      text = line.data();
+    }
+    std::fclose(file);
+  }
+  return text;
+}
+
+void run_bench_io(const BenchIoOptions& options) {
+  if (options.dirs.empty()) {
+    bad_input("give at least one --dir");
+  }
+  const std::uint64_t block_bytes = parse_size_option("--block-size", options.block_size);
+  if (block_bytes % kDirectIoAlignment != 0 || block_bytes > kGiB) {
+    bad_input("--block-size must be a multiple of 4 KiB, at most 1 GiB");
+  }
+  const std::uint64_t size_bytes = round_up(parse_size_option("--size", options.size), block_bytes);
+  const std::optional<io::EngineKind> kind = io::parse_engine_kind(options.engine);
+  if (!kind) {
+    bad_input(fmt::format("--engine '{}' is not one of io_uring, posix, auto", options.engine));
+  }
+  if (options.rw != "read" && options.rw != "write") {
+    bad_input(fmt::format("--rw '{}' is not read or write", options.rw));
+  }
+  if (options.queue_depth == 0 || options.rings == 0) {
+    bad_input("--queue-depth and --rings must be at least 1");
+  }
+  const io::IoOp op = options.rw == "read" ? io::IoOp::kRead : io::IoOp::kWrite;
+
+  // The engine keeps at most queue_depth pieces in the kernel per ring, as fio's iodepth; the
+  // benchmark keeps twice that many requests submitted, so a ring never waits for this thread to
+  // notice a completion and submit the next block.
+  io::BufferPool pool(2 * std::size_t{options.queue_depth} * options.rings, block_bytes);
+  io::EngineOptions engine_options;
+  engine_options.kind = *kind;
+  engine_options.block_size_bytes = block_bytes;
+  engine_options.queue_depth = options.queue_depth;
+  engine_options.rings = options.rings;
+  engine_options.direct = options.direct ? io::DirectIo::kOn : io::DirectIo::kOff;
+  engine_options.fixed_buffers = &pool;
+  std::unique_ptr<io::Engine> engine = io::make_engine(engine_options);
+
+  std::vector<std::filesystem::path> paths;
+  for (std::size_t i = 0; i < options.dirs.size(); ++i) {
+    std::filesystem::create_directories(options.dirs[i]);
+    paths.push_back(std::filesystem::path(options.dirs[i]) /
+                    (options.dirs.size() == 1 ? std::string("strata-bench-io.dat")
+                                              : fmt::format("strata-bench-io-{}.dat", i)));
+  }
+  const std::filesystem::path marker =
+      std::filesystem::path(options.dirs[0]) / "strata-bench-io.written";
+  const std::string expected_marker = marker_text(size_bytes, block_bytes, paths.size());
+  io::StripedFile striped = io::StripedFile::create(*engine, paths, size_bytes, block_bytes);
+
+  // Write buffers carry random bytes (no file system or device may shortcut zeros).
+  std::mt19937_64 random(1);
+  for (std::uint32_t i = 0; i < pool.buffer_count(); ++i) {
+    for (std::byte& b : pool.buffer(i)) {
+      b = static_cast<std::byte>(random());
+    }
+  }
+  if (op == io::IoOp::kRead) {
+    const std::string found = read_marker(marker);
+    if (found != expected_marker) {
+      if (!options.json) {
+        std::cout << "strata bench io: writing the file to read first (untimed)\n";
+      }
+      std::filesystem::remove(marker);
+      run_sequential(*engine, striped, pool, io::IoOp::kWrite, size_bytes, block_bytes);
+      striped.sync().get();
+      std::ofstream(marker) << expected_marker;
+    }
+    if (!options.direct) {
+      // Buffered reads would otherwise measure the page cache.
+      striped.sync().get();
+      for (io::FileId file : striped.files()) {
+        ::posix_fadvise(engine->file(file).fd(), 0, 0, POSIX_FADV_DONTNEED);
+      }
+    }
+  } else {
+    std::filesystem::remove(marker);
+  }
+
+  const BenchIoResult result = run_sequential(*engine, striped, pool, op, size_bytes, block_bytes);
+  if (op == io::IoOp::kWrite) {
+    striped.sync().get();  // untimed, as fio's default end_fsync=0; makes the marker honest
+    std::ofstream(marker) << expected_marker;
+  }
+
+  const double mb_per_s = static_cast<double>(result.bytes) / result.seconds / 1e6;
+  const double iops = static_cast<double>(result.operations) / result.seconds;
+  if (options.json) {
+    const nlohmann::json out = {{"rw", options.rw},
+                                {"engine", std::string(engine->name())},
+                                {"direct", options.direct},
+                                {"size_bytes", size_bytes},
+                                {"block_size_bytes", block_bytes},
+                                {"queue_depth", options.queue_depth},
+                                {"rings", options.rings},
+                                {"files", paths.size()},
+                                {"seconds", result.seconds},
+                                {"mb_per_s", mb_per_s},
+                                {"iops", iops}};
+    std::cout << out.dump() << "\n";
+    return;
+  }
+  std::cout << fmt::format(
+      "strata bench io: {} {} over {} file(s), block {}, queue depth {} x {} ring(s), engine {}, "
+      "direct {}\n  {:.1f} MB/s, {:.0f} IOPS, {:.2f} s\n",
+      options.rw, runtime::format_binary_bytes(size_bytes), paths.size(),
+      runtime::format_binary_bytes(block_bytes), options.queue_depth, options.rings, engine->name(),
+      options.direct ? "true" : "false", mb_per_s, iops, result.seconds);
+}
+
+}  // namespace
+
+void add_bench_io_command(CLI::App& bench) {
+  auto options = std::make_shared<BenchIoOptions>();
+  CLI::App* command = bench.add_subcommand(
+      "io", "sequential read/write MB/s and IOPS of the io_uring engine (compare with fio)");
+  command
+      ->add_option("--dir", options->dirs, "directory for the file; repeat to stripe over several")
+      ->required();
+  command->add_option("--size", options->size, "bytes to move (4GiB, 512MiB, ...)")
+      ->capture_default_str();
+  command->add_option("--block-size", options->block_size, "bytes per request")
+      ->capture_default_str();
+  command->add_option("--queue-depth", options->queue_depth, "requests in flight per ring")
+      ->capture_default_str();
+  command->add_option("--rings", options->rings, "io_uring rings, one I/O thread each")
+      ->capture_default_str();
+  command->add_option("--rw", options->rw, "read or write")->capture_default_str();
+  command->add_option("--engine", options->engine, "io_uring, posix or auto")
+      ->capture_default_str();
+  command->add_option("--direct", options->direct, "O_DIRECT (true) or buffered (false)")
+      ->capture_default_str();
+  command->add_flag("--json", options->json, "print one JSON object");
+  command->callback([options] { run_bench_io(*options); });
+}
+
+}  // namespace strata::cli
