@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <span>
 #include <vector>
@@ -39,15 +40,19 @@ class TinyMlp {
 
   // One forward + backward pass; hands each layer's gradient to reduce_grads. Returns the loss.
   // `loss_scale` multiplies the loss (fp16 training); `grad_sink`, when set, sees every gradient.
+  // `before_reduce`, when set, may change each gradient before it reaches reduce_grads (plain
+  // data parallelism averages it over the ranks there).
   float train_step(Engine& engine, double loss_scale = 1.0,
-                   std::vector<std::vector<float>>* grad_sink = nullptr) {
+                   std::vector<std::vector<float>>* grad_sink = nullptr,
+                   const std::function<void(std::vector<float>&)>& before_reduce = {}) {
     const std::size_t layers = units_.size();
-    std::vector<std::vector<float>> activations(layers + 1);
-    activations[0] = inputs_;
+    std::vector<std::vector<float>> activations;
+    activations.reserve(layers + 1);
+    activations.push_back(inputs_);
     for (std::size_t l = 0; l < layers; ++l) {
       GatheredUnit unit = engine.gather(units_[l]);
-      activations[l + 1] = linear(unit.tensor("w"), unit.tensor("b"), activations[l], widths_[l],
-                                  widths_[l + 1], l + 1 < layers);
+      activations.push_back(linear(unit.tensor("w"), unit.tensor("b"), activations[l], widths_[l],
+                                  widths_[l + 1], l + 1 < layers));
     }
     const std::vector<float>& out = activations[layers];
     float loss = 0;
@@ -83,6 +88,7 @@ class TinyMlp {
           }
         }
       }
+      if (before_reduce) before_reduce(grads);
       engine.reduce_grads(units_[l], grads);
       if (grad_sink) (*grad_sink)[l] = grads;
       grad_out = std::move(grad_in);
