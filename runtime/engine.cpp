@@ -308,8 +308,13 @@ void EngineState::finalize() {
   residency_options.max_inflight_bytes = zero.max_inflight_bytes;
   residency =
       std::make_unique<tiers::ResidencyManager>(*this, residency_options, unit_bytes, "device");
+  // Stages 0-2 keep the parameters whole on every rank: each unit is gathered once after a step
+  // and stays (2Ψ per step with the gradient reduce-scatter); stage 3 gathers per use (3Ψ), but
+  // keeps units under the persistence threshold.
   for (UnitId id = 0; id < units.size(); ++id) {
-    if (units[id].layout.numel < zero.persistence_threshold) residency->set_persistent(id);
+    if (zero.stage < 3 || units[id].layout.numel < zero.persistence_threshold) {
+      residency->set_persistent(id);
+    }
   }
   nvme_read_mark = store ? store->bytes_read() : 0;
   nvme_written_mark = store ? store->bytes_written() : 0;

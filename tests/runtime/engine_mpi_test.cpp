@@ -105,7 +105,8 @@ TEST(EngineMpi, Zero3MatchesPlainDataParallelism) {
 
 TEST(EngineMpi, EveryPlacementIsBitwiseIdentical) {
   ScratchDir reference_dir;
-  const std::vector<std::vector<float>> reference = train_sharded(make_config(reference_dir), world());
+  const std::vector<std::vector<float>> reference =
+      train_sharded(make_config(reference_dir), world());
   struct Placement {
     Tier params, grads, optimizer;
   };
@@ -152,6 +153,45 @@ TEST(EngineMpi, EachRankHoldsAboutOneNthOfTheState) {
   const double padding = 2.0 * 2048 * 16;
   EXPECT_LE(static_cast<double>(sharded_bytes), unsharded_bytes / ranks + padding);
   EXPECT_GE(static_cast<double>(sharded_bytes), unsharded_bytes / ranks - padding);
+}
+
+// The measured collective volume per step follows the plan: stage 3 gathers a unit for the forward
+// and again for the backward when the device has room for only one gathered unit (the last unit's
+// forward and backward share one gather), and reduce-scatters every gradient: ~3Ψ. Stage 2 keeps
+// the gathered parameters for the whole step: one gather per unit, 2Ψ.
+TEST(EngineMpi, CommunicationVolumeIsThreePsiForStage3AndTwoPsiForStage2) {
+  if (world().size() == 1) GTEST_SKIP() << "one rank communicates nothing";
+  for (std::uint32_t stage : {2u, 3u}) {
+    ScratchDir dir;
+    Config config = make_config(dir);
+    config.zero.stage = stage;
+    config.zero.persistence_threshold = 0;
+    config.zero.prefetch_depth = 0;
+    config.zero.params = Tier::kHost;
+    config.zero.grads = Tier::kHost;
+    config.zero.optimizer = Tier::kHost;
+    // Every unit here is padded to 2048 elements per rank. The device holds the gradient scratch
+    // (one padded unit + one shard, fp32), the all-gather send copy (one shard) and gathered units.
+    const std::uint64_t unit_bytes = 2048ull * world().size() * 4;
+    const std::uint64_t scratch_bytes = unit_bytes + 2 * 2048 * 4;
+    config.tiers.device.budget_bytes = scratch_bytes + (stage == 3 ? 1 : 3) * unit_bytes;
+    auto device = host_device(config);
+    Engine engine(config, *device, world());
+    TinyMlp model(kWidths, 8, 1);
+    model.add_units(engine);
+    engine.finalize();
+    StepStats stats;
+    for (int step = 0; step < 3; ++step) {
+      model.train_step(engine);
+      stats = engine.step();
+    }
+    // fp32 parameters and gradients, every unit padded to 2048 elements per rank.
+    const std::uint64_t unit_gathers = stage == 3 ? 5 : 3;
+    const std::uint64_t reduce_scatters = 3;
+    const std::uint64_t norm_bytes = 8ull * world().size();
+    EXPECT_EQ(stats.comm_bytes, (unit_gathers + reduce_scatters) * unit_bytes + norm_bytes)
+        << "stage " << stage;
+  }
 }
 
 }  // namespace

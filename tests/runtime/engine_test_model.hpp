@@ -52,7 +52,7 @@ class TinyMlp {
     for (std::size_t l = 0; l < layers; ++l) {
       GatheredUnit unit = engine.gather(units_[l]);
       activations.push_back(linear(unit.tensor("w"), unit.tensor("b"), activations[l], widths_[l],
-                                  widths_[l + 1], l + 1 < layers));
+                                   widths_[l + 1], l + 1 < layers));
     }
     const std::vector<float>& out = activations[layers];
     float loss = 0;
