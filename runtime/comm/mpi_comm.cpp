@@ -169,6 +169,7 @@ void MpiComm::check(int mpi_result, Collective collective, std::string_view call
   throw error;
 }
 
+// Called before begin(): every rank refuses the same call alike, and the communicator stays usable.
 void MpiComm::check_count(std::size_t count, Collective collective) {
   if (count <= static_cast<std::size_t>(INT_MAX)) return;
   throw CommError(rank_, collective,
@@ -261,8 +262,8 @@ void MpiComm::fail_timeout(Collective collective) {
 
 void MpiComm::do_all_gather(ConstBuffer send, MutableBuffer recv) {
   constexpr auto kKind = Collective::kAllGather;
-  begin(kKind);
   check_count(recv.count, kKind);
+  begin(kKind);
   const MPI_Datatype type = mpi_type_of(send.dtype);
   const int count = static_cast<int>(send.count);
   auto* own_slot =
@@ -275,8 +276,8 @@ void MpiComm::do_all_gather(ConstBuffer send, MutableBuffer recv) {
 
 void MpiComm::do_reduce_scatter(ConstBuffer send, MutableBuffer recv, ReduceOp op) {
   constexpr auto kKind = Collective::kReduceScatter;
-  begin(kKind);
   check_count(send.count, kKind);
+  begin(kKind);
   // Every rank receives block r of every rank (rank order), then reduces them locally.
   if (state_->scratch.size() < send.bytes()) state_->scratch.resize(send.bytes());
   const MPI_Datatype type = mpi_type_of(send.dtype);
@@ -292,8 +293,8 @@ void MpiComm::do_reduce_scatter(ConstBuffer send, MutableBuffer recv, ReduceOp o
 
 void MpiComm::do_all_reduce(MutableBuffer data, ReduceOp op) {
   constexpr auto kKind = Collective::kAllReduce;
-  begin(kKind);
   check_count(data.count, kKind);
+  begin(kKind);
   const std::size_t element = element_bytes(data.dtype);
   const auto ranks = static_cast<std::size_t>(size_);
   const Chunk own = chunk_of(data.count, size_, rank_);
@@ -329,8 +330,8 @@ void MpiComm::do_all_reduce(MutableBuffer data, ReduceOp op) {
 
 void MpiComm::do_broadcast(MutableBuffer data, int root) {
   constexpr auto kKind = Collective::kBroadcast;
-  begin(kKind);
   check_count(data.count, kKind);
+  begin(kKind);
   check(MPI_Ibcast(data.data, static_cast<int>(data.count), mpi_type_of(data.dtype), root,
                    state_->comm, &state_->request),
         kKind, "MPI_Ibcast");
