@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <thread>
 #include <vector>
@@ -115,10 +116,12 @@ struct MpiComm::State {
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_Win arrivals = MPI_WIN_NULL;
   std::uint64_t* own_arrival = nullptr;  // this rank's slot in the window (shared with its peers)
-  MPI_Request request = MPI_REQUEST_NULL;
+  std::vector<MPI_Request> requests;     // of the collective in flight (at most 2 per peer)
+  std::vector<MPI_Status> statuses;
   Clock::time_point deadline;
   std::vector<std::byte> scratch;  // grows to the largest reduction seen, then is reused
-  std::vector<int> send_counts, send_offsets, recv_counts, recv_offsets;  // size() each
+  // exchange(): per peer, the block sent to it and the block received from it (elements).
+  std::vector<std::size_t> send_counts, send_offsets, recv_counts, recv_offsets;
 };
 
 MpiComm::MpiComm(const CommOptions& options)
@@ -142,6 +145,8 @@ MpiComm::MpiComm(const CommOptions& options)
         "MPI_Win_lock_all");
   check(MPI_Barrier(state_->comm), Collective::kSetup, "MPI_Barrier");
   const auto ranks = static_cast<std::size_t>(size_);
+  state_->requests.reserve(2 * ranks);
+  state_->statuses.resize(2 * ranks);
   state_->send_counts.resize(ranks);
   state_->send_offsets.resize(ranks);
   state_->recv_counts.resize(ranks);
@@ -169,6 +174,7 @@ void MpiComm::check(int mpi_result, Collective collective, std::string_view call
   throw error;
 }
 
+// Called before begin(): every rank refuses the same call alike, and the communicator stays usable.
 void MpiComm::check_count(std::size_t count, Collective collective) {
   if (count <= static_cast<std::size_t>(INT_MAX)) return;
   throw CommError(rank_, collective,
@@ -191,14 +197,26 @@ void MpiComm::begin(Collective collective) {
 }
 
 void MpiComm::wait(Collective collective) {
-  // Spin on MPI_Test, yielding the core between polls. Open MPI advances a large transfer only
+  // Spin on MPI_Testall, yielding the core between polls. Open MPI advances a large transfer only
   // inside MPI calls (its shared-memory pipeline moves a fragment or so per call), so any sleep
   // between polls caps the bandwidth: a 1 ms backoff made 4 MiB all-gathers 3-4x slower than
   // MPI_Allgather. This is what a blocking MPI call does with mpi_yield_when_idle.
+  auto& requests = state_->requests;
+  const int count = static_cast<int>(requests.size());
   for (;;) {
     int done = 0;
-    check(MPI_Test(&state_->request, &done, MPI_STATUS_IGNORE), collective, "MPI_Test");
-    if (done != 0) return;
+    const int result = MPI_Testall(count, requests.data(), &done, state_->statuses.data());
+    if (result == MPI_ERR_IN_STATUS) {
+      for (int i = 0; i < count; ++i) {
+        const int code = state_->statuses[static_cast<std::size_t>(i)].MPI_ERROR;
+        if (code != MPI_SUCCESS && code != MPI_ERR_PENDING) check(code, collective, "MPI_Testall");
+      }
+    }
+    check(result, collective, "MPI_Testall");
+    if (done != 0) {
+      requests.clear();
+      return;
+    }
     if (Clock::now() >= state_->deadline) fail_timeout(collective);
     std::this_thread::yield();
   }
@@ -259,32 +277,72 @@ void MpiComm::fail_timeout(Collective collective) {
   throw error;
 }
 
+void MpiComm::exchange(Collective collective, int phase, DataType dtype, const std::byte* send_base,
+                       std::byte* recv_base) {
+  const std::size_t element = element_bytes(dtype);
+  const MPI_Datatype type = mpi_type_of(dtype);
+  const int tag = static_cast<int>(collective) * 2 + phase;
+  auto& requests = state_->requests;
+  STRATA_ASSERT(requests.empty());
+  // Receives first, so eager messages land in place instead of in MPI's unexpected queue; peers in
+  // a rotated order so that not every rank sends to rank 0 first.
+  for (int step = 1; step < size_; ++step) {
+    const int peer = (rank_ - step + size_) % size_;
+    const auto index = static_cast<std::size_t>(peer);
+    if (state_->recv_counts[index] == 0) continue;
+    requests.push_back(MPI_REQUEST_NULL);
+    check(MPI_Irecv(recv_base + state_->recv_offsets[index] * element,
+                    static_cast<int>(state_->recv_counts[index]), type, peer, tag, state_->comm,
+                    &requests.back()),
+          collective, "MPI_Irecv");
+  }
+  for (int step = 1; step < size_; ++step) {
+    const int peer = (rank_ + step) % size_;
+    const auto index = static_cast<std::size_t>(peer);
+    if (state_->send_counts[index] == 0) continue;
+    requests.push_back(MPI_REQUEST_NULL);
+    check(MPI_Isend(send_base + state_->send_offsets[index] * element,
+                    static_cast<int>(state_->send_counts[index]), type, peer, tag, state_->comm,
+                    &requests.back()),
+          collective, "MPI_Isend");
+  }
+  const auto own = static_cast<std::size_t>(rank_);
+  const std::byte* own_source = send_base + state_->send_offsets[own] * element;
+  std::byte* own_target = recv_base + state_->recv_offsets[own] * element;
+  if (state_->send_counts[own] != 0 && own_source != own_target) {
+    std::memmove(own_target, own_source, state_->send_counts[own] * element);
+  }
+  wait(collective);
+}
+
 void MpiComm::do_all_gather(ConstBuffer send, MutableBuffer recv) {
   constexpr auto kKind = Collective::kAllGather;
+  check_count(send.count, kKind);
   begin(kKind);
-  check_count(recv.count, kKind);
-  const MPI_Datatype type = mpi_type_of(send.dtype);
-  const int count = static_cast<int>(send.count);
-  auto* own_slot =
-      static_cast<std::byte*>(recv.data) + static_cast<std::size_t>(rank_) * send.bytes();
-  const void* source = send.data == own_slot ? MPI_IN_PLACE : send.data;
-  check(MPI_Iallgather(source, count, type, recv.data, count, type, state_->comm, &state_->request),
-        kKind, "MPI_Iallgather");
-  wait(kKind);
+  for (std::size_t peer = 0; peer < static_cast<std::size_t>(size_); ++peer) {
+    state_->send_counts[peer] = send.count;
+    state_->send_offsets[peer] = 0;
+    state_->recv_counts[peer] = send.count;
+    state_->recv_offsets[peer] = peer * send.count;
+  }
+  exchange(kKind, 0, send.dtype, static_cast<const std::byte*>(send.data),
+           static_cast<std::byte*>(recv.data));
 }
 
 void MpiComm::do_reduce_scatter(ConstBuffer send, MutableBuffer recv, ReduceOp op) {
   constexpr auto kKind = Collective::kReduceScatter;
+  check_count(recv.count, kKind);
   begin(kKind);
-  check_count(send.count, kKind);
-  // Every rank receives block r of every rank (rank order), then reduces them locally.
+  // Every rank receives block r of every rank (row p of the scratch from rank p), then reduces the
+  // rows locally in rank order.
   if (state_->scratch.size() < send.bytes()) state_->scratch.resize(send.bytes());
-  const MPI_Datatype type = mpi_type_of(send.dtype);
-  const int count = static_cast<int>(recv.count);
-  check(MPI_Ialltoall(send.data, count, type, state_->scratch.data(), count, type, state_->comm,
-                      &state_->request),
-        kKind, "MPI_Ialltoall");
-  wait(kKind);
+  for (std::size_t peer = 0; peer < static_cast<std::size_t>(size_); ++peer) {
+    state_->send_counts[peer] = recv.count;
+    state_->send_offsets[peer] = peer * recv.count;
+    state_->recv_counts[peer] = recv.count;
+    state_->recv_offsets[peer] = peer * recv.count;
+  }
+  exchange(kKind, 0, send.dtype, static_cast<const std::byte*>(send.data), state_->scratch.data());
   if (recv.count == 0) return;
   reduce_rows(recv.dtype, op, state_->scratch.data(), recv.bytes(), static_cast<std::size_t>(size_),
               recv.count, static_cast<std::byte*>(recv.data));
@@ -292,47 +350,49 @@ void MpiComm::do_reduce_scatter(ConstBuffer send, MutableBuffer recv, ReduceOp o
 
 void MpiComm::do_all_reduce(MutableBuffer data, ReduceOp op) {
   constexpr auto kKind = Collective::kAllReduce;
+  const Chunk own = chunk_of(data.count, size_, rank_);
+  check_count(chunk_of(data.count, size_, 0).count, kKind);  // rank 0 has the largest chunk
   begin(kKind);
-  check_count(data.count, kKind);
   const std::size_t element = element_bytes(data.dtype);
   const auto ranks = static_cast<std::size_t>(size_);
-  const Chunk own = chunk_of(data.count, size_, rank_);
   if (state_->scratch.size() < ranks * own.count * element) {
     state_->scratch.resize(ranks * own.count * element);
   }
+  auto* bytes = static_cast<std::byte*>(data.data);
+  // Phase 1, reduce-scatter: chunk p of every rank goes to rank p (row q of its scratch from rank
+  // q), which reduces the rows in rank order into its own chunk.
   for (int peer = 0; peer < size_; ++peer) {
     const auto index = static_cast<std::size_t>(peer);
     const Chunk chunk = chunk_of(data.count, size_, peer);
-    state_->send_counts[index] = static_cast<int>(chunk.count);
-    state_->send_offsets[index] = static_cast<int>(chunk.begin);
-    state_->recv_counts[index] = static_cast<int>(own.count);
-    state_->recv_offsets[index] = static_cast<int>(index * own.count);
+    state_->send_counts[index] = chunk.count;
+    state_->send_offsets[index] = chunk.begin;
+    state_->recv_counts[index] = own.count;
+    state_->recv_offsets[index] = index * own.count;
   }
-  const MPI_Datatype type = mpi_type_of(data.dtype);
-  auto* bytes = static_cast<std::byte*>(data.data);
-  // Phase 1: reduce-scatter (chunk r of every rank to rank r, reduced there in rank order).
-  check(MPI_Ialltoallv(bytes, state_->send_counts.data(), state_->send_offsets.data(), type,
-                       state_->scratch.data(), state_->recv_counts.data(),
-                       state_->recv_offsets.data(), type, state_->comm, &state_->request),
-        kKind, "MPI_Ialltoallv");
-  wait(kKind);
+  exchange(kKind, 0, data.dtype, bytes, state_->scratch.data());
   if (own.count != 0) {
     reduce_rows(data.dtype, op, state_->scratch.data(), own.count * element, ranks, own.count,
                 bytes + own.begin * element);
   }
-  // Phase 2: all-gather the reduced chunks in place.
-  check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, bytes, state_->send_counts.data(),
-                        state_->send_offsets.data(), type, state_->comm, &state_->request),
-        kKind, "MPI_Iallgatherv");
-  wait(kKind);
+  // Phase 2, all-gather in place: the own reduced chunk to everyone, chunk p from rank p.
+  for (int peer = 0; peer < size_; ++peer) {
+    const auto index = static_cast<std::size_t>(peer);
+    const Chunk chunk = chunk_of(data.count, size_, peer);
+    state_->send_counts[index] = own.count;
+    state_->send_offsets[index] = own.begin;
+    state_->recv_counts[index] = chunk.count;
+    state_->recv_offsets[index] = chunk.begin;
+  }
+  exchange(kKind, 1, data.dtype, bytes, bytes);
 }
 
 void MpiComm::do_broadcast(MutableBuffer data, int root) {
   constexpr auto kKind = Collective::kBroadcast;
-  begin(kKind);
   check_count(data.count, kKind);
+  begin(kKind);
+  state_->requests.push_back(MPI_REQUEST_NULL);
   check(MPI_Ibcast(data.data, static_cast<int>(data.count), mpi_type_of(data.dtype), root,
-                   state_->comm, &state_->request),
+                   state_->comm, &state_->requests.back()),
         kKind, "MPI_Ibcast");
   wait(kKind);
 }
@@ -340,7 +400,8 @@ void MpiComm::do_broadcast(MutableBuffer data, int root) {
 void MpiComm::do_barrier() {
   constexpr auto kKind = Collective::kBarrier;
   begin(kKind);
-  check(MPI_Ibarrier(state_->comm, &state_->request), kKind, "MPI_Ibarrier");
+  state_->requests.push_back(MPI_REQUEST_NULL);
+  check(MPI_Ibarrier(state_->comm, &state_->requests.back()), kKind, "MPI_Ibarrier");
   wait(kKind);
 }
 

@@ -7,15 +7,15 @@
 //   level is kept.
 // - The communicator duplicates MPI_COMM_WORLD (its own matching space) with MPI_ERRORS_RETURN, so
 //   every MPI failure becomes an MpiError naming the rank, the collective and MPI_Error_string.
-// - Every collective is nonblocking MPI (Iallgather, Ialltoall(v), Iallgatherv, Ibcast, Ibarrier)
-//   polled with MPI_Test, spinning briefly then sleeping with exponential backoff up to 1 ms, until
-//   its deadline (CommOptions::timeout). On timeout it reads, through a one-sided MPI window, which
-//   collective each rank has reached, and throws CommTimeoutError naming the missing ranks.
-// - Reductions never use MPI's reduction operators: reduce_scatter is an Ialltoall followed by a
-// local
-//   reduction of the N blocks in rank order; all_reduce is the same on N chunks followed by an
-//   Iallgatherv. Hence fp32 accumulation, one rounding, rank order: bitwise deterministic, and the
-//   bytes sent equal the ring algorithm's (see CollectiveStats).
+// - Every collective is nonblocking: all-gather, reduce-scatter and all-reduce post one MPI_Irecv
+//   from and one MPI_Isend to every peer at once (exchange()), broadcast and barrier are MPI_Ibcast
+//   and MPI_Ibarrier. The requests are polled with MPI_Testall, yielding the core between polls,
+//   until the deadline (CommOptions::timeout). On timeout it reads, through a one-sided MPI window,
+//   which collective each rank has reached, and throws CommTimeoutError naming the missing ranks.
+// - Reductions never use MPI's reduction operators: reduce_scatter receives block r of every rank
+//   and reduces the N blocks locally in rank order; all_reduce does the same on N chunks, then
+//   all-gathers the reduced chunks. Hence fp32 accumulation, one rounding, rank order: bitwise
+//   deterministic, and each rank sends exactly the ring algorithm's bytes (see CollectiveStats).
 // - After any error the communicator is poisoned (later calls throw) and its destructor frees
 // nothing
 //   collective; the intended reaction is abort_all(), which ends every rank of the job.
@@ -62,6 +62,10 @@ class MpiComm final : public Communicator {
   struct State;  // MPI handles, the arrival window, scratch (keeps <mpi.h> out of this header)
 
   void begin(Collective collective);
+  // Sends block p of send_base to every peer p and receives block p of recv_base from it (the
+  // per-peer counts and offsets in State), all messages in flight at once; the own block is copied.
+  void exchange(Collective collective, int phase, DataType dtype, const std::byte* send_base,
+                std::byte* recv_base);
   void wait(Collective collective);
   [[noreturn]] void fail_timeout(Collective collective);
   void check(int mpi_result, Collective collective, std::string_view call);

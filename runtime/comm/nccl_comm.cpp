@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <span>
 #include <thread>
 
@@ -51,9 +52,11 @@ int local_rank_from_environment() {
   return local_rank != nullptr ? std::atoi(local_rank) : 0;
 }
 
+// NCCL progresses on the device without host calls, so waiting can sleep; the cap bounds the
+// latency a finished collective waits to be noticed.
 void sleep_backoff(std::chrono::microseconds& sleep) {
   std::this_thread::sleep_for(sleep);
-  sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
+  sleep = std::min(sleep * 2, std::chrono::microseconds(100));
 }
 
 }  // namespace
@@ -72,7 +75,10 @@ bool cuda_device_available(std::string* reason) {
 }
 
 NcclComm::NcclComm(Communicator& bootstrap, const NcclCommOptions& options)
-    : options_(options), rank_(bootstrap.rank()), size_(bootstrap.size()) {
+    : options_(options),
+      rank_(bootstrap.rank()),
+      size_(bootstrap.size()),
+      uncaught_at_construction_(std::uncaught_exceptions()) {
   try {
     set_up(bootstrap);
   } catch (...) {
@@ -116,9 +122,12 @@ void NcclComm::release() noexcept {
   cudaSetDevice(device_);
   if (nccl_ != nullptr) {
     // A healthy communicator is finalized (flushing issued work) within the timeout, then
-    // destroyed; a poisoned or stuck one is aborted, which never waits for peers.
+    // destroyed; a poisoned one, or one destroyed while an exception unwinds this rank alone, is
+    // aborted, which never waits for peers.
+    const bool unwinding = std::uncaught_exceptions() > uncaught_at_construction_;
     bool finalized = false;
-    const ncclResult_t finalize = poisoned() ? ncclInvalidUsage : ncclCommFinalize(nccl_);
+    const ncclResult_t finalize =
+        (poisoned() || unwinding) ? ncclInvalidUsage : ncclCommFinalize(nccl_);
     if (finalize == ncclSuccess || finalize == ncclInProgress) {
       const auto deadline = Clock::now() + options_.timeout;
       auto sleep = std::chrono::microseconds(1);

@@ -84,6 +84,7 @@ class NcclComm final : public Communicator {
   void* device_scratch_ = nullptr;  // 64 bytes: scalar helpers and barrier
   Collective last_issued_ = Collective::kSetup;
   std::string first_error_;
+  int uncaught_at_construction_ = 0;
 };
 
 }  // namespace strata::runtime::comm

@@ -6,6 +6,9 @@
 //   end
 //            (mpirun exits non-zero) although ranks 0, 2, ... wait in a collective rank 1 never
 //            joins.
+//   mismatch rank 1 calls barrier where the others call all_reduce: every rank must time out with
+//   an
+//            error that names the other side's collective (called in different orders).
 //   mpi-error  the ranks broadcast different lengths (root 100 elements, the others 10): the
 //            receivers must get an MpiError naming broadcast and carrying MPI's error text.
 //   hang     rank 1 stops without an error (sleeps outside MPI): the others time out and
@@ -67,6 +70,26 @@ int run_timeout(MpiComm& comm) {
   return 0;
 }
 
+int run_mismatch(MpiComm& comm) {
+  try {
+    if (comm.rank() == 1) {
+      comm.barrier();
+    } else {
+      std::vector<float> values(64, 1.0f);
+      comm.all_reduce(std::span<float>(values), ReduceOp::kSum);
+    }
+    return fail(comm.rank(), "mismatched collectives completed");
+  } catch (const CommTimeoutError& error) {
+    std::fprintf(stderr, "[rank %d] got the expected error: %s\n", comm.rank(), error.what());
+    const char* expected = comm.rank() == 1 ? "is in all_reduce #1" : "rank 1 is in barrier #1";
+    if (std::strstr(error.what(), expected) == nullptr ||
+        std::strstr(error.what(), "different orders") == nullptr) {
+      return fail(comm.rank(), std::string("message lacks '") + expected + "'");
+    }
+    return 0;
+  }
+}
+
 int run_mpi_error(MpiComm& comm) {
   std::vector<float> data(comm.rank() == 0 ? 100 : 10, 1.0f);
   try {
@@ -110,8 +133,10 @@ int main(int argc, char** argv) {
   // would wait in MPI_Win_free for ranks that no longer call it); MPI_Finalize cleans up.
   auto* comm = new MpiComm(CommOptions{kTimeout});
   try {
-    if (mode == "timeout" || mode == "mpi-error") {
-      int failures = mode == "timeout" ? run_timeout(*comm) : run_mpi_error(*comm);
+    if (mode == "timeout" || mode == "mismatch" || mode == "mpi-error") {
+      const int failures = mode == "timeout"    ? run_timeout(*comm)
+                           : mode == "mismatch" ? run_mismatch(*comm)
+                                                : run_mpi_error(*comm);
       int total = 0;
       MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
       if (comm->rank() == 0) {
@@ -124,7 +149,8 @@ int main(int argc, char** argv) {
     else if (mode == "hang")
       run_hang(*comm);
     else
-      return fail(comm->rank(), "usage: strata_comm_fault_program timeout|mpi-error|throw|hang");
+      return fail(comm->rank(),
+                  "usage: strata_comm_fault_program timeout|mismatch|mpi-error|throw|hang");
   } catch (const std::exception& error) {
     abort_all(error.what(), 3);
   }

@@ -202,6 +202,28 @@ TEST(MpiCommTest, Bf16AllReduceIsBitwiseIdenticalOnEveryRank) {
   for (std::size_t i = 0; i < everyone.size(); ++i) ASSERT_EQ(everyone[i], data[i % count]) << i;
 }
 
+TEST(MpiCommTest, LargeBuffersTakeTheRendezvousPath) {
+  // 1.2 MB per rank: far past Open MPI's eager limit, so every message is a rendezvous transfer.
+  MpiComm& comm = world();
+  const std::size_t count = 300007;
+  std::vector<float> data(count);
+  for (std::size_t i = 0; i < count; ++i) data[i] = element<float>(comm.rank(), i, 7);
+  comm.all_reduce(std::span<float>(data), ReduceOp::kSum);
+  for (std::size_t i = 0; i < count; ++i) {
+    ASSERT_EQ(
+        std::bit_cast<std::uint32_t>(data[i]),
+        std::bit_cast<std::uint32_t>(expected_reduction<float>(i, 7, ReduceOp::kSum, comm.size())))
+        << i;
+  }
+  std::vector<BFloat16> gathered(count * static_cast<std::size_t>(comm.size()));
+  std::vector<BFloat16> shard(count);
+  for (std::size_t i = 0; i < count; ++i) shard[i] = element<BFloat16>(comm.rank(), i, 8);
+  comm.all_gather(std::span<const BFloat16>(shard), std::span<BFloat16>(gathered));
+  for (std::size_t i = 0; i < gathered.size(); ++i) {
+    ASSERT_EQ(gathered[i], element<BFloat16>(static_cast<int>(i / count), i % count, 8)) << i;
+  }
+}
+
 TEST(MpiCommTest, ScalarHelpers) {
   MpiComm& comm = world();
   const auto ranks = static_cast<std::uint64_t>(comm.size());
