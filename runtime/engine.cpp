@@ -645,6 +645,10 @@ StepStats Engine::step() {
   return stats;
 }
 
+void Engine::set_optimizer_compute(EngineOptions::OptimizerCompute compute) {
+  state_->options.optimizer_compute = compute;
+}
+
 std::vector<float> Engine::master_shard(UnitId unit) {
   return state_shard(unit, "master");
 }

@@ -63,14 +63,15 @@ struct TierTraffic {
 };
 
 struct StepStats {
-  std::uint64_t step = 0;        // the step just taken (1-based); unchanged when skipped
-  double grad_norm = 0;          // global L2 norm of the (unscaled) gradients
-  bool skipped = false;          // non-finite gradients: no update (fp16 overflow)
-  double loss_scale = 1;         // the loss scale in force for the next step
-  TierTraffic nvme;              // since the previous step
-  double io_wait_s = 0;          // time blocked on NVMe during the optimizer step and gathers
-  double adam_s = 0;             // time in the CPU optimizer
-  double step_s = 0;             // wall time of step()
+  std::uint64_t step = 0;    // the step just taken (1-based); unchanged when skipped
+  double grad_norm = 0;      // global L2 norm of the (unscaled) gradients
+  bool skipped = false;      // non-finite gradients: no update (fp16 overflow)
+  double loss_scale = 1;     // the loss scale in force for the next step
+  TierTraffic nvme;          // since the previous step (the backward's gradient writes included)
+  TierTraffic nvme_in_step;  // within step() alone
+  double io_wait_s = 0;      // time blocked on NVMe during the optimizer step and gathers
+  double adam_s = 0;         // time in the CPU optimizer
+  double step_s = 0;         // wall time of step()
   std::uint64_t comm_bytes = 0;  // payload bytes of collectives since the previous step
 };
 
@@ -117,6 +118,8 @@ class Engine {
   // summed in fp32 over the micro-batches of the step.
   void reduce_grads(UnitId unit, std::span<const float> full_grads);
   StepStats step();
+  // Benchmarks only: switch the optimizer's arithmetic off (kSkip) or on between steps.
+  void set_optimizer_compute(EngineOptions::OptimizerCompute compute);
 
   // This rank's fp32 master shard of `unit` (real elements only), read from wherever it lives.
   std::vector<float> master_shard(UnitId unit);

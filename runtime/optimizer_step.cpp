@@ -39,6 +39,8 @@ struct WorkItem {
 void EngineState::optimizer_step(StepStats& stats) {
   const auto step_start = std::chrono::steady_clock::now();
   const double io_wait_at_start = io_wait_s;
+  const std::uint64_t read_at_start = store ? store->bytes_read() : 0;
+  const std::uint64_t written_at_start = store ? store->bytes_written() : 0;
   residency->end_iteration();  // the gathers so far are one iteration of the schedule
 
   // 1. Global norm: this rank's sum of squares, then every rank's, added in rank order.
@@ -196,6 +198,8 @@ void EngineState::optimizer_step(StepStats& stats) {
   if (store) {
     stats.nvme.read_bytes = store->bytes_read() - nvme_read_mark;
     stats.nvme.written_bytes = store->bytes_written() - nvme_written_mark;
+    stats.nvme_in_step.read_bytes = store->bytes_read() - read_at_start;
+    stats.nvme_in_step.written_bytes = store->bytes_written() - written_at_start;
     nvme_read_mark = store->bytes_read();
     nvme_written_mark = store->bytes_written();
   }
