@@ -81,8 +81,10 @@ int main(int argc, char** argv) {
       "model: {} layers, d_model {}, heads {}, seq_len {}, vocab {}, micro_batch {}, {} head\n",
       model_config.layers, model_config.d_model, model_config.heads, model_config.seq_len,
       model_config.vocab, model_config.micro_batch, model_config.tied_head ? "tied" : "untied");
-  fmt::print("parameters: {:.2f} M, tokens per step: {}, OpenBLAS threads: {}\n",
-             static_cast<double>(model.parameter_count()) / 1e6, rows, strata::gpt::blas_threads());
+  fmt::print(
+      "parameters: {:.2f} M, tokens per step: {}, activations: {:.0f} MiB, OpenBLAS threads: {}\n",
+      static_cast<double>(model.parameter_count()) / 1e6, rows,
+      static_cast<double>(model.activation_bytes()) / (1 << 20), strata::gpt::blas_threads());
 
   strata::gpt::forward_backward(model, params, grads, tokens);  // warm-up: page in activations
   double forward_best = 1e30;

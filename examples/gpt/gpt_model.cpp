@@ -82,6 +82,26 @@ std::size_t GptModel::batch_tokens() const {
   return std::size_t{config_.micro_batch} * (config_.seq_len + 1);
 }
 
+std::size_t GptModel::activation_bytes() const {
+  std::size_t floats = 0;
+  for (const std::vector<float>& stream : resid_) {
+    floats += stream.size();
+  }
+  for (const BlockActivations& a : blocks_) {
+    for (const std::vector<float>* v :
+         {&a.ln1_out, &a.ln1_mean, &a.ln1_rstd, &a.qkv, &a.prob, &a.att_out, &a.resid_mid,
+          &a.ln2_out, &a.ln2_mean, &a.ln2_rstd, &a.fc_pre, &a.fc_tanh, &a.fc_act}) {
+      floats += v->size();
+    }
+  }
+  for (const std::vector<float>* v :
+       {&lnf_out_, &lnf_mean_, &lnf_rstd_, &logits_, &dlogits_, &d_resid_, &d_norm_, &d_att_,
+        &d_qkv_, &d_fc_, &attention_scratch_, &tied_wte_grad_}) {
+    floats += v->size();
+  }
+  return floats * sizeof(float) + (inputs_.size() + targets_.size()) * sizeof(std::int32_t);
+}
+
 std::span<const float> GptModel::logits() const {
   return std::span<const float>(logits_).first(rows_ * config_.vocab);
 }

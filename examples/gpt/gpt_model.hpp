@@ -52,6 +52,8 @@ class GptModel {
   std::size_t parameter_count() const;
   // Tokens one micro-batch holds: micro_batch sequences of seq_len + 1 (inputs, shifted targets).
   std::size_t batch_tokens() const;
+  // Host bytes of the activations and backward scratch the model holds (allocated up front).
+  std::size_t activation_bytes() const;
 
   // Starts a step on `tokens`: 1 .. micro_batch sequences of seq_len + 1 tokens each. Throws
   // std::out_of_range naming the position of a token outside [0, vocab).

@@ -2,6 +2,9 @@
 
 #include <cblas.h>
 
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+
 #include <algorithm>
 #include <cmath>
 #include <xsimd/xsimd.hpp>
@@ -33,6 +36,39 @@ void column_sums(const float* m, std::size_t rows, std::size_t cols, float* out)
     }
   }
 }
+
+// Runs body(begin, end) over [0, count) in chunks of at least `grain` on the current oneTBB
+// arena. Chunks write disjoint outputs, so results do not depend on how the range is split.
+template <typename Body>
+void parallel_chunks(std::size_t count, std::size_t grain, const Body& body) {
+  tbb::parallel_for(
+      tbb::blocked_range<std::size_t>(0, count, grain),
+      [&](const tbb::blocked_range<std::size_t>& range) { body(range.begin(), range.end()); });
+}
+
+// Attention runs one small product per (sequence, head): too small for OpenBLAS's threads, whose
+// hand-off would cost more than the product. They run single-threaded, heads in parallel on
+// oneTBB; every head's arithmetic is then the same whatever the thread count.
+class SingleThreadedBlas {
+ public:
+  SingleThreadedBlas() : saved_threads_(openblas_get_num_threads()) {
+    if (saved_threads_ > 1) {
+      openblas_set_num_threads(1);
+    }
+  }
+  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
+  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
+  ~SingleThreadedBlas() {
+    if (saved_threads_ > 1) {
+      openblas_set_num_threads(saved_threads_);
+    }
+  }
+
+ private:
+  int saved_threads_;
+};
+
+constexpr std::size_t kRowGrain = 16;
 
 }  // namespace
 
@@ -67,57 +103,70 @@ void linear_backward(const float* dout, const float* x, const float* w, float* d
 void layernorm_forward(const float* x, const float* weight, const float* bias, float* out,
                        float* mean, float* rstd, std::size_t rows, std::size_t dim) {
   const float inv_dim = 1.0f / static_cast<float>(dim);
-  for (std::size_t r = 0; r < rows; ++r) {
-    const float* row = x + r * dim;
-    float sum = 0.0f;
-    for (std::size_t i = 0; i < dim; ++i) {
-      sum += row[i];
+  parallel_chunks(rows, kRowGrain, [&](std::size_t row_begin, std::size_t row_end) {
+    for (std::size_t r = row_begin; r < row_end; ++r) {
+      const float* row = x + r * dim;
+      float sum = 0.0f;
+      for (std::size_t i = 0; i < dim; ++i) {
+        sum += row[i];
+      }
+      const float mu = sum * inv_dim;
+      float sum_sq = 0.0f;
+      for (std::size_t i = 0; i < dim; ++i) {
+        const float centred = row[i] - mu;
+        sum_sq += centred * centred;
+      }
+      const float s = 1.0f / std::sqrt(sum_sq * inv_dim + kLayerNormEps);
+      float* out_row = out + r * dim;
+      for (std::size_t i = 0; i < dim; ++i) {
+        out_row[i] = (row[i] - mu) * s * weight[i] + bias[i];
+      }
+      mean[r] = mu;
+      rstd[r] = s;
     }
-    const float mu = sum * inv_dim;
-    float sum_sq = 0.0f;
-    for (std::size_t i = 0; i < dim; ++i) {
-      const float centred = row[i] - mu;
-      sum_sq += centred * centred;
-    }
-    const float s = 1.0f / std::sqrt(sum_sq * inv_dim + kLayerNormEps);
-    float* out_row = out + r * dim;
-    for (std::size_t i = 0; i < dim; ++i) {
-      out_row[i] = (row[i] - mu) * s * weight[i] + bias[i];
-    }
-    mean[r] = mu;
-    rstd[r] = s;
-  }
+  });
 }
 
 void layernorm_backward(const float* dout, const float* x, const float* mean, const float* rstd,
                         const float* weight, float* dx, float* dweight, float* dbias,
                         std::size_t rows, std::size_t dim) {
+  const float inv_dim = 1.0f / static_cast<float>(dim);
+  parallel_chunks(rows, kRowGrain, [&](std::size_t row_begin, std::size_t row_end) {
+    for (std::size_t r = row_begin; r < row_end; ++r) {
+      const float* row = x + r * dim;
+      const float* dout_row = dout + r * dim;
+      const float mu = mean[r];
+      const float s = rstd[r];
+      // dx = s·(dxhat - mean(dxhat) - xhat·mean(dxhat·xhat)), dxhat = dout·weight.
+      float sum_dxhat = 0.0f;
+      float sum_dxhat_xhat = 0.0f;
+      for (std::size_t i = 0; i < dim; ++i) {
+        const float xhat = (row[i] - mu) * s;
+        const float dxhat = dout_row[i] * weight[i];
+        sum_dxhat += dxhat;
+        sum_dxhat_xhat += dxhat * xhat;
+      }
+      const float mean_dxhat = sum_dxhat * inv_dim;
+      const float mean_dxhat_xhat = sum_dxhat_xhat * inv_dim;
+      float* dx_row = dx + r * dim;
+      for (std::size_t i = 0; i < dim; ++i) {
+        const float xhat = (row[i] - mu) * s;
+        const float dxhat = dout_row[i] * weight[i];
+        dx_row[i] += s * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
+      }
+    }
+  });
+  // Sums over rows: one thread, rows in order, so the bits never depend on the thread count.
   std::fill(dweight, dweight + dim, 0.0f);
   std::fill(dbias, dbias + dim, 0.0f);
-  const float inv_dim = 1.0f / static_cast<float>(dim);
   for (std::size_t r = 0; r < rows; ++r) {
     const float* row = x + r * dim;
     const float* dout_row = dout + r * dim;
     const float mu = mean[r];
     const float s = rstd[r];
-    // dx = s·(dxhat - mean(dxhat) - xhat·mean(dxhat·xhat)), dxhat = dout·weight.
-    float sum_dxhat = 0.0f;
-    float sum_dxhat_xhat = 0.0f;
     for (std::size_t i = 0; i < dim; ++i) {
-      const float xhat = (row[i] - mu) * s;
-      const float dxhat = dout_row[i] * weight[i];
-      sum_dxhat += dxhat;
-      sum_dxhat_xhat += dxhat * xhat;
-      dweight[i] += dout_row[i] * xhat;
+      dweight[i] += dout_row[i] * ((row[i] - mu) * s);
       dbias[i] += dout_row[i];
-    }
-    const float mean_dxhat = sum_dxhat * inv_dim;
-    const float mean_dxhat_xhat = sum_dxhat_xhat * inv_dim;
-    float* dx_row = dx + r * dim;
-    for (std::size_t i = 0; i < dim; ++i) {
-      const float xhat = (row[i] - mu) * s;
-      const float dxhat = dout_row[i] * weight[i];
-      dx_row[i] += s * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
     }
   }
 }
@@ -125,31 +174,39 @@ void layernorm_backward(const float* dout, const float* x, const float* mean, co
 void gelu_forward(const float* x, float* out, float* tanh_out, std::size_t count) {
   using Batch = xsimd::batch<float>;
   constexpr std::size_t kLanes = Batch::size;
-  const std::size_t vector_end = count - count % kLanes;
-  for (std::size_t i = 0; i < vector_end; i += kLanes) {
-    const Batch v = Batch::load_unaligned(x + i);
-    const Batch t = xsimd::tanh(kSqrtTwoOverPi * (v + kGeluCoeff * v * v * v));
-    t.store_unaligned(tanh_out + i);
-    (0.5f * v * (1.0f + t)).store_unaligned(out + i);
-  }
-  for (std::size_t i = vector_end; i < count; ++i) {
-    const float v = x[i];
-    const float t = std::tanh(kSqrtTwoOverPi * (v + kGeluCoeff * v * v * v));
-    tanh_out[i] = t;
-    out[i] = 0.5f * v * (1.0f + t);
-  }
+  constexpr std::size_t kChunk = 4096;  // elements per task, a multiple of every lane count
+  parallel_chunks((count + kChunk - 1) / kChunk, 1,
+                  [&](std::size_t chunk_begin, std::size_t chunk_end) {
+                    const std::size_t begin = chunk_begin * kChunk;
+                    const std::size_t end = std::min(count, chunk_end * kChunk);
+                    const std::size_t vector_end = begin + (end - begin) / kLanes * kLanes;
+                    for (std::size_t i = begin; i < vector_end; i += kLanes) {
+                      const Batch v = Batch::load_unaligned(x + i);
+                      const Batch t = xsimd::tanh(kSqrtTwoOverPi * (v + kGeluCoeff * v * v * v));
+                      t.store_unaligned(tanh_out + i);
+                      (0.5f * v * (1.0f + t)).store_unaligned(out + i);
+                    }
+                    for (std::size_t i = vector_end; i < end; ++i) {
+                      const float v = x[i];
+                      const float t = std::tanh(kSqrtTwoOverPi * (v + kGeluCoeff * v * v * v));
+                      tanh_out[i] = t;
+                      out[i] = 0.5f * v * (1.0f + t);
+                    }
+                  });
 }
 
 void gelu_backward(const float* dout, const float* x, const float* tanh_in, float* dx,
                    std::size_t count) {
   // d/dx 0.5·x·(1 + t), t = tanh(c·(x + a·x³)): 0.5·(1 + t) + 0.5·x·(1 - t²)·c·(1 + 3a·x²).
-  for (std::size_t i = 0; i < count; ++i) {
-    const float v = x[i];
-    const float t = tanh_in[i];
-    const float local = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kSqrtTwoOverPi *
-                                                (1.0f + 3.0f * kGeluCoeff * v * v);
-    dx[i] = dout[i] * local;
-  }
+  parallel_chunks(count, 4096, [&](std::size_t begin, std::size_t end) {
+    for (std::size_t i = begin; i < end; ++i) {
+      const float v = x[i];
+      const float t = tanh_in[i];
+      const float local = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kSqrtTwoOverPi *
+                                                  (1.0f + 3.0f * kGeluCoeff * v * v);
+      dx[i] = dout[i] * local;
+    }
+  });
 }
 
 std::size_t attention_scratch_floats(const AttentionShape& shape) {
@@ -162,8 +219,11 @@ void attention_forward(const AttentionShape& shape, const float* qkv, float* pro
   const std::size_t head_dim = dim / shape.heads;
   const std::size_t qkv_stride = 3 * dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  for (std::size_t b = 0; b < shape.batch; ++b) {
-    for (std::size_t h = 0; h < shape.heads; ++h) {
+  const SingleThreadedBlas single_threaded;
+  parallel_chunks(shape.batch * shape.heads, 1, [&](std::size_t pair_begin, std::size_t pair_end) {
+    for (std::size_t pair = pair_begin; pair < pair_end; ++pair) {
+      const std::size_t b = pair / shape.heads;
+      const std::size_t h = pair % shape.heads;
       const float* q = qkv + b * seq * qkv_stride + h * head_dim;
       const float* k = q + dim;
       const float* v = q + 2 * dim;
@@ -187,7 +247,7 @@ void attention_forward(const AttentionShape& shape, const float* qkv, float* pro
       gemm(Transpose::kNo, Transpose::kNo, seq, head_dim, seq, 1.0f, p, seq, v, qkv_stride, 0.0f,
            out + b * seq * dim + h * head_dim, dim);
     }
-  }
+  });
 }
 
 void attention_backward(const AttentionShape& shape, const float* dout, const float* qkv,
@@ -197,8 +257,11 @@ void attention_backward(const AttentionShape& shape, const float* dout, const fl
   const std::size_t head_dim = dim / shape.heads;
   const std::size_t qkv_stride = 3 * dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  for (std::size_t b = 0; b < shape.batch; ++b) {
-    for (std::size_t h = 0; h < shape.heads; ++h) {
+  const SingleThreadedBlas single_threaded;
+  parallel_chunks(shape.batch * shape.heads, 1, [&](std::size_t pair_begin, std::size_t pair_end) {
+    for (std::size_t pair = pair_begin; pair < pair_end; ++pair) {
+      const std::size_t b = pair / shape.heads;
+      const std::size_t h = pair % shape.heads;
       const std::size_t qkv_offset = b * seq * qkv_stride + h * head_dim;
       const float* q = qkv + qkv_offset;
       const float* k = q + dim;
@@ -233,7 +296,7 @@ void attention_backward(const AttentionShape& shape, const float* dout, const fl
       gemm(Transpose::kYes, Transpose::kNo, seq, head_dim, seq, scale, ds, seq, q, qkv_stride, 0.0f,
            dk, qkv_stride);
     }
-  }
+  });
 }
 
 double cross_entropy(const float* logits, const std::int32_t* targets, float* dlogits,
