@@ -69,9 +69,11 @@ TEST_P(GptGradientTest, MatchesCentralDifferencesOnEveryTensor) {
   forward_backward(model, params, grads, tokens);
 
   // fp32 forward: the loss (~3.5) carries rounding noise of a few 1e-7, which a step of
-  // h = 1e-2 turns into ~1e-5 of noise in (L(p+h) - L(p-h)) / 2h; the truncation error is
-  // h²/6·L''' ~ 1e-5 for these O(1) activations. So: |fd - analytic| <= 2e-4 + 2e-2·|analytic|.
-  constexpr float kStep = 1e-2f;
+  // h = 5e-3 turns into a few 1e-5 in (L(p+h) - L(p-h)) / 2h; the truncation error h^2/6 L'''
+  // is of the same order for these O(1) activations (at h = 2e-2 it dominates: wpe reaches
+  // 5e-4). Measured with this seed: worst |fd - analytic| = 4e-5, 0.18 of the bound
+  // |fd - analytic| <= 2e-4 + 2e-2 |analytic|.
+  constexpr float kStep = 5e-3f;
   constexpr double kAbsoluteTolerance = 2e-4;
   constexpr double kRelativeTolerance = 2e-2;
   constexpr std::size_t kSamplesPerTensor = 6;
