@@ -140,6 +140,20 @@ void initialize_tensor(const TensorSpec& spec, std::uint64_t seed, std::span<flo
   }
 }
 
+void initialize_unit_range(const UnitSpec& unit, std::uint64_t seed, std::span<float> values,
+                           std::size_t first_element) {
+  STRATA_ASSERT(first_element + values.size() <= unit.numel);
+  const std::size_t range_end = first_element + values.size();
+  for (const TensorSpec& tensor : unit.tensors) {
+    const std::size_t begin = std::max(first_element, tensor.offset);
+    const std::size_t end = std::min(range_end, tensor.offset + tensor.numel());
+    if (begin < end) {
+      initialize_tensor(tensor, seed, values.subspan(begin - first_element, end - begin),
+                        begin - tensor.offset);
+    }
+  }
+}
+
 std::vector<std::span<const float>> split_unit(const UnitSpec& unit, std::span<const float> flat) {
   STRATA_ASSERT(flat.size() == unit.numel);
   std::vector<std::span<const float>> views;

@@ -74,6 +74,12 @@ std::vector<UnitSpec> gpt_units(const runtime::ModelConfig& config);
 void initialize_tensor(const TensorSpec& spec, std::uint64_t seed, std::span<float> values,
                        std::size_t first_element = 0);
 
+// Fills `values` = elements [first_element, first_element + values.size()) of the unit's flat
+// buffer, whichever tensors that range crosses: what a ZeRO-3 rank initialising only its shard of
+// the unit calls. The bits equal those of initialising the whole unit.
+void initialize_unit_range(const UnitSpec& unit, std::uint64_t seed, std::span<float> values,
+                           std::size_t first_element);
+
 // Splits a unit's flat buffer into one span per tensor, in spec order.
 std::vector<std::span<const float>> split_unit(const UnitSpec& unit, std::span<const float> flat);
 std::vector<std::span<float>> split_unit(const UnitSpec& unit, std::span<float> flat);

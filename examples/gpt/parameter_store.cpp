@@ -16,10 +16,7 @@ ParameterStore::ParameterStore(std::vector<UnitSpec> units) : units_(std::move(u
 ParameterStore ParameterStore::initialized(std::vector<UnitSpec> units, std::uint64_t seed) {
   ParameterStore store(std::move(units));
   for (std::size_t u = 0; u < store.units_.size(); ++u) {
-    const std::vector<std::span<float>> tensors = store.mutable_views(u);
-    for (std::size_t t = 0; t < tensors.size(); ++t) {
-      initialize_tensor(store.units_[u].tensors[t], seed, tensors[t]);
-    }
+    initialize_unit_range(store.units_[u], seed, store.values_[u], 0);
   }
   return store;
 }

@@ -242,31 +242,37 @@ void SafetensorsFile::read_fp32(const SafetensorsEntry& entry, std::span<float> 
   }
 }
 
-void save_safetensors(const std::filesystem::path& path, const ParameterStore& params,
-                      runtime::DType dtype, const std::map<std::string, std::string>& metadata) {
+void save_safetensors(const std::filesystem::path& path, const std::vector<UnitSpec>& units,
+                      const UnitReader& read_unit, runtime::DType dtype,
+                      const std::map<std::string, std::string>& metadata) {
   const std::size_t element_bytes = runtime::dtype_bytes(dtype);
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) {
     header[kMetadataKey] = metadata;
   }
-  std::vector<std::uint8_t> data(params.parameter_count() * element_bytes);
+  std::size_t total_elements = 0;
+  for (const UnitSpec& unit : units) {
+    total_elements += unit.numel;
+  }
+  std::vector<std::uint8_t> data(total_elements * element_bytes);
   std::size_t offset = 0;
-  for (std::size_t u = 0; u < params.units().size(); ++u) {
-    const std::vector<std::span<const float>> tensors = params.views(u);
-    for (std::size_t t = 0; t < tensors.size(); ++t) {
-      const TensorSpec& spec = params.units()[u].tensors[t];
-      const std::size_t bytes = tensors[t].size() * element_bytes;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    const std::span<const float> flat = read_unit(u);
+    STRATA_ASSERT(flat.size() == units[u].numel, "unit buffer of the wrong size");
+    for (const TensorSpec& spec : units[u].tensors) {
+      const std::span<const float> values = flat.subspan(spec.offset, spec.numel());
+      const std::size_t bytes = values.size() * element_bytes;
       header[spec.name] = {{"dtype", dtype_name(dtype)},
                            {"shape", spec.shape},
                            {"data_offsets", {offset, offset + bytes}}};
       std::uint8_t* out = data.data() + offset;
       if (dtype == runtime::DType::kFp32) {
-        std::memcpy(out, tensors[t].data(), bytes);
+        std::memcpy(out, values.data(), bytes);
       } else {
-        for (std::size_t i = 0; i < tensors[t].size(); ++i) {
+        for (std::size_t i = 0; i < values.size(); ++i) {
           const std::uint16_t half = dtype == runtime::DType::kBf16
-                                         ? detail::float_to_bf16(tensors[t][i])
-                                         : detail::float_to_fp16(tensors[t][i]);
+                                         ? detail::float_to_bf16(values[i])
+                                         : detail::float_to_fp16(values[i]);
           std::memcpy(out + 2 * i, &half, 2);
         }
       }
@@ -288,11 +294,18 @@ void save_safetensors(const std::filesystem::path& path, const ParameterStore& p
   write_file_atomically(path, chunks);
 }
 
-void load_safetensors(const std::filesystem::path& path, ParameterStore& params) {
+void save_safetensors(const std::filesystem::path& path, const ParameterStore& params,
+                      runtime::DType dtype, const std::map<std::string, std::string>& metadata) {
+  save_safetensors(
+      path, params.units(), [&](std::size_t index) { return params.unit(index); }, dtype, metadata);
+}
+
+void load_safetensors(const std::filesystem::path& path, const std::vector<UnitSpec>& units,
+                      const UnitWriter& write_unit) {
   const SafetensorsFile file = SafetensorsFile::read(path);
-  // Check everything before touching `params`.
+  // Check everything before handing out any unit.
   std::size_t expected_tensors = 0;
-  for (const UnitSpec& unit : params.units()) {
+  for (const UnitSpec& unit : units) {
     for (const TensorSpec& spec : unit.tensors) {
       ++expected_tensors;
       const SafetensorsEntry* entry = file.find(spec.name);
@@ -309,17 +322,30 @@ void load_safetensors(const std::filesystem::path& path, ParameterStore& params)
   }
   if (file.entries().size() != expected_tensors) {
     for (const SafetensorsEntry& entry : file.entries()) {
-      if (params.find_spec(entry.name) == nullptr) {
+      const bool known = std::any_of(units.begin(), units.end(), [&](const UnitSpec& unit) {
+        return std::any_of(unit.tensors.begin(), unit.tensors.end(),
+                           [&](const TensorSpec& spec) { return spec.name == entry.name; });
+      });
+      if (!known) {
         throw SafetensorsError(file.file_name(), entry.name, "not a parameter of the model");
       }
     }
   }
-  for (std::size_t u = 0; u < params.units().size(); ++u) {
-    const std::vector<std::span<float>> tensors = params.mutable_views(u);
-    for (std::size_t t = 0; t < tensors.size(); ++t) {
-      file.read_fp32(*file.find(params.units()[u].tensors[t].name), tensors[t]);
+  std::vector<float> flat;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    flat.resize(units[u].numel);
+    for (const TensorSpec& spec : units[u].tensors) {
+      file.read_fp32(*file.find(spec.name),
+                     std::span<float>(flat).subspan(spec.offset, spec.numel()));
     }
+    write_unit(u, flat);
   }
+}
+
+void load_safetensors(const std::filesystem::path& path, ParameterStore& params) {
+  load_safetensors(path, params.units(), [&](std::size_t index, std::span<const float> values) {
+    std::copy(values.begin(), values.end(), params.unit(index).begin());
+  });
 }
 
 }  // namespace strata::gpt

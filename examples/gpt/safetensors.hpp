@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <span>
 #include <stdexcept>
@@ -65,7 +66,16 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-// Writes every tensor of `params` as `dtype`, in unit order, atomically (temporary + rename).
+// Reads unit `index`'s flat fp32 buffer (UnitSpec::numel elements) for the writer: lets a holder
+// that is not a ParameterStore (the Engine, gathering unit by unit) export a checkpoint.
+using UnitReader = std::function<std::span<const float>(std::size_t index)>;
+// Receives unit `index`'s flat fp32 buffer from the loader, once the whole file has checked out.
+using UnitWriter = std::function<void(std::size_t index, std::span<const float> values)>;
+
+// Writes every tensor of `units` as `dtype`, in unit order, atomically (temporary + rename).
+void save_safetensors(const std::filesystem::path& path, const std::vector<UnitSpec>& units,
+                      const UnitReader& read_unit, runtime::DType dtype,
+                      const std::map<std::string, std::string>& metadata = {});
 void save_safetensors(const std::filesystem::path& path, const ParameterStore& params,
                       runtime::DType dtype,
                       const std::map<std::string, std::string>& metadata = {});
@@ -74,5 +84,8 @@ void save_safetensors(const std::filesystem::path& path, const ParameterStore& p
 // shape that differs from the model's, or a tensor in the file the model does not have (e.g.
 // lm_head.weight for a tied model) is a SafetensorsError. `params` is untouched on error.
 void load_safetensors(const std::filesystem::path& path, ParameterStore& params);
+// The same checks against `units`; then write_unit(u, values) for every unit in order.
+void load_safetensors(const std::filesystem::path& path, const std::vector<UnitSpec>& units,
+                      const UnitWriter& write_unit);
 
 }  // namespace strata::gpt

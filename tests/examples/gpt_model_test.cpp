@@ -89,6 +89,14 @@ TEST(GptInit, FollowsGpt2AndSlicesAgreeWithTheWhole) {
   for (std::size_t i = 0; i < slice.size(); ++i) {
     ASSERT_EQ(slice[i], whole[100 + i]);
   }
+  // A shard of a unit's flat buffer that crosses tensor boundaries (ln_1 | c_attn | ...).
+  const UnitSpec& block = params.units()[1];
+  std::vector<float> shard(block.numel / 3);
+  const std::size_t shard_begin = 40;
+  initialize_unit_range(block, 99, shard, shard_begin);
+  for (std::size_t i = 0; i < shard.size(); ++i) {
+    ASSERT_EQ(shard[i], params.unit(1)[shard_begin + i]) << "element " << shard_begin + i;
+  }
 }
 
 TEST(GptModel, RejectsImpossibleShapesAndTokensOutsideTheVocabulary) {
