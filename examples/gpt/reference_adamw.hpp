@@ -1,0 +1,36 @@
+// ReferenceAdamW: a plain scalar AdamW over a ParameterStore, for tests and for comparing the
+// Engine's optimizer pipeline against. Decoupled weight decay applies to matrices and embeddings
+// (tensors of rank >= 2), never to biases and LayerNorm gains, as GPT-2 training does.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "examples/gpt/parameter_store.hpp"
+
+namespace strata::gpt {
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;  // global L2 norm; 0 disables
+};
+
+class ReferenceAdamW {
+ public:
+  ReferenceAdamW(const ParameterStore& params, AdamWOptions options);
+  // One step: clips `grads` by the global norm (in place), then updates `params`. Returns the
+  // global gradient norm before clipping.
+  double step(ParameterStore& params, ParameterStore& grads);
+  std::uint64_t steps() const { return steps_; }
+
+ private:
+  AdamWOptions options_;
+  std::uint64_t steps_ = 0;
+  std::vector<std::vector<float>> exp_avg_, exp_avg_sq_;  // per unit, flat
+};
+
+}  // namespace strata::gpt

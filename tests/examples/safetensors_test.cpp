@@ -1,0 +1,279 @@
+// Proves safetensors export/load round-trips bit-exactly (F32) or to the rounded value (BF16,
+// F16), and that every kind of malformed file is a SafetensorsError naming file and tensor.
+#include "examples/gpt/safetensors.hpp"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "examples/gpt/file_bytes.hpp"
+#include "examples/gpt/gpt_model.hpp"
+#include "examples/gpt/half_float.hpp"
+#include "examples/gpt/parameter_store.hpp"
+#include "tests/examples/test_paths.hpp"
+
+namespace strata::gpt {
+namespace {
+
+runtime::ModelConfig tiny_config(bool tied_head) {
+  runtime::ModelConfig config;
+  config.layers = 2;
+  config.d_model = 16;
+  config.heads = 2;
+  config.seq_len = 8;
+  config.vocab = 32;
+  config.micro_batch = 2;
+  config.tied_head = tied_head;
+  return config;
+}
+
+std::vector<std::int32_t> some_tokens(std::size_t count, std::uint32_t vocab) {
+  std::vector<std::int32_t> tokens(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    tokens[i] = static_cast<std::int32_t>((i * 7 + 3) % vocab);
+  }
+  return tokens;
+}
+
+TEST(HalfFloat, EveryFp16AndBf16ValueRoundTripsThroughFp32) {
+  for (std::uint32_t bits = 0; bits < 0x10000; ++bits) {
+    const auto half = static_cast<std::uint16_t>(bits);
+    const float from_fp16 = detail::fp16_to_float(half);
+    if (!std::isnan(from_fp16)) {
+      ASSERT_EQ(detail::float_to_fp16(from_fp16), half) << "fp16 0x" << std::hex << bits;
+    }
+    const float from_bf16 = detail::bf16_to_float(half);
+    if (!std::isnan(from_bf16)) {
+      ASSERT_EQ(detail::float_to_bf16(from_bf16), half) << "bf16 0x" << std::hex << bits;
+    }
+  }
+}
+
+TEST(HalfFloat, RoundsToNearestEvenAndSaturatesToInfinity) {
+  EXPECT_EQ(detail::float_to_fp16(1.0f), 0x3c00);
+  EXPECT_EQ(detail::float_to_fp16(65504.0f), 0x7bff);
+  EXPECT_EQ(detail::float_to_fp16(65519.0f), 0x7bff);
+  EXPECT_EQ(detail::float_to_fp16(65520.0f), 0x7c00);
+  EXPECT_EQ(detail::float_to_fp16(-1e9f), 0xfc00);
+  EXPECT_EQ(detail::float_to_fp16(0x1p-24f), 0x0001);
+  EXPECT_EQ(detail::float_to_fp16(0x1p-25f), 0x0000);         // tie: to even (zero)
+  EXPECT_EQ(detail::float_to_fp16(0x1.8p-24f), 0x0002);       // tie: to even (2)
+  EXPECT_EQ(detail::float_to_fp16(1.0f + 0x1p-11f), 0x3c00);  // tie: to even
+  EXPECT_EQ(detail::float_to_fp16(1.0f + 0x3p-11f), 0x3c02);  // tie: to even
+  EXPECT_TRUE(std::isnan(detail::fp16_to_float(detail::float_to_fp16(std::nanf("")))));
+  EXPECT_EQ(detail::float_to_bf16(1.0f + 0x1p-8f), 0x3f80);  // tie: to even
+  EXPECT_EQ(detail::float_to_bf16(1.0f + 0x3p-8f), 0x3f82);  // tie: to even
+  EXPECT_TRUE(std::isnan(detail::bf16_to_float(detail::float_to_bf16(std::nanf("")))));
+}
+
+class SafetensorsRoundTrip : public ::testing::TestWithParam<std::tuple<runtime::DType, bool>> {};
+
+TEST_P(SafetensorsRoundTrip, ExportLoadGivesSameValuesBytesAndLoss) {
+  const auto [dtype, tied] = GetParam();
+  testing::ScratchDir scratch;
+  set_blas_threads(1);
+  GptModel model(tiny_config(tied));
+  const ParameterStore original = ParameterStore::initialized(model.units(), 7);
+  const std::filesystem::path first = scratch.path() / "first.safetensors";
+  const std::filesystem::path second = scratch.path() / "second.safetensors";
+  save_safetensors(first, original, dtype, {{"format", "pt"}, {"step", "12"}});
+
+  ParameterStore loaded(model.units());
+  load_safetensors(first, loaded);
+  for (std::size_t u = 0; u < model.unit_count(); ++u) {
+    for (std::size_t i = 0; i < original.unit(u).size(); ++i) {
+      const float value = original.unit(u)[i];
+      const float expected = dtype == runtime::DType::kFp32 ? value
+                             : dtype == runtime::DType::kBf16
+                                 ? detail::bf16_to_float(detail::float_to_bf16(value))
+                                 : detail::fp16_to_float(detail::float_to_fp16(value));
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(loaded.unit(u)[i]),
+                std::bit_cast<std::uint32_t>(expected))
+          << model.units()[u].name << " element " << i;
+    }
+  }
+  save_safetensors(second, loaded, dtype, {{"format", "pt"}, {"step", "12"}});
+  EXPECT_EQ(read_file_bytes(first), read_file_bytes(second));
+
+  const SafetensorsFile file = SafetensorsFile::read(first);
+  EXPECT_EQ(file.metadata().at("step"), "12");
+  EXPECT_EQ(file.entries().size(), tied ? 28u : 29u);
+
+  const std::vector<std::int32_t> tokens = some_tokens(model.batch_tokens(), 32);
+  const double original_loss = forward_loss(model, original, tokens);
+  const double loaded_loss = forward_loss(model, loaded, tokens);
+  if (dtype == runtime::DType::kFp32) {
+    EXPECT_EQ(original_loss, loaded_loss);
+  } else {
+    EXPECT_NEAR(original_loss, loaded_loss, 1e-2);  // parameters moved by <= 2⁻⁸ relative
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Dtypes, SafetensorsRoundTrip,
+    ::testing::Combine(::testing::Values(runtime::DType::kFp32, runtime::DType::kBf16,
+                                         runtime::DType::kFp16),
+                       ::testing::Bool()),
+    [](const ::testing::TestParamInfo<SafetensorsRoundTrip::ParamType>& param_info) {
+      return std::string(runtime::to_string(std::get<0>(param_info.param))) +
+             (std::get<1>(param_info.param) ? "Tied" : "Untied");
+    });
+
+// A file from a header text and a data section of `data_bytes` zero bytes.
+std::vector<std::uint8_t> make_file(const std::string& header, std::size_t data_bytes,
+                                    std::uint64_t header_length_field) {
+  std::vector<std::uint8_t> bytes(8 + header.size() + data_bytes, 0);
+  std::memcpy(bytes.data(), &header_length_field, 8);
+  std::memcpy(bytes.data() + 8, header.data(), header.size());
+  return bytes;
+}
+
+struct MalformedCase {
+  const char* label;
+  std::string header;
+  std::size_t data_bytes;
+  const char* tensor;              // expected SafetensorsError::tensor()
+  const char* problem;             // expected substring of SafetensorsError::problem()
+  std::int64_t length_adjust = 0;  // added to the true header length in the length field
+};
+
+class SafetensorsMalformed : public ::testing::TestWithParam<MalformedCase> {};
+
+TEST_P(SafetensorsMalformed, IsAnErrorNamingFileTensorAndProblem) {
+  const MalformedCase& c = GetParam();
+  const auto length =
+      static_cast<std::uint64_t>(static_cast<std::int64_t>(c.header.size()) + c.length_adjust);
+  try {
+    SafetensorsFile::parse(make_file(c.header, c.data_bytes, length), "bad.safetensors");
+    FAIL() << "parsed a malformed file: " << c.label;
+  } catch (const SafetensorsError& error) {
+    EXPECT_EQ(error.file(), "bad.safetensors");
+    EXPECT_EQ(error.tensor(), c.tensor) << error.what();
+    EXPECT_NE(error.problem().find(c.problem), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("bad.safetensors"), std::string::npos);
+  }
+}
+
+const std::string kA = R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, SafetensorsMalformed,
+    ::testing::Values(
+        MalformedCase{"length beyond file", "{" + kA + "}", 8, "", "exceeds", 1000},
+        MalformedCase{"huge length", "{" + kA + "}", 8, "", "exceeds", INT64_MAX / 2},
+        MalformedCase{"bad json", R"({"a":{"dtype":"F32",)", 8, "", "not valid JSON"},
+        MalformedCase{"truncated by length", "{" + kA + "}", 8, "", "not valid JSON", -3},
+        MalformedCase{"not an object", "[1,2]", 0, "", "must be a JSON object"},
+        MalformedCase{"entry not an object", R"({"a":3})", 0, "a", "must be an object"},
+        MalformedCase{"unknown dtype", R"({"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})",
+                      8, "a", "unknown or unsupported dtype"},
+        MalformedCase{"unknown key",
+                      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", 8, "a",
+                      "unknown key 'x'"},
+        MalformedCase{"missing offsets", R"({"a":{"dtype":"F32","shape":[2]}})", 8, "a",
+                      "missing 'data_offsets'"},
+        MalformedCase{"negative dim", R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})",
+                      8, "a", "non-negative integer"},
+        MalformedCase{"size mismatch", R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})",
+                      8, "a", "needs 12 bytes"},
+        MalformedCase{"bf16 size mismatch",
+                      R"({"a":{"dtype":"BF16","shape":[2],"data_offsets":[0,8]}})", 8, "a",
+                      "needs 4 bytes"},
+        MalformedCase{"end before begin",
+                      R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", 8, "a",
+                      "end before begin"},
+        MalformedCase{"three offsets",
+                      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8,9]}})", 8, "a",
+                      "must be [begin, end]"},
+        MalformedCase{"out of range", "{" + kA + "}", 4, "a", "run past the 4 data bytes"},
+        MalformedCase{"overlap",
+                      "{" + kA + R"(,"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12,
+                      "b", "overlap tensor 'a'"},
+        MalformedCase{"gap", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8, "a",
+                      "belong to no tensor"},
+        MalformedCase{"trailing data", "{" + kA + "}", 12, "", "[8, 12) belong to no tensor"},
+        MalformedCase{"metadata not strings", R"({"__metadata__":{"step":3}})", 0, "",
+                      "must be a string"}),
+    [](const ::testing::TestParamInfo<MalformedCase>& param_info) {
+      std::string label = param_info.param.label;
+      for (char& c : label) {
+        c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+      }
+      return label;
+    });
+
+TEST(SafetensorsMalformed, FileShorterThanLengthField) {
+  try {
+    SafetensorsFile::parse({1, 2, 3}, "tiny.safetensors");
+    FAIL() << "parsed a 3-byte file";
+  } catch (const SafetensorsError& error) {
+    EXPECT_NE(error.problem().find("shorter than the 8-byte header length"), std::string::npos);
+  }
+}
+
+TEST(SafetensorsMalformed, MissingFileNamesPathAndErrno) {
+  testing::ScratchDir scratch;
+  const std::filesystem::path path = scratch.path() / "absent.safetensors";
+  try {
+    SafetensorsFile::read(path);
+    FAIL() << "read a missing file";
+  } catch (const FileError& error) {
+    EXPECT_EQ(error.code().value(), ENOENT);
+    EXPECT_NE(std::string(error.what()).find(path.string()), std::string::npos) << error.what();
+  }
+}
+
+// Loading checks the file against the model: missing tensors, wrong shapes, extra tensors.
+class SafetensorsModelMismatch : public ::testing::Test {
+ protected:
+  void expect_load_error(const ParameterStore& saved, ParameterStore& target,
+                         const std::string& tensor, const std::string& problem) {
+    testing::ScratchDir scratch;
+    const std::filesystem::path path = scratch.path() / "model.safetensors";
+    save_safetensors(path, saved, runtime::DType::kFp32);
+    const std::vector<std::vector<float>> before = snapshot(target);
+    try {
+      load_safetensors(path, target);
+      FAIL() << "loaded a mismatching file";
+    } catch (const SafetensorsError& error) {
+      EXPECT_EQ(error.file(), path.string());
+      EXPECT_EQ(error.tensor(), tensor) << error.what();
+      EXPECT_NE(error.problem().find(problem), std::string::npos) << error.what();
+    }
+    EXPECT_EQ(snapshot(target), before) << "a failed load must leave the parameters untouched";
+  }
+  static std::vector<std::vector<float>> snapshot(const ParameterStore& store) {
+    std::vector<std::vector<float>> values;
+    for (std::size_t u = 0; u < store.units().size(); ++u) {
+      values.emplace_back(store.unit(u).begin(), store.unit(u).end());
+    }
+    return values;
+  }
+};
+
+TEST_F(SafetensorsModelMismatch, MissingTensor) {
+  const ParameterStore tied = ParameterStore::initialized(gpt_units(tiny_config(true)), 1);
+  ParameterStore untied(gpt_units(tiny_config(false)));
+  expect_load_error(tied, untied, "lm_head.weight", "missing");
+}
+
+TEST_F(SafetensorsModelMismatch, ExtraTensor) {
+  const ParameterStore untied = ParameterStore::initialized(gpt_units(tiny_config(false)), 1);
+  ParameterStore tied(gpt_units(tiny_config(true)));
+  expect_load_error(untied, tied, "lm_head.weight", "not a parameter of the model");
+}
+
+TEST_F(SafetensorsModelMismatch, ShapeDiffers) {
+  runtime::ModelConfig longer = tiny_config(true);
+  longer.seq_len = 16;
+  const ParameterStore saved = ParameterStore::initialized(gpt_units(longer), 1);
+  ParameterStore target(gpt_units(tiny_config(true)));
+  expect_load_error(saved, target, "wpe.weight", "shape [16, 16] differs from the model's [8, 16]");
+}
+
+}  // namespace
+}  // namespace strata::gpt
