@@ -128,12 +128,20 @@ EngineState::~EngineState() {
 
 void EngineState::wait_timed(tiers::StoreRead& read) {
   const auto start = std::chrono::steady_clock::now();
-  read.wait();
+  if (!read.poll()) {
+    Tracer::Scope scope(options.tracer, TraceTrack::kIo, "NVMe read wait");
+    read.wait();
+  }
+  read.wait();  // verifies the checksum (once)
   io_wait_s += seconds_since(start);
 }
 
 void EngineState::wait_timed(const io::Ticket& ticket) {
   const auto start = std::chrono::steady_clock::now();
+  if (!ticket.poll()) {
+    Tracer::Scope scope(options.tracer, TraceTrack::kIo, "NVMe write wait");
+    ticket.wait();
+  }
   ticket.get();
   io_wait_s += seconds_since(start);
 }
@@ -440,6 +448,7 @@ void EngineState::wait_load(tiers::UnitId id) {
   UnitState& unit = units[id];
   for (tiers::StoreRead& read : unit.reads) wait_timed(read);
   unit.reads.clear();
+  Tracer::Scope scope(options.tracer, TraceTrack::kCopies, "gather " + unit.spec.name);
   ShardHome& param = unit.home(Kind::kParam16);
   const std::uint64_t shard_bytes = unit.layout.shard_numel * param.element_bytes();
   std::byte* gathered =
@@ -579,6 +588,7 @@ void Engine::reduce_grads(UnitId id, std::span<const float> full_grads) {
                     "grad_accumulation is {}",
                     unit.spec.name, unit.grad_calls + 1, s.options.grad_accumulation));
   }
+  Tracer::Scope scope(s.options.tracer, TraceTrack::kCopies, "reduce_grads " + unit.spec.name);
   auto* full = reinterpret_cast<float*>(s.grad_full_scratch.data());
   auto* shard = reinterpret_cast<float*>(s.grad_shard_scratch.data());
   std::memcpy(full, full_grads.data(), full_grads.size_bytes());
@@ -643,6 +653,43 @@ StepStats Engine::step() {
   StepStats stats;
   s.optimizer_step(stats);
   return stats;
+}
+
+void Engine::set_master(UnitId id, std::span<const float> full_values) {
+  detail::EngineState& s = *state_;
+  STRATA_ASSERT(s.finalized, "set_master before finalize");
+  UnitState& unit = s.units.at(id);
+  if (full_values.size() != unit.layout.numel) {
+    throw std::invalid_argument(fmt::format("set_master('{}'): {} values, the unit has {}",
+                                            unit.spec.name, full_values.size(), unit.layout.numel));
+  }
+  s.residency->invalidate();
+  const std::uint64_t shard_begin = unit.layout.shard_begin(s.rank);
+  std::vector<float> master;
+  std::vector<std::byte> bytes;
+  for (std::size_t g = 0; g < unit.groups.size(); ++g) {
+    const SubGroup& group = unit.groups[g];
+    master.assign(group.numel, 0.0f);
+    const std::uint64_t first = shard_begin + group.begin;
+    for (std::uint64_t i = 0; i < group.numel && first + i < unit.layout.numel; ++i) {
+      master[i] = full_values[first + i];
+    }
+    const std::vector<float> zeros(group.numel, 0.0f);
+    for (Kind kind : {Kind::kMaster, Kind::kParam16, Kind::kExpAvg, Kind::kExpAvgSq}) {
+      if (!unit.has(kind)) continue;
+      detail::ShardHome& home = unit.home(kind);
+      bytes.assign(group.numel * home.element_bytes(), std::byte{0});
+      const std::vector<float>& source =
+          kind == Kind::kMaster || kind == Kind::kParam16 ? master : zeros;
+      cpu_adam::convert(std::span<const float>(source),
+                        cpu_adam::TypedSpan(bytes.data(), group.numel, home.dtype), *s.arena);
+      s.write_group_sync(unit, kind, g, bytes);
+    }
+  }
+}
+
+double Engine::loss_scale() const {
+  return state_->loss_scale;
 }
 
 void Engine::set_optimizer_compute(EngineOptions::OptimizerCompute compute) {

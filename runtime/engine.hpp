@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "runtime/config.hpp"
+#include "runtime/trace.hpp"
 #include "runtime/unit_spec.hpp"
 
 namespace strata::tiers {
@@ -55,6 +56,9 @@ struct EngineOptions {
   // no arithmetic, to time the I/O pipeline alone.
   enum class OptimizerCompute : std::uint8_t { kRun, kSkip };
   OptimizerCompute optimizer_compute = OptimizerCompute::kRun;
+  // When set, the Engine records its work (gathers, gradient moves, NVMe waits, optimizer
+  // sub-groups) on this timeline; it must outlive the Engine.
+  Tracer* tracer = nullptr;
 };
 
 struct TierTraffic {
@@ -120,6 +124,14 @@ class Engine {
   StepStats step();
   // Benchmarks only: switch the optimizer's arithmetic off (kSkip) or on between steps.
   void set_optimizer_compute(EngineOptions::OptimizerCompute compute);
+
+  // Replaces the unit's weights (fine-tuning from a checkpoint): `full_values` is the whole unit
+  // (numel fp32 values in tensor order); this rank keeps its shard of master weights and 16-bit
+  // parameters, and its optimizer moments restart from zero. Call after finalize(), before
+  // training; the NVMe store commits it with the next step.
+  void set_master(UnitId unit, std::span<const float> full_values);
+  // The loss scale to multiply the loss by (fp16 training; 1 otherwise).
+  double loss_scale() const;
 
   // This rank's fp32 master shard of `unit` (real elements only), read from wherever it lives.
   std::vector<float> master_shard(UnitId unit);

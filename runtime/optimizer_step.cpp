@@ -159,6 +159,8 @@ void EngineState::optimizer_step(StepStats& stats) {
       spans.param_out = cpu_adam::TypedSpan(param_out, sub.numel, param_dtype);
     }
     const auto adam_start = std::chrono::steady_clock::now();
+    Tracer::Scope scope(options.tracer, TraceTrack::kOptimizer,
+                        fmt::format("adam {} [{}]", unit.spec.name, items[i].group));
     if (options.optimizer_compute == EngineOptions::OptimizerCompute::kRun) {
       cpu_adam::step(hyper, spans, scaling, *arena);
     }

@@ -1,0 +1,223 @@
+// strata-finetune: fine-tunes a GPT-2-architecture model on byte-level text through strata's
+// ZeRO-3 Engine, with parameters, gradients and optimizer state where the TOML config puts them.
+//
+//   strata-finetune --config examples/configs/finetune_nvme.toml --steps 150
+//
+// Prints where the state lives, one progress line per step (loss, tokens/s, where the step's time
+// went, NVMe traffic), periodic validation losses and a summary.
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "examples/finetune/gpt_trainer.hpp"
+#include "examples/gpt/gpt_model.hpp"
+#include "runtime/byte_size.hpp"
+#include "runtime/comm/communicator.hpp"
+#include "runtime/config.hpp"
+#include "runtime/memory_plan.hpp"
+#include "tiers/device/device.hpp"
+
+namespace {
+
+using strata::runtime::format_binary_bytes;
+using strata::runtime::format_decimal_bytes;
+
+std::uint64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;
+}
+
+struct Options {
+  std::string config;
+  std::uint32_t steps = 100;
+  std::vector<std::string> data;
+  std::string init;
+  std::string export_path;
+  std::string export_dtype = "fp32";
+  std::string trace;
+  std::string summary_json;
+  std::uint32_t eval_every = 25;
+  std::uint32_t eval_batches = 4;
+  std::uint32_t blas_threads = 0;
+  bool resume = false;
+};
+
+int run(const Options& options) {
+  namespace runtime = strata::runtime;
+  runtime::Config config;
+  try {
+    config = runtime::load_config(options.config);
+  } catch (const runtime::ConfigError& error) {
+    std::cerr << "strata-finetune: bad config: " << error.what() << "\n";
+    return 2;
+  }
+  std::unique_ptr<runtime::comm::Communicator> comm = runtime::comm::make_communicator();
+  const bool lead = comm->rank() == 0;
+  config.run.ranks = static_cast<std::uint32_t>(comm->size());
+  for (const std::string& path : config.tiers.nvme.paths) std::filesystem::create_directories(path);
+
+  // The plan first: refuse what cannot fit before allocating anything.
+  const runtime::MemoryPlan plan =
+      runtime::make_memory_plan(config, {config.parameter_count(), config.run.ranks});
+  if (lead) {
+    std::cout << fmt::format(
+        "strata-finetune: {} parameters ({} layers, d_model {}, {} heads, seq {}), {} rank(s)\n",
+        config.parameter_count(), config.model.layers, config.model.d_model, config.model.heads,
+        config.model.seq_len, config.run.ranks);
+    std::cout << fmt::format(
+        "  state: params on {}, grads on {}, optimizer on {}; model state {} per rank\n"
+        "  budgets: device {}, host {}, nvme {} ({})\n",
+        runtime::to_string(config.zero.params), runtime::to_string(config.zero.grads),
+        runtime::to_string(config.zero.optimizer),
+        format_decimal_bytes(static_cast<double>(plan.model_state_bytes_per_rank())),
+        format_binary_bytes(config.tiers.device.budget_bytes),
+        format_binary_bytes(config.tiers.host.budget_bytes),
+        format_binary_bytes(config.tiers.nvme.budget_bytes),
+        config.tiers.nvme.paths.empty() ? std::string("no paths")
+                                        : config.tiers.nvme.paths.front());
+  }
+  if (!plan.fits()) {
+    std::cerr << runtime::render_plan_text(plan, config);
+    return 3;
+  }
+
+  strata::gpt::set_blas_threads(options.blas_threads);
+  strata::tiers::DeviceOptions device_options;
+  device_options.kind = strata::tiers::DeviceKind::kHost;
+  device_options.budget_bytes = config.tiers.device.budget_bytes;
+  auto device = strata::tiers::make_device(device_options);
+
+  runtime::Tracer tracer;
+  strata::examples::TrainerOptions trainer_options;
+  for (const std::string& path : options.data) trainer_options.data.emplace_back(path);
+  trainer_options.eval_batches = options.eval_batches;
+  trainer_options.resume = options.resume;
+  trainer_options.tracer = options.trace.empty() ? nullptr : &tracer;
+  strata::examples::GptTrainer trainer(config, *device, *comm, trainer_options);
+  if (!options.init.empty()) trainer.load_weights(options.init);
+  if (lead) {
+    std::cout << fmt::format("  data: {} training bytes, {} validation bytes from {} file(s); {}\n",
+                             trainer.corpus().train.size(), trainer.corpus().validation.size(),
+                             trainer.corpus().files.size(), trainer.engine().placement_summary());
+    if (trainer.engine().step_count() > 0) {
+      std::cout << fmt::format("  resumed at step {} from the NVMe store\n",
+                               trainer.engine().step_count());
+    }
+  }
+
+  const double initial_val = trainer.validation_loss();
+  if (lead)
+    std::cout << fmt::format("step {:4} | val loss {:.4f}\n", trainer.engine().step_count(),
+                             initial_val);
+  double final_val = initial_val;
+  std::uint64_t tokens = 0;
+  double train_seconds = 0;
+  std::uint64_t nvme_read = 0;
+  std::uint64_t nvme_written = 0;
+  const std::uint64_t first_step = trainer.engine().step_count();
+  while (trainer.engine().step_count() < first_step + options.steps) {
+    const strata::examples::StepReport report = trainer.train_step();
+    tokens += report.tokens * config.run.ranks;
+    train_seconds += report.total_s;
+    nvme_read += report.optimizer.nvme.read_bytes;
+    nvme_written += report.optimizer.nvme.written_bytes;
+    if (lead) {
+      std::cout << fmt::format(
+          "step {:4} | loss {:.4f} | {:6.0f} tok/s | {:.2f} s: compute {:.2f}, gather wait {:.2f}, "
+          "grads {:.2f}, optimizer {:.2f} (io wait {:.2f}, adam {:.2f}) | nvme r {} w {}{}\n",
+          report.step, report.loss, report.tokens * config.run.ranks / report.total_s,
+          report.total_s, report.compute_s, report.gather_wait_s, report.grads_s,
+          report.optimizer.step_s, report.optimizer.io_wait_s, report.optimizer.adam_s,
+          format_decimal_bytes(static_cast<double>(report.optimizer.nvme.read_bytes)),
+          format_decimal_bytes(static_cast<double>(report.optimizer.nvme.written_bytes)),
+          report.optimizer.skipped ? " | SKIPPED (non-finite gradients)" : "");
+    }
+    const std::uint64_t done = trainer.engine().step_count() - first_step;
+    if (options.eval_every != 0 && (done % options.eval_every == 0 || done == options.steps)) {
+      final_val = trainer.validation_loss();
+      if (lead)
+        std::cout << fmt::format("step {:4} | val loss {:.4f}\n", trainer.engine().step_count(),
+                                 final_val);
+    }
+  }
+  if (options.eval_every == 0) final_val = trainer.validation_loss();
+
+  if (!options.export_path.empty()) {
+    const runtime::DType dtype = options.export_dtype == "bf16"   ? runtime::DType::kBf16
+                                 : options.export_dtype == "fp16" ? runtime::DType::kFp16
+                                                                  : runtime::DType::kFp32;
+    trainer.export_weights(options.export_path, dtype);
+    if (lead) std::cout << "  exported " << options.export_path << "\n";
+  }
+  const double tokens_per_s = train_seconds > 0 ? static_cast<double>(tokens) / train_seconds : 0;
+  const std::uint64_t rss = peak_rss_bytes();
+  if (lead) {
+    std::cout << fmt::format(
+        "summary: {} steps, val loss {:.4f} -> {:.4f} ({:+.1f}%), {:.0f} tokens/s, NVMe read {} "
+        "written {}, peak RSS {} (host budget {})\n",
+        options.steps, initial_val, final_val, 100.0 * (final_val - initial_val) / initial_val,
+        tokens_per_s, format_decimal_bytes(static_cast<double>(nvme_read)),
+        format_decimal_bytes(static_cast<double>(nvme_written)), format_binary_bytes(rss),
+        format_binary_bytes(config.tiers.host.budget_bytes));
+  }
+  if (lead && !options.trace.empty()) {
+    tracer.write_chrome_json(options.trace);
+    std::cout << fmt::format("  trace: {} ({} events)\n", options.trace, tracer.event_count());
+  }
+  if (lead && !options.summary_json.empty()) {
+    const nlohmann::json summary = {{"params", config.parameter_count()},
+                                    {"steps", options.steps},
+                                    {"ranks", config.run.ranks},
+                                    {"initial_val_loss", initial_val},
+                                    {"final_val_loss", final_val},
+                                    {"tokens_per_s", tokens_per_s},
+                                    {"peak_rss_bytes", rss},
+                                    {"nvme_read_bytes", nvme_read},
+                                    {"nvme_written_bytes", nvme_written},
+                                    {"placement",
+                                     {{"params", runtime::to_string(config.zero.params)},
+                                      {"grads", runtime::to_string(config.zero.grads)},
+                                      {"optimizer", runtime::to_string(config.zero.optimizer)}}}};
+    std::ofstream(options.summary_json) << summary.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"strata-finetune: fine-tune a GPT through strata's ZeRO-3 engine"};
+  Options options;
+  app.add_option("--config", options.config, "TOML config (examples/configs/*.toml)")->required();
+  app.add_option("--steps", options.steps, "optimizer steps (default 100)")
+      ->check(CLI::Range(1u, 10'000'000u));
+  app.add_option("--data", options.data,
+                 "text files or directories (default: /usr/share/common-licenses)");
+  app.add_option("--init", options.init, "starting weights (safetensors)");
+  app.add_option("--export", options.export_path, "write the trained weights (safetensors)");
+  app.add_option("--export-dtype", options.export_dtype, "fp32, bf16 or fp16 (default fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--trace", options.trace, "write a Chrome trace (chrome://tracing, Perfetto)");
+  app.add_option("--summary-json", options.summary_json, "write a JSON summary");
+  app.add_option("--eval-every", options.eval_every, "validation every N steps (0: at the end)");
+  app.add_option("--eval-batches", options.eval_batches, "validation batches (default 4)")
+      ->check(CLI::Range(1u, 100000u));
+  app.add_option("--blas-threads", options.blas_threads, "OpenBLAS threads (0: all cores)");
+  app.add_flag("--resume", options.resume, "continue from the NVMe store's committed step");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(options);
+  } catch (const std::exception& error) {
+    std::cerr << "strata-finetune: error: " << error.what() << "\n";
+    return 1;
+  }
+}

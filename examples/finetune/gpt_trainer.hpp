@@ -1,0 +1,86 @@
+// GptTrainer: fine-tunes the GPT of examples/gpt through strata's ZeRO-3 Engine. The model owns no
+// parameters: every unit is gathered from wherever the config homes it (device, host, NVMe) just
+// before its forward and again for its backward, and its gradient goes straight to reduce_grads.
+// Used by `strata-finetune` and by the tests.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "examples/gpt/byte_corpus.hpp"
+#include "examples/gpt/gpt_model.hpp"
+#include "runtime/config.hpp"
+#include "runtime/engine.hpp"
+#include "runtime/trace.hpp"
+
+namespace strata::tiers {
+class Device;
+}
+namespace strata::runtime::comm {
+class Communicator;
+}
+
+namespace strata::examples {
+
+struct TrainerOptions {
+  std::vector<std::filesystem::path>
+      data;                        // empty: the licence texts under /usr/share/common-licenses
+  std::uint32_t eval_batches = 4;  // validation batches per evaluation
+  bool resume = false;             // continue from the NVMe store's committed step
+  runtime::Tracer* tracer = nullptr;
+};
+
+// One optimizer step, as the progress line reports it.
+struct StepReport {
+  std::uint64_t step = 0;
+  double loss = 0;           // mean over the step's micro-batches
+  std::uint64_t tokens = 0;  // predicted tokens in the step, this rank
+  double compute_s = 0;      // forward + backward arithmetic
+  double gather_wait_s = 0;  // blocked in Engine::gather (NVMe reads, all-gathers, casts)
+  double grads_s = 0;        // in Engine::reduce_grads (reduce-scatter, moves to the grad tier)
+  double total_s = 0;
+  runtime::StepStats optimizer;  // the Engine's own figures (optimizer time, I/O, bytes)
+};
+
+class GptTrainer {
+ public:
+  GptTrainer(const runtime::Config& config, tiers::Device& device,
+             runtime::comm::Communicator& comm, const TrainerOptions& options);
+
+  // Weights from a safetensors file (tensor names as docs/gpt.md lists them); optimizer moments
+  // restart from zero. Throws gpt::SafetensorsError naming the file and tensor on any mismatch.
+  void load_weights(const std::filesystem::path& path);
+  // Every unit's full fp32 weights, gathered from all ranks, as one safetensors file (rank 0
+  // writes; every rank must call).
+  void export_weights(const std::filesystem::path& path, runtime::DType dtype);
+
+  StepReport train_step();
+  // Mean loss over the fixed validation batches (forward only).
+  double validation_loss();
+
+  runtime::Engine& engine() { return *engine_; }
+  const gpt::GptModel& model() const { return model_; }
+  const gpt::Corpus& corpus() const { return corpus_; }
+  std::uint64_t parameter_count() const { return model_.parameter_count(); }
+
+ private:
+  // Forward of every unit over `tokens`; returns the loss. Keeps activations for backward.
+  double forward(std::span<const std::int32_t> tokens, StepReport* report);
+  void backward(StepReport& report, float gradient_scale);
+
+  runtime::Config config_;
+  runtime::comm::Communicator* comm_;
+  TrainerOptions options_;
+  gpt::GptModel model_;
+  gpt::Corpus corpus_;
+  std::unique_ptr<runtime::Engine> engine_;
+  std::vector<runtime::UnitId> units_;
+  std::optional<gpt::BatchSampler> sampler_;
+  std::vector<std::int32_t> batch_;
+  std::vector<float> grads_;  // one unit's gradient at a time
+};
+
+}  // namespace strata::examples
