@@ -50,15 +50,19 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
     const std::uint64_t elements = sharded ? shard : psi;
     plan.states.push_back(
         {kind, std::move(layout), bytes, sharded, home, elements, elements * bytes});
-    tier_row(plan, home).state_bytes += elements * bytes;
+    // The NVMe store keeps two slots (A/B) of every extent, so a crash mid-step never touches the
+    // committed copy: state homed on NVMe occupies twice its size there.
+    tier_row(plan, home).state_bytes += elements * bytes * (home == Tier::kNvme ? 2 : 1);
   };
   const std::uint32_t param_bytes = dtype_bytes(precision.params);
-  const std::uint32_t grad_bytes = dtype_bytes(precision.grads);
+  // Accumulating over micro-batches keeps gradients in fp32 (as the Engine does).
+  const std::uint32_t grad_bytes =
+      config.model.grad_accumulation > 1 ? 4 : dtype_bytes(precision.grads);
   const std::uint32_t optimizer_bytes = optimizer_bytes_per_param(config.optimizer.type);
   add_state(StateKind::kParams, std::string(to_string(precision.params)), param_bytes,
             plan.stage >= 3, zero.params);
-  add_state(StateKind::kGrads, std::string(to_string(precision.grads)), grad_bytes, plan.stage >= 2,
-            zero.grads);
+  add_state(StateKind::kGrads, grad_bytes == 4 ? "fp32" : std::string(to_string(precision.grads)),
+            grad_bytes, plan.stage >= 2, zero.grads);
   add_state(StateKind::kOptimizer,
             optimizer_bytes == 12
                 ? "fp32 master + exp_avg + exp_avg_sq"
@@ -66,32 +70,37 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
                                                                  : "fp32 master + sum of squares"),
             optimizer_bytes, plan.stage >= 1, zero.optimizer);
 
-  // Working buffers.
+  // Working buffers, as the Engine allocates them.
   plan.unit_elements = largest_unit_elements(config, psi);
   const std::uint64_t unit = plan.unit_elements;
+  const std::uint64_t unit_shard = ceil_div(unit, n);
+  // A gathered unit: its 16-bit parameters plus the fp32 copy compute reads (fp32 alone for fp32).
+  const std::uint64_t gathered_bytes_per_param = 4 + (param_bytes == 4 ? 0 : param_bytes);
   if (plan.stage >= 3) {
     plan.buffers.push_back({fmt::format("{} gathered units (prefetch_depth {} + 1) of {} params",
                                         zero.prefetch_depth + 1, zero.prefetch_depth, unit),
-                            Tier::kDevice, (zero.prefetch_depth + 1) * unit * param_bytes});
-    plan.buffers.push_back(
-        {"full gradients of one unit before reduce-scatter", Tier::kDevice, unit * grad_bytes});
+                            Tier::kDevice,
+                            (zero.prefetch_depth + 1) * unit * gathered_bytes_per_param});
+  } else {
+    plan.buffers.push_back({"every unit gathered for the whole step (stages 0-2)", Tier::kDevice,
+                            psi * gathered_bytes_per_param});
   }
+  plan.buffers.push_back({"gradient of one unit (fp32) and its reduced shard, gather send copy",
+                          Tier::kDevice, unit * 4 + unit_shard * (4 + param_bytes)});
   const std::uint64_t optimizer_shard = plan.states[2].elements_per_rank;
-  if (zero.optimizer == Tier::kNvme) {
+  if (zero.optimizer == Tier::kNvme || zero.grads == Tier::kNvme || zero.params == Tier::kNvme) {
+    // One buffer holds a sub-group of every state kind homed on NVMe.
+    std::uint64_t per_element = zero.optimizer == Tier::kNvme ? optimizer_bytes : 0;
+    if (zero.grads == Tier::kNvme) per_element += grad_bytes;
+    if (zero.params == Tier::kNvme) per_element += param_bytes;
     const std::uint64_t group = std::min<std::uint64_t>(zero.sub_group_size, optimizer_shard);
     plan.buffers.push_back(
-        {fmt::format("{} optimizer staging buffers of {} elements (master, moments, grad, param)",
-                     zero.buffer_count, group),
-         Tier::kHost, zero.buffer_count * group * (optimizer_bytes + 4 + param_bytes)});
-  }
-  if (zero.params == Tier::kNvme) {
-    const std::uint64_t unit_shard = ceil_div(unit, n);
-    plan.buffers.push_back({fmt::format("{} parameter shard read buffers", zero.prefetch_depth + 1),
-                            Tier::kHost, (zero.prefetch_depth + 1) * unit_shard * param_bytes});
+        {fmt::format("{} optimizer pipeline buffers of {} elements", zero.buffer_count, group),
+         Tier::kHost, zero.buffer_count * group * per_element});
   }
   if (zero.grads == Tier::kNvme) {
     plan.buffers.push_back(
-        {"2 gradient shard write buffers", Tier::kHost, 2 * ceil_div(unit, n) * grad_bytes});
+        {"2 gradient shard write buffers", Tier::kHost, 2 * unit_shard * grad_bytes});
   }
   for (const BufferRow& buffer : plan.buffers)
     tier_row(plan, buffer.tier).buffer_bytes += buffer.bytes;

@@ -67,12 +67,14 @@ TEST(MemoryPlan, StateGoesToItsHomeTier) {
   const std::uint64_t shard = psi / 4;
   EXPECT_EQ(plan.tier(Tier::kDevice).state_bytes, 2 * shard);
   EXPECT_EQ(plan.tier(Tier::kHost).state_bytes, 2 * shard);
-  EXPECT_EQ(plan.tier(Tier::kNvme).state_bytes, 12 * shard);
-  // Host staging: buffer_count sub-groups of (12 optimizer + 4 fp32 grad + 2 param) bytes.
-  EXPECT_EQ(plan.tier(Tier::kHost).buffer_bytes, 3u * 1000 * 18);
-  // Device: (prefetch_depth + 1) gathered units + one unit of full gradients, in bf16.
+  EXPECT_EQ(plan.tier(Tier::kNvme).state_bytes, 2 * 12 * shard);  // A/B slots
+  // Host staging: buffer_count sub-groups of the kinds homed on NVMe (12 optimizer bytes).
+  EXPECT_EQ(plan.tier(Tier::kHost).buffer_bytes, 3u * 1000 * 12);
+  // Device: (prefetch_depth + 1) gathered units (bf16 + fp32 copy), one unit's fp32 gradient, its
+  // reduced fp32 shard and the bf16 send copy of the parameter shard.
   const std::uint64_t unit = plan.unit_elements;
-  EXPECT_EQ(plan.tier(Tier::kDevice).buffer_bytes, 2 * unit * 2 + unit * 2);
+  const std::uint64_t unit_shard = (unit + 3) / 4;
+  EXPECT_EQ(plan.tier(Tier::kDevice).buffer_bytes, 2 * unit * 6 + unit * 4 + unit_shard * 6);
   EXPECT_EQ(plan.nvme_read_bytes_per_step, 12 * shard);
   EXPECT_EQ(plan.nvme_write_bytes_per_step, 12 * shard);
   EXPECT_TRUE(plan.fits());
