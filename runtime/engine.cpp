@@ -235,6 +235,18 @@ void EngineState::finalize() {
         format_binary_bytes(host_need - config.tiers.host.budget_bytes)));
   }
 
+  std::uint64_t nvme_need = 0;
+  for (const tiers::ExtentSpec& extent : extents) {
+    nvme_need += 2 * round_up(extent.length_bytes, kDirectIoAlignment);  // A/B slots
+  }
+  if (nvme_need > config.tiers.nvme.budget_bytes) {
+    throw std::runtime_error(fmt::format(
+        "[tiers.nvme] budget {} is too small: the state homed on NVMe needs {} (two slots of every "
+        "extent; short by {}); raise the budget or home less state on nvme",
+        format_binary_bytes(config.tiers.nvme.budget_bytes), format_binary_bytes(nvme_need),
+        format_binary_bytes(nvme_need - config.tiers.nvme.budget_bytes)));
+  }
+
   // Allocate.
   host_pool = std::make_unique<tiers::PinnedPool>(device->pinned_allocator(),
                                                   config.tiers.host.budget_bytes);

@@ -257,6 +257,24 @@ TEST(Engine, BudgetTooSmallIsRefusedBeforeAllocation) {
   }
 }
 
+TEST(Engine, NvmeBudgetCountsBothSlots) {
+  ScratchDir dir;
+  Config config = base_config(dir);
+  config.zero.optimizer = Tier::kNvme;
+  // Shards of 2048 + 4096 + 2048 elements (1800, 2920 and 328 real), 12 optimizer bytes each:
+  // 96 KiB, twice over for the A/B slots.
+  config.tiers.nvme.budget_bytes = 100 * 1024;
+  try {
+    train(config, 1);
+    FAIL() << "an NVMe budget below two slots was accepted";
+  } catch (const std::runtime_error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("[tiers.nvme] budget 100.00 KiB is too small"));
+    EXPECT_THAT(error.what(), HasSubstr("needs 192.00 KiB"));
+  }
+  config.tiers.nvme.budget_bytes = 192 * 1024;
+  EXPECT_NO_THROW(train(config, 1));
+}
+
 TEST(Engine, ResumesFromTheNvmeStoresCommittedStep) {
   ScratchDir dir;
   Config config = base_config(dir);
