@@ -1,6 +1,7 @@
 #include "runtime/engine.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -96,6 +97,16 @@ EngineState::EngineState(const Config& config_in, tiers::Device& device_in,
   if (options.grad_accumulation == 0) throw std::invalid_argument("grad_accumulation must be >= 1");
   rank = static_cast<std::uint32_t>(comm->rank());
   ranks = static_cast<std::uint32_t>(comm->size());
+  // Whole-suite knob (docs/design.md): STRATA_FORCE_NVME=1 homes every state kind on NVMe, so any
+  // test or run can be repeated through the NVMe store.
+  if (const char* force = std::getenv("STRATA_FORCE_NVME"); force != nullptr && force[0] == '1') {
+    config.zero.stage = 3;
+    config.zero.params = config.zero.grads = config.zero.optimizer = Tier::kNvme;
+    if (config.tiers.nvme.paths.empty()) {
+      const char* tmp = std::getenv("STRATA_TEST_TMPDIR");
+      config.tiers.nvme.paths = {std::string(tmp != nullptr && tmp[0] != '\0' ? tmp : "/tmp")};
+    }
+  }
   param_dtype = to_cpu_dtype(config.precision.params);
   // Accumulating over micro-batches keeps the gradient shard in fp32 (no rounding per addition).
   grad_dtype =

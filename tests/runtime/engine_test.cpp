@@ -5,6 +5,7 @@
 #include "runtime/engine.hpp"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <tuple>
 
@@ -25,6 +26,13 @@ using ::testing::HasSubstr;
 using testing::TinyMlp;
 
 constexpr int kSteps = 4;
+
+// STRATA_FORCE_NVME=1 re-runs the suite with every state kind on NVMe (docs/design.md); tests of
+// placement-specific behaviour then have nothing to check.
+bool nvme_forced() {
+  const char* force = std::getenv("STRATA_FORCE_NVME");
+  return force != nullptr && force[0] == '1';
+}
 const std::vector<std::uint32_t> kWidths = {24, 72, 40, 8};  // uneven unit sizes
 
 struct RunResult {
@@ -121,7 +129,9 @@ TEST_P(EnginePlacement, IsBitwiseIdenticalToAllOnDevice) {
   const RunResult result = train(config);
   const bool on_nvme = config.zero.params == Tier::kNvme || config.zero.grads == Tier::kNvme ||
                        config.zero.optimizer == Tier::kNvme;
-  EXPECT_EQ(result.nvme_bytes > 0, on_nvme) << "NVMe traffic " << result.nvme_bytes;
+  if (!nvme_forced()) {
+    EXPECT_EQ(result.nvme_bytes > 0, on_nvme) << "NVMe traffic " << result.nvme_bytes;
+  }
   expect_bitwise_equal(
       reference, result,
       fmt::format("params {}, grads {}, optimizer {}", to_string(config.zero.params),
@@ -258,6 +268,7 @@ TEST(Engine, BudgetTooSmallIsRefusedBeforeAllocation) {
 }
 
 TEST(Engine, NvmeBudgetCountsBothSlots) {
+  if (nvme_forced()) GTEST_SKIP() << "STRATA_FORCE_NVME changes the placement under test";
   ScratchDir dir;
   Config config = base_config(dir);
   config.zero.optimizer = Tier::kNvme;
