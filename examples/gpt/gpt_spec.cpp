@@ -2,35 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numbers>
 #include <stdexcept>
 
 #include "base/assert.hpp"
+#include "runtime/param_init.hpp"
 
 namespace strata::gpt {
 namespace {
 
 constexpr float kInitStd = 0.02f;
-
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-std::uint64_t fnv1a(const std::string& text) {
-  std::uint64_t hash = 0xcbf29ce484222325ull;
-  for (const char c : text) {
-    hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
-  }
-  return hash;
-}
-
-// Uniform in (0, 1]: never 0, so log() below stays finite.
-double unit_interval(std::uint64_t bits) {
-  return (static_cast<double>(bits >> 11) + 1.0) * 0x1.0p-53;
-}
 
 void add_tensor(UnitSpec& unit, std::string name, std::vector<std::size_t> shape, InitKind init,
                 float init_std = 0.0f) {
@@ -116,28 +96,26 @@ std::vector<UnitSpec> gpt_units(const runtime::ModelConfig& config) {
   return units;
 }
 
-void initialize_tensor(const TensorSpec& spec, std::uint64_t seed, std::span<float> values,
-                       std::size_t first_element) {
+void initialize_tensor(std::string_view unit_name, const TensorSpec& spec, std::uint64_t seed,
+                       std::span<float> values, std::size_t first_element) {
   STRATA_ASSERT(first_element + values.size() <= spec.numel());
+  // The Engine's own initialiser: the same (seed, unit, tensor, element) gives the same bits
+  // whether a ParameterStore fills the whole model or an Engine rank fills only its shard.
+  runtime::TensorSpec engine_spec;
+  engine_spec.name = spec.name;
+  engine_spec.shape.assign(spec.shape.begin(), spec.shape.end());
   switch (spec.init) {
-    case InitKind::kZeros:
-      std::fill(values.begin(), values.end(), 0.0f);
-      return;
-    case InitKind::kOnes:
-      std::fill(values.begin(), values.end(), 1.0f);
-      return;
     case InitKind::kNormal:
+      engine_spec.init = runtime::TensorInit::normal(spec.init_std);
+      break;
+    case InitKind::kZeros:
+      engine_spec.init = runtime::TensorInit::zeros();
+      break;
+    case InitKind::kOnes:
+      engine_spec.init = runtime::TensorInit::ones();
       break;
   }
-  const std::uint64_t key = splitmix64(seed ^ fnv1a(spec.name));
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    const std::uint64_t counter = 2 * (first_element + i);
-    // Box-Muller on two independent uniforms drawn from the element's own counter.
-    const double u1 = unit_interval(splitmix64(key + counter));
-    const double u2 = unit_interval(splitmix64(key + counter + 1));
-    const double normal = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-    values[i] = static_cast<float>(normal * spec.init_std);
-  }
+  runtime::init_tensor_range(seed, unit_name, engine_spec, first_element, values);
 }
 
 void initialize_unit_range(const UnitSpec& unit, std::uint64_t seed, std::span<float> values,
@@ -148,7 +126,7 @@ void initialize_unit_range(const UnitSpec& unit, std::uint64_t seed, std::span<f
     const std::size_t begin = std::max(first_element, tensor.offset);
     const std::size_t end = std::min(range_end, tensor.offset + tensor.numel());
     if (begin < end) {
-      initialize_tensor(tensor, seed, values.subspan(begin - first_element, end - begin),
+      initialize_tensor(unit.name, tensor, seed, values.subspan(begin - first_element, end - begin),
                         begin - tensor.offset);
     }
   }

@@ -68,11 +68,11 @@ enum HeadTensor : std::size_t { kLnfWeight, kLnfBias, kLmHeadWeight };
 // std::invalid_argument naming the bad field.
 std::vector<UnitSpec> gpt_units(const runtime::ModelConfig& config);
 
-// Fills `values` (numel of `spec`) with the spec's initialiser. Normal values come from a
-// counter-based generator keyed by (seed, tensor name, element index), so every holder of a
-// tensor (or of a slice of it: `first_element`) produces the same bits on every platform.
-void initialize_tensor(const TensorSpec& spec, std::uint64_t seed, std::span<float> values,
-                       std::size_t first_element = 0);
+// Fills `values` (elements [first_element, ...) of tensor `spec` of unit `unit_name`) with the
+// spec's initialiser: runtime::init_tensor_range, the Engine's own, so a ParameterStore and an
+// Engine rank initialising only its shard produce the same bits, on every platform.
+void initialize_tensor(std::string_view unit_name, const TensorSpec& spec, std::uint64_t seed,
+                       std::span<float> values, std::size_t first_element = 0);
 
 // Fills `values` = elements [first_element, first_element + values.size()) of the unit's flat
 // buffer, whichever tensors that range crosses: what a ZeRO-3 rank initialising only its shard of

@@ -19,7 +19,7 @@ class ParameterStore {
  public:
   // All zeros.
   explicit ParameterStore(std::vector<UnitSpec> units);
-  // Each tensor filled by initialize_tensor(spec, seed, ...): the Engine's initialisation with
+  // Each tensor filled by initialize_tensor(unit, spec, seed, ...): the Engine's initialisation with
   // the same seed gives the same bits.
   static ParameterStore initialized(std::vector<UnitSpec> units, std::uint64_t seed);
 

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "examples/gpt/gpt_model.hpp"
+#include "examples/gpt/parameter_store.hpp"
 #include "runtime/comm/local_comm.hpp"
 #include "tests/io/io_test_support.hpp"
 #include "tiers/device/device.hpp"
@@ -112,6 +113,27 @@ TEST(Finetune, ExportedWeightsLoadBackToTheSameLoss) {
   // bf16 working parameters: the master weights round-trip exactly, and the gathered bf16 copy is
   // the same rounding of them.
   EXPECT_EQ(loaded.validation_loss(), trained_loss);
+}
+
+// The Engine, initialising each shard where it lives, and a ParameterStore holding the whole model
+// in memory start from the same bits.
+TEST(Finetune, EngineAndParameterStoreInitialiseAlike) {
+  using runtime::Tier;
+  ScratchDir dir;
+  const runtime::Config config = tiny_config(dir, Tier::kNvme, Tier::kDevice, Tier::kNvme);
+  auto device = host_device(config);
+  runtime::comm::LocalComm comm;
+  GptTrainer trainer(config, *device, comm, {});
+  const gpt::ParameterStore store =
+      gpt::ParameterStore::initialized(trainer.model().units(), config.run.seed);
+  for (std::size_t u = 0; u < trainer.model().unit_count(); ++u) {
+    const std::vector<float> engine_values =
+        trainer.engine().gather_master(static_cast<runtime::UnitId>(u));
+    const std::span<const float> expected = store.unit(u);
+    ASSERT_EQ(engine_values.size(), expected.size());
+    EXPECT_EQ(std::memcmp(engine_values.data(), expected.data(), expected.size_bytes()), 0)
+        << "unit " << trainer.model().units()[u].name;
+  }
 }
 
 TEST(Finetune, ValidationLossFalls) {

@@ -84,7 +84,7 @@ TEST(GptInit, FollowsGpt2AndSlicesAgreeWithTheWhole) {
   const TensorSpec* spec = params.find_spec("h.0.attn.c_proj.weight");
   ASSERT_NE(spec, nullptr);
   std::vector<float> slice(200);
-  initialize_tensor(*spec, 99, slice, 100);
+  initialize_tensor("h.0", *spec, 99, slice, 100);
   const std::span<const float> whole = params.find("h.0.attn.c_proj.weight");
   for (std::size_t i = 0; i < slice.size(); ++i) {
     ASSERT_EQ(slice[i], whole[100 + i]);
