@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/buffer_pool.hpp"
+#include "io/io_error.hpp"
 #include "io/make_engine.hpp"
 #include "io/striped_file.hpp"
 #include "runtime/byte_size.hpp"
@@ -44,8 +45,10 @@ struct BenchIoResult {
   std::uint64_t operations = 0;
 };
 
+// CLI11 does not print a RuntimeError's text, so say what was wrong here.
 [[noreturn]] void bad_input(const std::string& message) {
-  throw CLI::RuntimeError("strata bench io: " + message, kExitBadInput);
+  std::cerr << "strata bench io: " << message << "\n";
+  throw CLI::RuntimeError(kExitBadInput);
 }
 
 std::uint64_t parse_size_option(const std::string& name, const std::string& text) {
@@ -238,7 +241,14 @@ void add_bench_io_command(CLI::App& bench) {
   command->add_option("--direct", options->direct, "O_DIRECT (true) or buffered (false)")
       ->capture_default_str();
   command->add_flag("--json", options->json, "print one JSON object");
-  command->callback([options] { run_bench_io(*options); });
+  command->callback([options] {
+    try {
+      run_bench_io(*options);
+    } catch (const io::IoError& error) {
+      std::cerr << "strata bench io: " << error.what() << "\n";
+      throw CLI::RuntimeError(1);
+    }
+  });
 }
 
 }  // namespace strata::cli
