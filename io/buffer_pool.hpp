@@ -42,6 +42,7 @@ class BufferPool {
 
   std::size_t buffer_count_;
   std::size_t buffer_bytes_;
+  bool poison_on_release_;
   AlignedBuffer memory_;
   mutable std::mutex mutex_;
   std::condition_variable released_;
