@@ -62,8 +62,8 @@ std::uint64_t parse_size_option(const std::string& name, const std::string& text
 // Sequential I/O over the striped file, one block per request, queue_depth * rings requests in
 // flight, waited for in submission order (as they complete, near enough, for equal sequential
 // blocks).
-BenchIoResult run_sequential(io::Engine& engine, io::StripedFile& striped, io::BufferPool& pool,
-                             io::IoOp op, std::uint64_t size_bytes, std::uint64_t block_bytes) {
+BenchIoResult run_sequential(io::StripedFile& striped, io::BufferPool& pool, io::IoOp op,
+                             std::uint64_t size_bytes, std::uint64_t block_bytes) {
   struct InFlight {
     io::Ticket ticket;
     io::BufferPool::Lease buffer;
@@ -91,7 +91,6 @@ BenchIoResult run_sequential(io::Engine& engine, io::StripedFile& striped, io::B
     retire_oldest();
   }
   const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - started;
-  (void)engine;
   return {elapsed.count(), size_bytes, operations};
 }
 
@@ -172,7 +171,7 @@ void run_bench_io(const BenchIoOptions& options) {
         std::cout << "strata bench io: writing the file to read first (untimed)\n";
       }
       std::filesystem::remove(marker);
-      run_sequential(*engine, striped, pool, io::IoOp::kWrite, size_bytes, block_bytes);
+      run_sequential(striped, pool, io::IoOp::kWrite, size_bytes, block_bytes);
       striped.sync().get();
       std::ofstream(marker) << expected_marker;
     }
@@ -187,7 +186,7 @@ void run_bench_io(const BenchIoOptions& options) {
     std::filesystem::remove(marker);
   }
 
-  const BenchIoResult result = run_sequential(*engine, striped, pool, op, size_bytes, block_bytes);
+  const BenchIoResult result = run_sequential(striped, pool, op, size_bytes, block_bytes);
   if (op == io::IoOp::kWrite) {
     striped.sync().get();  // untimed, as fio's default end_fsync=0; makes the marker honest
     std::ofstream(marker) << expected_marker;
