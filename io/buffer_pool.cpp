@@ -65,6 +65,15 @@ std::span<std::byte> BufferPool::buffer(std::uint32_t index) const noexcept {
   return memory_.span().subspan(std::size_t{index} * buffer_bytes_, buffer_bytes_);
 }
 
+std::vector<std::span<std::byte>> BufferPool::buffers() const {
+  std::vector<std::span<std::byte>> all;
+  all.reserve(buffer_count_);
+  for (std::uint32_t i = 0; i < buffer_count_; ++i) {
+    all.push_back(buffer(i));
+  }
+  return all;
+}
+
 void BufferPool::release(std::uint32_t index) noexcept {
   if (poison_on_release_) {
     const std::span<std::byte> bytes = buffer(index);

@@ -85,6 +85,16 @@ Ticket Engine::submit(std::span<const IoRequest> requests) {
                                    kDirectIoAlignment),
                     "O_DIRECT requests need 4 KiB aligned offset, length and buffer");
     }
+    if (request.fixed_buffer_index && request.op != IoOp::kFsync) {
+      STRATA_ASSERT(*request.fixed_buffer_index < options_.fixed_buffers.size(),
+                    "fixed_buffer_index names no registered buffer");
+      const std::span<std::byte> fixed = options_.fixed_buffers[*request.fixed_buffer_index];
+      const auto begin = reinterpret_cast<std::uintptr_t>(request.buffer.data());
+      const auto fixed_begin = reinterpret_cast<std::uintptr_t>(fixed.data());
+      STRATA_ASSERT(
+          begin >= fixed_begin && begin + request.buffer.size() <= fixed_begin + fixed.size(),
+          "the request's buffer lies outside the fixed buffer it names");
+    }
     detail::Piece piece;
     piece.ticket = state;
     piece.file = handle;

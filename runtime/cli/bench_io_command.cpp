@@ -142,7 +142,7 @@ void run_bench_io(const BenchIoOptions& options) {
   engine_options.queue_depth = options.queue_depth;
   engine_options.rings = options.rings;
   engine_options.direct = options.direct ? io::DirectIo::kOn : io::DirectIo::kOff;
-  engine_options.fixed_buffers = &pool;
+  engine_options.fixed_buffers = pool.buffers();
   std::unique_ptr<io::Engine> engine = io::make_engine(engine_options);
 
   std::vector<std::filesystem::path> paths;

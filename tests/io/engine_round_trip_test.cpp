@@ -150,7 +150,7 @@ TYPED_TEST(EngineRoundTripTest, StripedRangesCrossUnitsAndFiles) {
 TYPED_TEST(EngineRoundTripTest, FixedBuffersRoundTrip) {
   BufferPool pool(4, 256 * kKiB);
   EngineOptions options;
-  options.fixed_buffers = &pool;
+  options.fixed_buffers = pool.buffers();
   this->start(options);
   if (this->IsSkipped()) {
     return;
