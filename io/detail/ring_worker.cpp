@@ -138,8 +138,12 @@ void RingWorker::complete(std::uint64_t user_data, std::int32_t result) {
   const auto slot = static_cast<std::uint32_t>(user_data);
   Piece& piece = slots_[slot];
   if (finish_operation(piece, result, faults_) == PieceStep::kResubmit) {
-    prepare(slot);
-    return;
+    if (!stopping_.load()) {
+      prepare(slot);
+      return;
+    }
+    // Nothing new enters the kernel during shutdown: the remainder might never complete (a FIFO).
+    cancel_piece(piece);
   }
   piece = Piece{};  // drops the ticket reference now, not when the slot is reused
   free_slots_.push_back(slot);
