@@ -36,6 +36,7 @@ struct BenchIoOptions {
   std::string rw = "read";
   std::string engine = "io_uring";
   bool direct = true;
+  bool fixed_buffers = true;
   bool json = false;
 };
 
@@ -62,8 +63,8 @@ std::uint64_t parse_size_option(const std::string& name, const std::string& text
 // Sequential I/O over the striped file, one block per request, queue_depth * rings requests in
 // flight, waited for in submission order (as they complete, near enough, for equal sequential
 // blocks).
-BenchIoResult run_sequential(io::StripedFile& striped, io::BufferPool& pool, io::IoOp op,
-                             std::uint64_t size_bytes, std::uint64_t block_bytes) {
+BenchIoResult run_sequential(io::StripedFile& striped, io::BufferPool& pool, bool use_fixed_buffers,
+                             io::IoOp op, std::uint64_t size_bytes, std::uint64_t block_bytes) {
   struct InFlight {
     io::Ticket ticket;
     io::BufferPool::Lease buffer;
@@ -82,8 +83,10 @@ BenchIoResult run_sequential(io::StripedFile& striped, io::BufferPool& pool, io:
     }
     io::BufferPool::Lease buffer = pool.acquire();
     const std::span<std::byte> bytes = buffer.span().first(block_bytes);
-    io::Ticket ticket = op == io::IoOp::kRead ? striped.read(offset, bytes, buffer.index())
-                                              : striped.write(offset, bytes, buffer.index());
+    const std::optional<std::uint32_t> fixed =
+        use_fixed_buffers ? std::optional(buffer.index()) : std::nullopt;
+    io::Ticket ticket = op == io::IoOp::kRead ? striped.read(offset, bytes, fixed)
+                                              : striped.write(offset, bytes, fixed);
     in_flight.push_back({std::move(ticket), std::move(buffer)});
     ++operations;
   }
@@ -142,7 +145,9 @@ void run_bench_io(const BenchIoOptions& options) {
   engine_options.queue_depth = options.queue_depth;
   engine_options.rings = options.rings;
   engine_options.direct = options.direct ? io::DirectIo::kOn : io::DirectIo::kOff;
-  engine_options.fixed_buffers = pool.buffers();
+  if (options.fixed_buffers) {
+    engine_options.fixed_buffers = pool.buffers();
+  }
   std::unique_ptr<io::Engine> engine = io::make_engine(engine_options);
 
   std::vector<std::filesystem::path> paths;
@@ -171,7 +176,8 @@ void run_bench_io(const BenchIoOptions& options) {
         std::cout << "strata bench io: writing the file to read first (untimed)\n";
       }
       std::filesystem::remove(marker);
-      run_sequential(striped, pool, io::IoOp::kWrite, size_bytes, block_bytes);
+      run_sequential(striped, pool, options.fixed_buffers, io::IoOp::kWrite, size_bytes,
+                     block_bytes);
       striped.sync().get();
       std::ofstream(marker) << expected_marker;
     }
@@ -186,7 +192,8 @@ void run_bench_io(const BenchIoOptions& options) {
     std::filesystem::remove(marker);
   }
 
-  const BenchIoResult result = run_sequential(striped, pool, op, size_bytes, block_bytes);
+  const BenchIoResult result =
+      run_sequential(striped, pool, options.fixed_buffers, op, size_bytes, block_bytes);
   if (op == io::IoOp::kWrite) {
     striped.sync().get();  // untimed, as fio's default end_fsync=0; makes the marker honest
     std::ofstream(marker) << expected_marker;
@@ -238,6 +245,10 @@ void add_bench_io_command(CLI::App& bench) {
   command->add_option("--engine", options->engine, "io_uring, posix or auto")
       ->capture_default_str();
   command->add_option("--direct", options->direct, "O_DIRECT (true) or buffered (false)")
+      ->capture_default_str();
+  command
+      ->add_option("--fixed-buffers", options->fixed_buffers,
+                   "register the buffers with the rings (io_uring fixed buffers)")
       ->capture_default_str();
   command->add_flag("--json", options->json, "print one JSON object");
   command->callback([options] {
