@@ -1,14 +1,29 @@
 #include "io/buffer_pool.hpp"
 
+#include <algorithm>
+#include <cstdlib>
+#include <string_view>
 #include <utility>
 
 #include "base/assert.hpp"
 
 namespace strata::io {
 
+namespace {
+
+bool poison_requested() {
+  const char* knob = std::getenv("STRATA_POISON_BUFFERS");
+  return knob != nullptr && std::string_view(knob) == "1";
+}
+
+constexpr std::byte kPoison{0xDE};
+
+}  // namespace
+
 BufferPool::BufferPool(std::size_t buffer_count, std::size_t buffer_bytes)
     : buffer_count_(buffer_count),
       buffer_bytes_(round_up(buffer_bytes, kDirectIoAlignment)),
+      poison_on_release_(poison_requested()),
       memory_(AlignedBuffer::allocate(buffer_count_ * buffer_bytes_)) {
   STRATA_ASSERT(buffer_count > 0 && buffer_bytes > 0);
   free_.reserve(buffer_count_);
@@ -50,7 +65,20 @@ std::span<std::byte> BufferPool::buffer(std::uint32_t index) const noexcept {
   return memory_.span().subspan(std::size_t{index} * buffer_bytes_, buffer_bytes_);
 }
 
+std::vector<std::span<std::byte>> BufferPool::buffers() const {
+  std::vector<std::span<std::byte>> all;
+  all.reserve(buffer_count_);
+  for (std::uint32_t i = 0; i < buffer_count_; ++i) {
+    all.push_back(buffer(i));
+  }
+  return all;
+}
+
 void BufferPool::release(std::uint32_t index) noexcept {
+  if (poison_on_release_) {
+    const std::span<std::byte> bytes = buffer(index);
+    std::fill(bytes.begin(), bytes.end(), kPoison);
+  }
   {
     std::lock_guard lock(mutex_);
     STRATA_ASSERT(free_.size() < buffer_count_, "buffer released twice");

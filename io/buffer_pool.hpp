@@ -34,14 +34,18 @@ class BufferPool {
   std::size_t buffer_count() const noexcept { return buffer_count_; }
   std::size_t buffer_bytes() const noexcept { return buffer_bytes_; }
   std::size_t free_count() const;
-  // The whole buffer `index`, leased or not: for registering the pool with a ring.
+  // The whole buffer `index`, leased or not.
   std::span<std::byte> buffer(std::uint32_t index) const noexcept;
+  // Every buffer in index order: EngineOptions::fixed_buffers, so that Lease::index() is the
+  // fixed-buffer index.
+  std::vector<std::span<std::byte>> buffers() const;
 
  private:
   void release(std::uint32_t index) noexcept;
 
   std::size_t buffer_count_;
   std::size_t buffer_bytes_;
+  bool poison_on_release_;
   AlignedBuffer memory_;
   mutable std::mutex mutex_;
   std::condition_variable released_;

@@ -70,21 +70,32 @@ Ticket Engine::submit(const IoRequest& request) {
 Ticket Engine::submit(std::span<const IoRequest> requests) {
   const std::uint64_t block = options_.block_size_bytes;
   std::uint64_t pieces = 0;
+  // Validate the whole batch before any piece of it is queued.
   for (const IoRequest& request : requests) {
     pieces += request.op == IoOp::kFsync ? 1 : (request.buffer.size() + block - 1) / block;
-  }
-  STRATA_ASSERT(pieces <= std::numeric_limits<std::uint32_t>::max());
-  auto state = std::make_shared<detail::TicketState>(static_cast<std::uint32_t>(pieces));
-
-  for (const IoRequest& request : requests) {
-    const FileHandle* handle = &file(request.file);
-    if (handle->direct() && request.op != IoOp::kFsync) {
+    if (file(request.file).direct() && request.op != IoOp::kFsync) {
       STRATA_ASSERT(is_aligned(request.offset_bytes, kDirectIoAlignment) &&
                         is_aligned(request.buffer.size(), kDirectIoAlignment) &&
                         is_aligned(reinterpret_cast<std::uintptr_t>(request.buffer.data()),
                                    kDirectIoAlignment),
                     "O_DIRECT requests need 4 KiB aligned offset, length and buffer");
     }
+    if (request.fixed_buffer_index && request.op != IoOp::kFsync) {
+      STRATA_ASSERT(*request.fixed_buffer_index < options_.fixed_buffers.size(),
+                    "fixed_buffer_index names no registered buffer");
+      const std::span<std::byte> fixed = options_.fixed_buffers[*request.fixed_buffer_index];
+      const auto begin = reinterpret_cast<std::uintptr_t>(request.buffer.data());
+      const auto fixed_begin = reinterpret_cast<std::uintptr_t>(fixed.data());
+      STRATA_ASSERT(
+          begin >= fixed_begin && begin + request.buffer.size() <= fixed_begin + fixed.size(),
+          "the request's buffer lies outside the fixed buffer it names");
+    }
+  }
+  STRATA_ASSERT(pieces <= std::numeric_limits<std::uint32_t>::max());
+  auto state = std::make_shared<detail::TicketState>(static_cast<std::uint32_t>(pieces));
+
+  for (const IoRequest& request : requests) {
+    const FileHandle* handle = &file(request.file);
     detail::Piece piece;
     piece.ticket = state;
     piece.file = handle;

@@ -1,16 +1,18 @@
 // EngineOptions: what an engine is built with; fixed for its lifetime.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
+#include <vector>
 
 #include "base/units.hpp"
 #include "io/file_handle.hpp"
 
 namespace strata::io {
 
-class BufferPool;
 class FaultInjector;
 
 enum class EngineKind : std::uint8_t {
@@ -32,8 +34,10 @@ struct EngineOptions {
   std::uint32_t rings = 1;
   // How Engine::open_file opens files. kOff: buffered I/O; durability needs Engine::sync().
   DirectIo direct = DirectIo::kOn;
-  // Registered with every ring as fixed buffers when the kernel allows; must outlive the engine.
-  const BufferPool* fixed_buffers = nullptr;
+  // Registered with every io_uring ring as fixed buffers when the kernel allows; a request names
+  // one by its position here (IoRequest::fixed_buffer_index). Any memory works: a BufferPool's
+  // buffers() or the caller's own pinned host buffers. It must outlive the engine.
+  std::vector<std::span<std::byte>> fixed_buffers;
   // Tests only: consulted at every completed operation; must outlive the engine.
   FaultInjector* faults = nullptr;
 };

@@ -33,8 +33,9 @@ struct IoRequest {
   FileId file = 0;
   std::uint64_t offset_bytes = 0;
   std::span<std::byte> buffer;
-  // The buffer's index in the BufferPool registered with the engine (a BufferPool::Lease index);
-  // lets io_uring use READ_FIXED / WRITE_FIXED. Ignored where buffers are not registered.
+  // The index in EngineOptions::fixed_buffers of the registered buffer that contains `buffer` (a
+  // BufferPool::Lease::index() when the pool's buffers() were registered); lets io_uring use
+  // READ_FIXED / WRITE_FIXED. Ignored where buffers are not registered.
   std::optional<std::uint32_t> fixed_buffer_index;
 
   static IoRequest read(FileId file, std::uint64_t offset_bytes, std::span<std::byte> buffer,

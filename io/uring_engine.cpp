@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <cstring>
 
-#include "io/buffer_pool.hpp"
 #include "io/detail/ring_worker.hpp"
 #include "io/fault_injector.hpp"
 #include "io/uring_unavailable.hpp"
@@ -17,12 +16,9 @@ UringEngine::UringEngine(const EngineOptions& options) : Engine(options) {
     }
   }
   std::vector<iovec> fixed;
-  if (options.fixed_buffers != nullptr) {
-    fixed.reserve(options.fixed_buffers->buffer_count());
-    for (std::uint32_t i = 0; i < options.fixed_buffers->buffer_count(); ++i) {
-      const std::span<std::byte> buffer = options.fixed_buffers->buffer(i);
-      fixed.push_back({buffer.data(), buffer.size()});
-    }
+  fixed.reserve(options.fixed_buffers.size());
+  for (const std::span<std::byte> buffer : options.fixed_buffers) {
+    fixed.push_back({buffer.data(), buffer.size()});
   }
   workers_.reserve(options.rings);
   int registration = 0;

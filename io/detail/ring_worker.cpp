@@ -13,8 +13,10 @@ namespace strata::io::detail {
 
 namespace {
 
-// user_data of the eventfd read; I/O slots use their index, which is always smaller.
+// user_data of the eventfd read and of the shutdown cancel; I/O slots use their index, always
+// smaller.
 constexpr std::uint64_t kWakeupTag = ~std::uint64_t{0};
+constexpr std::uint64_t kCancelTag = ~std::uint64_t{0} - 1;
 
 }  // namespace
 
@@ -106,7 +108,26 @@ void RingWorker::prepare(std::uint32_t slot) {
   io_uring_sqe_set_data64(sqe, slot);
 }
 
+void RingWorker::cancel_in_flight() {
+  io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
+  if (sqe == nullptr) {
+    io_uring_submit(ring_.get());
+    sqe = io_uring_get_sqe(ring_.get());
+  }
+  STRATA_ASSERT(sqe != nullptr);
+  // Operations that can still be cancelled (a poll-driven read of a pipe or socket, an op queued
+  // for an io-wq worker) complete with -ECANCELED; disk I/O already at the device finishes
+  // normally. A kernel older than 5.19 answers -EINVAL, and we simply wait for everything.
+  io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
+  io_uring_sqe_set_data64(sqe, kCancelTag);
+  cancel_pending_ = true;
+}
+
 void RingWorker::complete(std::uint64_t user_data, std::int32_t result) {
+  if (user_data == kCancelTag) {
+    cancel_pending_ = false;
+    return;
+  }
   if (user_data == kWakeupTag) {
     wakeup_armed_ = false;
     if (!stopping_.load()) {
@@ -117,8 +138,12 @@ void RingWorker::complete(std::uint64_t user_data, std::int32_t result) {
   const auto slot = static_cast<std::uint32_t>(user_data);
   Piece& piece = slots_[slot];
   if (finish_operation(piece, result, faults_) == PieceStep::kResubmit) {
-    prepare(slot);
-    return;
+    if (!stopping_.load()) {
+      prepare(slot);
+      return;
+    }
+    // Nothing new enters the kernel during shutdown: the remainder might never complete (a FIFO).
+    cancel_piece(piece);
   }
   piece = Piece{};  // drops the ticket reference now, not when the slot is reused
   free_slots_.push_back(slot);
@@ -133,9 +158,14 @@ void RingWorker::run() {
       for (Piece& piece : queue_.drain()) {
         cancel_piece(piece);
       }
-      // Pieces in the kernel point into caller buffers: wait for every one, and for the wakeup
-      // read whose buffer is ours.
-      if (free_slots_.size() == slots_.size() && !wakeup_armed_) {
+      const bool idle = free_slots_.size() == slots_.size();
+      if (!idle && !cancel_requested_) {
+        cancel_in_flight();
+        cancel_requested_ = true;
+      }
+      // Pieces in the kernel point into caller buffers: wait for every one, for the wakeup read
+      // whose buffer is ours, and for the cancel.
+      if (idle && !wakeup_armed_ && !cancel_pending_) {
         return;
       }
     } else {

@@ -20,7 +20,8 @@ class RingWorker {
              std::span<const iovec> fixed_buffers);
   RingWorker(const RingWorker&) = delete;
   RingWorker& operator=(const RingWorker&) = delete;
-  // Waits for the pieces in the kernel, cancels the queued ones, joins the thread.
+  // Completes queued pieces with ECANCELED, asks the kernel to cancel the pieces in flight (those
+  // it can cancel complete with ECANCELED, the others finish), waits for all, joins the thread.
   ~RingWorker();
 
   int fixed_buffer_registration() const noexcept { return fixed_registration_; }
@@ -33,11 +34,14 @@ class RingWorker {
   void arm_wakeup();
   void prepare(std::uint32_t slot);
   void complete(std::uint64_t user_data, std::int32_t result);
+  void cancel_in_flight();
 
   UringRing ring_;
   int event_fd_ = -1;
   std::uint64_t event_value_ = 0;  // the kernel writes the eventfd counter here
   bool wakeup_armed_ = false;
+  bool cancel_requested_ = false;  // at shutdown, once
+  bool cancel_pending_ = false;
   int fixed_registration_ = -1;  // 0: fixed buffers registered; -errno otherwise
   FaultInjector* faults_;
   BoundedQueue<Piece> queue_;

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/buffer_pool.hpp"
+#include "io/io_error.hpp"
 #include "io/make_engine.hpp"
 #include "io/striped_file.hpp"
 #include "runtime/byte_size.hpp"
@@ -35,6 +36,7 @@ struct BenchIoOptions {
   std::string rw = "read";
   std::string engine = "io_uring";
   bool direct = true;
+  bool fixed_buffers = true;
   bool json = false;
 };
 
@@ -44,8 +46,10 @@ struct BenchIoResult {
   std::uint64_t operations = 0;
 };
 
+// CLI11 does not print a RuntimeError's text, so say what was wrong here.
 [[noreturn]] void bad_input(const std::string& message) {
-  throw CLI::RuntimeError("strata bench io: " + message, kExitBadInput);
+  std::cerr << "strata bench io: " << message << "\n";
+  throw CLI::RuntimeError(kExitBadInput);
 }
 
 std::uint64_t parse_size_option(const std::string& name, const std::string& text) {
@@ -59,7 +63,7 @@ std::uint64_t parse_size_option(const std::string& name, const std::string& text
 // Sequential I/O over the striped file, one block per request, queue_depth * rings requests in
 // flight, waited for in submission order (as they complete, near enough, for equal sequential
 // blocks).
-BenchIoResult run_sequential(io::Engine& engine, io::StripedFile& striped, io::BufferPool& pool,
+BenchIoResult run_sequential(io::StripedFile& striped, io::BufferPool& pool, bool use_fixed_buffers,
                              io::IoOp op, std::uint64_t size_bytes, std::uint64_t block_bytes) {
   struct InFlight {
     io::Ticket ticket;
@@ -79,8 +83,10 @@ BenchIoResult run_sequential(io::Engine& engine, io::StripedFile& striped, io::B
     }
     io::BufferPool::Lease buffer = pool.acquire();
     const std::span<std::byte> bytes = buffer.span().first(block_bytes);
-    io::Ticket ticket = op == io::IoOp::kRead ? striped.read(offset, bytes, buffer.index())
-                                              : striped.write(offset, bytes, buffer.index());
+    const std::optional<std::uint32_t> fixed =
+        use_fixed_buffers ? std::optional(buffer.index()) : std::nullopt;
+    io::Ticket ticket = op == io::IoOp::kRead ? striped.read(offset, bytes, fixed)
+                                              : striped.write(offset, bytes, fixed);
     in_flight.push_back({std::move(ticket), std::move(buffer)});
     ++operations;
   }
@@ -88,7 +94,6 @@ BenchIoResult run_sequential(io::Engine& engine, io::StripedFile& striped, io::B
     retire_oldest();
   }
   const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - started;
-  (void)engine;
   return {elapsed.count(), size_bytes, operations};
 }
 
@@ -140,7 +145,9 @@ void run_bench_io(const BenchIoOptions& options) {
   engine_options.queue_depth = options.queue_depth;
   engine_options.rings = options.rings;
   engine_options.direct = options.direct ? io::DirectIo::kOn : io::DirectIo::kOff;
-  engine_options.fixed_buffers = &pool;
+  if (options.fixed_buffers) {
+    engine_options.fixed_buffers = pool.buffers();
+  }
   std::unique_ptr<io::Engine> engine = io::make_engine(engine_options);
 
   std::vector<std::filesystem::path> paths;
@@ -169,7 +176,8 @@ void run_bench_io(const BenchIoOptions& options) {
         std::cout << "strata bench io: writing the file to read first (untimed)\n";
       }
       std::filesystem::remove(marker);
-      run_sequential(*engine, striped, pool, io::IoOp::kWrite, size_bytes, block_bytes);
+      run_sequential(striped, pool, options.fixed_buffers, io::IoOp::kWrite, size_bytes,
+                     block_bytes);
       striped.sync().get();
       std::ofstream(marker) << expected_marker;
     }
@@ -184,7 +192,8 @@ void run_bench_io(const BenchIoOptions& options) {
     std::filesystem::remove(marker);
   }
 
-  const BenchIoResult result = run_sequential(*engine, striped, pool, op, size_bytes, block_bytes);
+  const BenchIoResult result =
+      run_sequential(striped, pool, options.fixed_buffers, op, size_bytes, block_bytes);
   if (op == io::IoOp::kWrite) {
     striped.sync().get();  // untimed, as fio's default end_fsync=0; makes the marker honest
     std::ofstream(marker) << expected_marker;
@@ -237,8 +246,19 @@ void add_bench_io_command(CLI::App& bench) {
       ->capture_default_str();
   command->add_option("--direct", options->direct, "O_DIRECT (true) or buffered (false)")
       ->capture_default_str();
+  command
+      ->add_option("--fixed-buffers", options->fixed_buffers,
+                   "register the buffers with the rings (io_uring fixed buffers)")
+      ->capture_default_str();
   command->add_flag("--json", options->json, "print one JSON object");
-  command->callback([options] { run_bench_io(*options); });
+  command->callback([options] {
+    try {
+      run_bench_io(*options);
+    } catch (const io::IoError& error) {
+      std::cerr << "strata bench io: " << error.what() << "\n";
+      throw CLI::RuntimeError(1);
+    }
+  });
 }
 
 }  // namespace strata::cli

@@ -2,7 +2,9 @@
 // blocks acquire() until a lease returns, and gets every buffer back from RAII leases.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <set>
 #include <thread>
 #include <vector>
@@ -56,6 +58,21 @@ TEST(BufferPoolTest, AcquireWaitsForARelease) {
   BufferPool::Lease second = pool.acquire();  // would hang forever if release did not wake it
   EXPECT_TRUE(second.valid());
   releaser.join();
+}
+
+TEST(BufferPoolTest, PoisonKnobFillsReturnedBuffers) {
+  ::setenv("STRATA_POISON_BUFFERS", "1", 1);
+  BufferPool pool(1, 4096);
+  ::unsetenv("STRATA_POISON_BUFFERS");
+  std::byte* data = nullptr;
+  {
+    BufferPool::Lease lease = pool.acquire();
+    data = lease.data();
+    std::fill(data, data + 4096, std::byte{0x11});
+  }
+  for (std::size_t i = 0; i < 4096; ++i) {
+    ASSERT_EQ(data[i], std::byte{0xDE}) << "byte " << i;
+  }
 }
 
 }  // namespace

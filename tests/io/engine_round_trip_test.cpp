@@ -141,7 +141,6 @@ TYPED_TEST(EngineRoundTripTest, StripedRangesCrossUnitsAndFiles) {
     ASSERT_EQ(std::memcmp(whole.data() + offset, actual.data(), length), 0);
   }
   // Each file holds its share: file 1 starts with logical unit 1.
-  std::vector<std::byte> head(unit);
   const FileId file1 = striped.files()[1];
   AlignedBuffer direct_head = AlignedBuffer::allocate(unit);
   this->engine_->submit(IoRequest::read(file1, 0, direct_head.span().first(unit))).get();
@@ -151,7 +150,7 @@ TYPED_TEST(EngineRoundTripTest, StripedRangesCrossUnitsAndFiles) {
 TYPED_TEST(EngineRoundTripTest, FixedBuffersRoundTrip) {
   BufferPool pool(4, 256 * kKiB);
   EngineOptions options;
-  options.fixed_buffers = &pool;
+  options.fixed_buffers = pool.buffers();
   this->start(options);
   if (this->IsSkipped()) {
     return;

@@ -1,8 +1,11 @@
 // Proves an engine destroyed with requests queued and in the kernel neither hangs nor leaks: every
-// ticket completes (done or ECANCELED) and stays readable after the engine is gone.
+// ticket completes (done or ECANCELED) and stays readable after the engine is gone; pieces stuck
+// in the kernel are cancelled.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <cerrno>
+
 #include <chrono>
 #include <vector>
 
@@ -66,6 +69,52 @@ TYPED_TEST(EngineShutdownTest, IdleEngineStopsAtOnce) {
   const auto started = std::chrono::steady_clock::now();
   engine.reset();
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(2));
+}
+
+}  // namespace
+}  // namespace strata::io
+
+namespace strata::io {
+namespace {
+
+// A read of an empty FIFO never completes on its own: the one way to have pieces surely stuck in
+// the kernel at shutdown. io_uring only (pread on a FIFO is ESPIPE).
+TEST(UringShutdownTest, PiecesStuckInTheKernelAreCancelled) {
+  testing::ScratchDir dir;
+  const std::filesystem::path fifo = dir / "stuck.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EngineOptions options;
+  options.direct = DirectIo::kOff;
+  options.queue_depth = 4;
+  options.rings = 1;
+  std::unique_ptr<Engine> engine;
+  try {
+    engine = std::make_unique<UringEngine>(options);
+  } catch (const UringUnavailable& refused) {
+    GTEST_SKIP() << "io_uring refused by this kernel: " << refused.what();
+  }
+  // O_RDWR on a FIFO does not block at open (Linux).
+  const FileId file =
+      engine->add_file(FileHandle::open(fifo, {CreateMode::kOpenExisting, DirectIo::kOff}));
+  AlignedBuffer buffer = AlignedBuffer::allocate(10 * 4096);
+  std::vector<Ticket> tickets;
+  for (std::size_t i = 0; i < 10; ++i) {  // 4 in the kernel, 6 queued
+    tickets.push_back(
+        engine->submit(IoRequest::read(file, 0, buffer.span().subspan(i * 4096, 4096))));
+  }
+  EXPECT_FALSE(tickets[0].wait_for(std::chrono::milliseconds(50))) << "the FIFO had data?";
+  const auto started = std::chrono::steady_clock::now();
+  engine.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
+  for (const Ticket& ticket : tickets) {
+    ASSERT_TRUE(ticket.poll());
+    ASSERT_FALSE(ticket.ok());
+    try {
+      ticket.get();
+    } catch (const IoError& error) {
+      EXPECT_EQ(error.code().value(), ECANCELED) << error.what();
+    }
+  }
 }
 
 }  // namespace

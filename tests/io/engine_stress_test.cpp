@@ -26,7 +26,7 @@ TYPED_TEST(EngineStressTest, ThousandsOfConcurrentRequestsOverRingsAndFiles) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   ScratchDir dir;
   EngineOptions options;
-  options.block_size_bytes = 16 * kKiB;  // small blocks: one or two pieces per request
+  options.block_size_bytes = 8 * kKiB;  // small blocks: one or two pieces per request
   options.queue_depth = 16;
   options.rings = 4;
   std::string skip;
@@ -36,8 +36,8 @@ TYPED_TEST(EngineStressTest, ThousandsOfConcurrentRequestsOverRingsAndFiles) {
   }
   constexpr int kThreads = 4;
   constexpr int kFiles = 4;
-  constexpr std::uint64_t kRequestsPerThread = 640;
-  constexpr std::uint64_t kSlot = 32 * kKiB;  // requests are 4..32 KiB inside their own slot
+  constexpr std::uint64_t kRequestsPerThread = 512;
+  constexpr std::uint64_t kSlot = 16 * kKiB;  // requests are 4..16 KiB inside their own slot
   constexpr std::uint64_t kSlots = kThreads * kRequestsPerThread;
   std::vector<FileId> files;
   for (int f = 0; f < kFiles; ++f) {
@@ -46,11 +46,16 @@ TYPED_TEST(EngineStressTest, ThousandsOfConcurrentRequestsOverRingsAndFiles) {
   }
   AlignedBuffer expected = AlignedBuffer::allocate(kSlots * kSlot);
   AlignedBuffer actual = AlignedBuffer::allocate(kSlots * kSlot);
+  // Lay the files out first, as fio does: on ext4, O_DIRECT writes that leave unwritten gaps in
+  // fallocated extents split them one journal transaction at a time (seconds, not the engine).
+  for (FileId file : files) {
+    engine->submit(IoRequest::write(file, 0, actual.span().first(kSlots / kFiles * kSlot))).get();
+  }
   testing::fill_random(expected.span(), seed);
   std::vector<std::uint64_t> lengths(kSlots);
   std::mt19937_64 random(seed);
   for (std::uint64_t& length : lengths) {
-    length = (1 + random() % 8) * 4 * kKiB;
+    length = (1 + random() % 4) * 4 * kKiB;
   }
   // Slot s lives in file s % kFiles at (s / kFiles) * kSlot.
   auto request = [&](IoOp op, std::uint64_t slot) {
