@@ -109,9 +109,10 @@ double norm_kernel(const void* data, std::size_t begin, std::size_t end) {
         D low;
         D high;
         V::widen(V::load(values + i + k * V::kWidth), low, high);
-        // x*x is exact in double for any fp32 x, so this add is the only rounding.
-        sums[2 * k] = sums[2 * k] + low * low;
-        sums[2 * k + 1] = sums[2 * k + 1] + high * high;
+        // x*x is exact in double for any fp32 x, so the add is the only rounding and a fused
+        // multiply-add (AVX2, AVX-512) gives the same bits as SSE2's separate mul and add.
+        sums[2 * k] = xsimd::fma(low, low, sums[2 * k]);
+        sums[2 * k + 1] = xsimd::fma(high, high, sums[2 * k + 1]);
       }
     }
     for (std::size_t k = 0; k < kAccumulators; ++k) sums[k].store_unaligned(lanes + k * kDoubles);

@@ -10,5 +10,6 @@ inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitDoesNotFit = 3;
 
 void add_plan_command(CLI::App& app);
+void add_bench_adam_command(CLI::App& bench);
 
 }  // namespace strata::cli

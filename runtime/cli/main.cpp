@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
 
   CLI::App* bench = app.add_subcommand("bench", "throughput benchmarks (print figures and bounds)");
   bench->require_subcommand(1);
+  strata::cli::add_bench_adam_command(*bench);
 
   try {
     app.parse(argc, argv);
