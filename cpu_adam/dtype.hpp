@@ -83,11 +83,11 @@ STRATA_CONVERSION float to_float(Bf16 value) {
 // AVX512_BF16's vcvtneps2bf16, which is why the kernels do not use it).
 STRATA_CONVERSION Bf16 to_bf16(float value) {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
-  if ((bits & 0x7FFF'FFFFu) > 0x7F80'0000u) {
-    return Bf16{static_cast<std::uint16_t>((bits >> 16) | 0x0040u)};
-  }
   const std::uint32_t rounded = bits + 0x7FFFu + ((bits >> 16) & 1u);
-  return Bf16{static_cast<std::uint16_t>(rounded >> 16)};
+  const std::uint32_t quiet_nan = bits | 0x0040'0000u;
+  // A select rather than a branch, so loops over it vectorise.
+  const bool is_nan = (bits & 0x7FFF'FFFFu) > 0x7F80'0000u;
+  return Bf16{static_cast<std::uint16_t>((is_nan ? quiet_nan : rounded) >> 16)};
 }
 
 // fp16 -> fp32 is exact. Matches F16C's vcvtph2ps bit for bit, NaNs included (quiet bit set).

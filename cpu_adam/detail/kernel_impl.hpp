@@ -116,6 +116,14 @@ double norm_kernel(const void* data, std::size_t begin, std::size_t end) {
       }
     }
     for (std::size_t k = 0; k < kAccumulators; ++k) sums[k].store_unaligned(lanes + k * kDoubles);
+  } else {
+    // Whole rows of lanes first: independent chains the compiler can keep in registers.
+    for (; i + kNormLanes <= end; i += kNormLanes) {
+      for (std::size_t k = 0; k < kNormLanes; ++k) {
+        const double value = to_float(values[i + k]);
+        lanes[k] += value * value;
+      }
+    }
   }
   for (; i < end; ++i) {
     const double value = to_float(values[i]);
