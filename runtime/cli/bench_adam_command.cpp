@@ -69,6 +69,16 @@ class HostArray {
   std::unique_ptr<unsigned char, Free> data_;
 };
 
+// The 1-minute load average, printed with the figures: other processes share memory bandwidth.
+double load_average() {
+  double load = -1;
+  if (std::FILE* file = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(file, "%lf", &load) != 1) load = -1;
+    std::fclose(file);
+  }
+  return load;
+}
+
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -271,6 +281,7 @@ int run_bench_adam(const BenchAdamOptions& options) {
     j["param_out"] = options.param_out;
     j["simd"] = level_name;
     j["repeats"] = repeats;
+    j["load_average"] = load_average();
     j["bytes_per_param"] = f.bytes_per_param;
     j["bound_s"] = f.bound_s;
     j["optimizer_s"] = f.optimizer_s;
