@@ -300,9 +300,9 @@ int run_bench_adam(const BenchAdamOptions& options) {
   }
   std::printf(
       "strata bench adam: %zu params, %d thread(s), grad %s, param-out %s, simd %s, "
-      "best of %d\n",
+      "best of %d, load average %.2f\n",
       count, options.threads, options.grad_dtype.c_str(), options.param_out.c_str(),
-      level_name.c_str(), repeats);
+      level_name.c_str(), repeats, load_average());
   std::printf("  %-44s %9s %12s %9s\n", "", "ms", "params/s", "GB/s");
   auto row = [&](const char* name, double seconds, std::size_t bytes) {
     std::printf("  %-44s %9.1f %12.3e %9.1f\n", name, seconds * 1e3, n / seconds,
