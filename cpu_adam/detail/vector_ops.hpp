@@ -94,6 +94,11 @@ struct VectorOps<xsimd::avx512bw> : VectorOpsBase<xsimd::avx512bw> {
     low = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
     high = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
   }
+  // Converting straight from memory saves the lane extract (the norm's hot loop).
+  static void widen(const float* p, D& low, D& high) {
+    low = _mm512_cvtps_pd(_mm256_loadu_ps(p));
+    high = _mm512_cvtps_pd(_mm256_loadu_ps(p + 8));
+  }
 };
 #endif
 
@@ -133,6 +138,10 @@ struct VectorOps<xsimd::fma3<xsimd::avx2>> : VectorOpsBase<xsimd::fma3<xsimd::av
     low = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
     high = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
   }
+  static void widen(const float* p, D& low, D& high) {
+    low = _mm256_cvtps_pd(_mm_loadu_ps(p));
+    high = _mm256_cvtps_pd(_mm_loadu_ps(p + 4));
+  }
 };
 #endif
 
@@ -171,6 +180,7 @@ struct VectorOps<xsimd::sse2> : VectorOpsBase<xsimd::sse2> {
     low = _mm_cvtps_pd(x);
     high = _mm_cvtps_pd(_mm_movehl_ps(x, x));
   }
+  static void widen(const float* p, D& low, D& high) { widen(load(p), low, high); }
 };
 #endif
 

@@ -181,23 +181,21 @@ int run_bench_adam(const BenchAdamOptions& options) {
   const int repeats = std::max(1, options.repeats);
   std::int64_t step_index = 0;
 
-  // (a) the memory bound and (b) the optimizer, interleaved so both see the same machine load.
-  // The bound is the machine's, so it always streams with the best level, whatever --simd says.
+  // (a) the memory bound. It is the machine's, so it always streams with the best level.
   const cpu_adam::ExecOptions bound_exec;
-  cpu_adam::stream_bound(spans, arena, bound_exec);  // warm-up
-  double bound_best = 1e300;
-  double optimizer_best = 1e300;
-  for (int r = 0; r < repeats; ++r) {
-    Clock::time_point start = Clock::now();
+  auto run_bound = [&] {
+    const Clock::time_point start = Clock::now();
     cpu_adam::stream_bound(spans, arena, bound_exec);
-    bound_best = std::min(bound_best, seconds_since(start));
+    return seconds_since(start);
+  };
+
+  // (b) the optimizer alone.
+  auto run_optimizer = [&] {
     hyper.step = ++step_index;
-    start = Clock::now();
+    const Clock::time_point start = Clock::now();
     cpu_adam::step(hyper, spans, cpu_adam::GradScaling{loss_scale, 1.0}, arena, exec);
-    optimizer_best = std::min(optimizer_best, seconds_since(start));
-  }
-  f.bound_s = bound_best;
-  f.optimizer_s = optimizer_best;
+    return seconds_since(start);
+  };
 
   // (c) fused: the norm is fed chunk by chunk as each chunk of gradient lands (the landing copy
   // stands for the device-to-host transfer and is not timed), then one fused step.
@@ -206,37 +204,31 @@ int run_bench_adam(const BenchAdamOptions& options) {
   const std::size_t element_bytes = cpu_adam::dtype_bytes(*grad_dtype);
   const std::size_t arrival_elems = 256 * kKiB / element_bytes;  // L2-sized landing chunks
   cpu_adam::GradNormAccumulator norm(exec);
-  f.fused_s = 1e300;
-  for (int r = 0; r < repeats; ++r) {
+  double fused_norm_s = 0;
+  auto run_fused = [&] {
     norm.reset();
-    double timed = 0;
+    fused_norm_s = 0;
     for (std::size_t begin = 0; begin < count; begin += arrival_elems) {
       const std::size_t n = std::min(arrival_elems, count - begin);
-      std::memcpy(grad.as<unsigned char>() + begin * element_bytes,
-                  arrived.as<unsigned char>() + begin * element_bytes, n * element_bytes);
+      unsigned char* landed = grad.as<unsigned char>() + begin * element_bytes;
+      std::memcpy(landed, arrived.as<unsigned char>() + begin * element_bytes, n * element_bytes);
       const Clock::time_point start = Clock::now();
-      norm.add_serial(
-          ConstTypedSpan(grad.as<unsigned char>() + begin * element_bytes, n, *grad_dtype));
-      timed += seconds_since(start);
+      norm.add_serial(ConstTypedSpan(landed, n, *grad_dtype));
+      fused_norm_s += seconds_since(start);
     }
     const Clock::time_point start = Clock::now();
     const double clip = cpu_adam::clip_coefficient(norm.norm() / loss_scale, max_norm);
     hyper.step = ++step_index;
     cpu_adam::step(hyper, fused_spans, cpu_adam::GradScaling{loss_scale, clip}, arena, exec);
-    const double total = timed + seconds_since(start);
-    if (total < f.fused_s) {
-      f.fused_s = total;
-      f.fused_norm_s = timed;
-    }
-  }
+    return fused_norm_s + seconds_since(start);
+  };
 
   // (d) separate passes over DRAM: norm, unscale (and clip) in place, AdamW, cast.
   cpu_adam::ParamSpans plain_spans = spans;
   plain_spans.param_out = TypedSpan();
-  f.separate_s = 1e300;
-  for (int r = 0; r < repeats; ++r) {
+  double pass_s[4] = {};
+  auto run_separate = [&] {
     std::memcpy(grad.as<unsigned char>(), arrived.as<unsigned char>(), grad_bytes);  // untimed
-    double pass_s[4];
     Clock::time_point start = Clock::now();
     norm.reset();
     norm.add(spans.grad, arena);
@@ -254,9 +246,24 @@ int run_bench_adam(const BenchAdamOptions& options) {
     cpu_adam::convert(ConstTypedSpan(master.as<float>(), count, Dtype::kFp32),
                       TypedSpan(out.as<void>(), count, copy_dtype), arena, exec);
     pass_s[3] = seconds_since(start);
-    const double total = pass_s[0] + pass_s[1] + pass_s[2] + pass_s[3];
-    if (total < f.separate_s) {
-      f.separate_s = total;
+    return pass_s[0] + pass_s[1] + pass_s[2] + pass_s[3];
+  };
+
+  // The four are interleaved within each repeat, so all see the same machine load (other
+  // processes share the memory bandwidth); the best of each is kept.
+  run_bound();  // warm-up
+  f.bound_s = f.optimizer_s = f.fused_s = f.separate_s = 1e300;
+  for (int r = 0; r < repeats; ++r) {
+    f.bound_s = std::min(f.bound_s, run_bound());
+    f.optimizer_s = std::min(f.optimizer_s, run_optimizer());
+    const double fused = run_fused();
+    if (fused < f.fused_s) {
+      f.fused_s = fused;
+      f.fused_norm_s = fused_norm_s;
+    }
+    const double separate = run_separate();
+    if (separate < f.separate_s) {
+      f.separate_s = separate;
       std::copy(pass_s, pass_s + 4, f.separate_pass_s);
     }
   }
