@@ -254,16 +254,17 @@ constexpr void fill_stream(KernelTable& table) {
   table.stream[kGrad][kOutFp16] = &stream_kernel<V, Grad, Fp16>;
 }
 
-template <class V>
+// NormV lets a level use narrower vectors for the norm (same bits: the lane layout is fixed).
+template <class V, class NormV = V>
 KernelTable make_kernel_table(SimdLevel level) {
   KernelTable table{};
   table.level = level;
   fill_rule<V, AdamRule>(table, UpdateRule::kAdam);
   fill_rule<V, AdagradRule>(table, UpdateRule::kAdagrad);
   fill_rule<V, LionRule>(table, UpdateRule::kLion);
-  table.norm[0] = &norm_kernel<V, float>;
-  table.norm[1] = &norm_kernel<V, Bf16>;
-  table.norm[2] = &norm_kernel<V, Fp16>;
+  table.norm[0] = &norm_kernel<NormV, float>;
+  table.norm[1] = &norm_kernel<NormV, Bf16>;
+  table.norm[2] = &norm_kernel<NormV, Fp16>;
   fill_stream<V, 0>(table);
   fill_stream<V, 1>(table);
   fill_stream<V, 2>(table);
