@@ -108,11 +108,7 @@ double norm_kernel(const void* data, std::size_t begin, std::size_t end) {
       for (std::size_t k = 0; k < kNormLanes / V::kWidth; ++k) {
         D low;
         D high;
-        if constexpr (std::is_same_v<Grad, float>) {
-          V::widen(values + i + k * V::kWidth, low, high);
-        } else {
-          V::widen(V::load(values + i + k * V::kWidth), low, high);
-        }
+        V::widen(values + i + k * V::kWidth, low, high);
         // x*x is exact in double for any fp32 x, so the add is the only rounding and a fused
         // multiply-add (AVX2, AVX-512) gives the same bits as SSE2's separate mul and add.
         sums[2 * k] = xsimd::fma(low, low, sums[2 * k]);

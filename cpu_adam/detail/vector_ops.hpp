@@ -99,6 +99,10 @@ struct VectorOps<xsimd::avx512bw> : VectorOpsBase<xsimd::avx512bw> {
     low = _mm512_cvtps_pd(_mm256_loadu_ps(p));
     high = _mm512_cvtps_pd(_mm256_loadu_ps(p + 8));
   }
+  template <class T>
+  static void widen(const T* p, D& low, D& high) {
+    widen(load(p), low, high);
+  }
 };
 #endif
 
@@ -142,6 +146,17 @@ struct VectorOps<xsimd::fma3<xsimd::avx2>> : VectorOpsBase<xsimd::fma3<xsimd::av
     low = _mm256_cvtps_pd(_mm_loadu_ps(p));
     high = _mm256_cvtps_pd(_mm_loadu_ps(p + 4));
   }
+  // Interleaving zeros below each bf16 gives its fp32 bits: no shift, no lane extract.
+  static void widen(const Bf16* p, D& low, D& high) {
+    const __m128i halves = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i zero = _mm_setzero_si128();
+    low = _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi16(zero, halves)));
+    high = _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpackhi_epi16(zero, halves)));
+  }
+  static void widen(const Fp16* p, D& low, D& high) {
+    low = _mm256_cvtps_pd(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+    high = _mm256_cvtps_pd(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 4))));
+  }
 };
 #endif
 
@@ -180,7 +195,10 @@ struct VectorOps<xsimd::sse2> : VectorOpsBase<xsimd::sse2> {
     low = _mm_cvtps_pd(x);
     high = _mm_cvtps_pd(_mm_movehl_ps(x, x));
   }
-  static void widen(const float* p, D& low, D& high) { widen(load(p), low, high); }
+  template <class T>
+  static void widen(const T* p, D& low, D& high) {
+    widen(load(p), low, high);
+  }
 };
 #endif
 
