@@ -19,10 +19,10 @@ namespace strata::detail {
 }  // namespace strata::detail
 
 #if defined(STRATA_ENABLE_ASSERTS)
-#define STRATA_ASSERT(expression, ...)                                                   \
-  ((expression) ? static_cast<void>(0)                                                   \
-                : ::strata::detail::assert_failed(#expression, __FILE__, __LINE__,       \
-                                                  "" __VA_ARGS__))
+#define STRATA_ASSERT(expression, ...) \
+  ((expression)                        \
+       ? static_cast<void>(0)          \
+       : ::strata::detail::assert_failed(#expression, __FILE__, __LINE__, "" __VA_ARGS__))
 #else
 #define STRATA_ASSERT(expression, ...) static_cast<void>(sizeof(expression))
 #endif

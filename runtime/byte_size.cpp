@@ -19,12 +19,24 @@ struct Suffix {
 };
 
 constexpr std::array kSuffixes = {
-    Suffix{"", 1},           Suffix{"B", 1},          Suffix{"k", kKiB},
-    Suffix{"K", kKiB},       Suffix{"KiB", kKiB},     Suffix{"m", kMiB},
-    Suffix{"M", kMiB},       Suffix{"MiB", kMiB},     Suffix{"g", kGiB},
-    Suffix{"G", kGiB},       Suffix{"GiB", kGiB},     Suffix{"t", kTiB},
-    Suffix{"T", kTiB},       Suffix{"TiB", kTiB},     Suffix{"KB", 1000},
-    Suffix{"MB", 1000'000},  Suffix{"GB", 1000'000'000}, Suffix{"TB", 1000'000'000'000},
+    Suffix{"", 1},
+    Suffix{"B", 1},
+    Suffix{"k", kKiB},
+    Suffix{"K", kKiB},
+    Suffix{"KiB", kKiB},
+    Suffix{"m", kMiB},
+    Suffix{"M", kMiB},
+    Suffix{"MiB", kMiB},
+    Suffix{"g", kGiB},
+    Suffix{"G", kGiB},
+    Suffix{"GiB", kGiB},
+    Suffix{"t", kTiB},
+    Suffix{"T", kTiB},
+    Suffix{"TiB", kTiB},
+    Suffix{"KB", 1000},
+    Suffix{"MB", 1000'000},
+    Suffix{"GB", 1000'000'000},
+    Suffix{"TB", 1000'000'000'000},
 };
 
 }  // namespace

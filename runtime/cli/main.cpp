@@ -9,6 +9,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "strata 0.1.0");
 
+  strata::cli::add_plan_command(app);
+
   CLI::App* bench = app.add_subcommand("bench", "throughput benchmarks (print figures and bounds)");
   bench->require_subcommand(1);
   strata::cli::add_bench_adam_command(*bench);

@@ -1,0 +1,349 @@
+#include "runtime/config.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include "base/units.hpp"
+#include "runtime/byte_size.hpp"
+#include "runtime/config_reader.hpp"
+
+namespace strata::runtime {
+namespace {
+
+using detail::TableReader;
+
+constexpr std::uint64_t kMaxElements = 1ull << 48;
+
+void read_tiers(TableReader& root, TiersConfig& tiers) {
+  std::optional<TableReader> section = root.table("tiers");
+  if (!section) return;
+  if (std::optional<TableReader> device = section->table("device")) {
+    device->read_enum(
+        "kind", tiers.device.kind,
+        {{"auto", DeviceKind::kAuto}, {"host", DeviceKind::kHost}, {"cuda", DeviceKind::kCuda}});
+    device->read_uint32("index", tiers.device.index, 0, 1023);
+    device->read_size("budget", tiers.device.budget_bytes, 1);
+    device->finish();
+  }
+  if (std::optional<TableReader> host = section->table("host")) {
+    host->read_size("budget", tiers.host.budget_bytes, 1);
+    host->read_bool("pinned", tiers.host.pinned);
+    host->finish();
+  }
+  if (std::optional<TableReader> nvme = section->table("nvme")) {
+    NvmeTierConfig& config = tiers.nvme;
+    nvme->read_string_list("paths", config.paths);
+    nvme->read_size("budget", config.budget_bytes, 1);
+    nvme->read_size("block_size", config.block_size, kDirectIoAlignment);
+    nvme->read_uint32("queue_depth", config.queue_depth, 1, 4096);
+    nvme->read_uint32("rings", config.rings, 1, 64);
+    nvme->read_bool("direct", config.direct);
+    nvme->read_enum("engine", config.engine,
+                    {{"auto", IoEngineKind::kAuto},
+                     {"io_uring", IoEngineKind::kIoUring},
+                     {"posix", IoEngineKind::kPosix}});
+    nvme->read_bool("fsync", config.fsync);
+    if (config.direct && !is_aligned(config.block_size, kDirectIoAlignment)) {
+      nvme->fail("block_size",
+                 fmt::format("block_size {} is not a multiple of 4 KiB, which direct = true "
+                             "(O_DIRECT) needs",
+                             format_binary_bytes(config.block_size)));
+    }
+    if (config.block_size > (1ull << 30)) {
+      nvme->fail("block_size", "block_size must be at most 1 GiB");
+    }
+    nvme->finish();
+  }
+  section->finish();
+}
+
+void read_zero(TableReader& root, ZeroConfig& zero) {
+  std::optional<TableReader> section = root.table("zero");
+  if (!section) return;
+  const std::initializer_list<std::pair<std::string_view, Tier>> tiers = {
+      {"device", Tier::kDevice}, {"host", Tier::kHost}, {"nvme", Tier::kNvme}};
+  section->read_uint32("stage", zero.stage, 0, 3);
+  section->read_enum("params", zero.params, tiers);
+  section->read_enum("grads", zero.grads, tiers);
+  section->read_enum("optimizer", zero.optimizer, tiers);
+  section->read_count("sub_group_size", zero.sub_group_size, 1024, kMaxElements);
+  section->read_uint32("prefetch_depth", zero.prefetch_depth, 0, 64);
+  section->read_uint32("buffer_count", zero.buffer_count, 2, 64);
+  section->read_count("persistence_threshold", zero.persistence_threshold, 0, kMaxElements);
+  section->read_size("max_inflight_bytes", zero.max_inflight_bytes, 1);
+  section->finish();
+}
+
+// betas = [beta1, beta2], each in [0, 1).
+void read_betas(TableReader& section, OptimizerConfig& optimizer) {
+  const toml::node* node = section.node("betas");
+  if (node == nullptr) return;
+  const toml::array* array = node->as_array();
+  if (array == nullptr || array->size() != 2 || !(*array)[0].is_number() ||
+      !(*array)[1].is_number()) {
+    section.fail("betas", "expected two numbers, e.g. betas = [0.9, 0.999]");
+  }
+  const double beta1 = *(*array)[0].value<double>();
+  const double beta2 = *(*array)[1].value<double>();
+  for (const double beta : {beta1, beta2}) {
+    if (!(beta >= 0.0 && beta < 1.0)) {
+      section.fail("betas",
+                   fmt::format("beta {} is out of range: each beta must be in [0, 1)", beta));
+    }
+  }
+  optimizer.beta1 = beta1;
+  optimizer.beta2 = beta2;
+}
+
+void read_optimizer(TableReader& root, OptimizerConfig& optimizer) {
+  std::optional<TableReader> section = root.table("optimizer");
+  if (!section) return;
+  section->read_enum("type", optimizer.type,
+                     {{"adamw", OptimizerType::kAdamW},
+                      {"adam", OptimizerType::kAdam},
+                      {"adagrad", OptimizerType::kAdagrad},
+                      {"lion", OptimizerType::kLion}});
+  section->read_double("lr", optimizer.lr, 0.0, 10.0);
+  read_betas(*section, optimizer);
+  section->read_double("weight_decay", optimizer.weight_decay, 0.0, 10.0);
+  section->read_positive_double("eps", optimizer.eps, 1.0);
+  section->read_bool("bias_correction", optimizer.bias_correction);
+  section->read_double("grad_clip", optimizer.grad_clip, 0.0, 1e12);
+  section->read_uint32("threads", optimizer.threads, 0, 4096);
+  section->finish();
+}
+
+void read_precision(TableReader& root, PrecisionConfig& precision) {
+  std::optional<TableReader> section = root.table("precision");
+  if (!section) return;
+  const std::initializer_list<std::pair<std::string_view, DType>> dtypes = {
+      {"fp32", DType::kFp32}, {"bf16", DType::kBf16}, {"fp16", DType::kFp16}};
+  section->read_enum("params", precision.params, dtypes);
+  section->read_enum("grads", precision.grads, dtypes);
+  section->read_bool("dynamic_loss_scale", precision.dynamic_loss_scale);
+  section->read_positive_double("loss_scale", precision.loss_scale, 1e38);
+  section->read_uint32("loss_scale_window", precision.loss_scale_window, 1, 1'000'000);
+  section->read_positive_double("min_loss_scale", precision.min_loss_scale, 1e38);
+  if (precision.min_loss_scale > precision.loss_scale) {
+    section->fail("min_loss_scale", fmt::format("min_loss_scale {} is above loss_scale {}",
+                                                precision.min_loss_scale, precision.loss_scale));
+  }
+  section->finish();
+}
+
+void read_checkpoint(TableReader& root, CheckpointConfig& checkpoint) {
+  std::optional<TableReader> section = root.table("checkpoint");
+  if (!section) return;
+  section->read_string("dir", checkpoint.dir);
+  section->read_uint64("interval_steps", checkpoint.interval_steps, 0, 1ull << 40);
+  section->read_uint32("keep", checkpoint.keep, 1, 1000);
+  if (checkpoint.interval_steps > 0 && checkpoint.dir.empty()) {
+    section->fail("interval_steps",
+                  "interval_steps is set but [checkpoint] dir is empty: "
+                  "name a directory for the checkpoints");
+  }
+  section->finish();
+}
+
+void read_trace(TableReader& root, TraceConfig& trace) {
+  std::optional<TableReader> section = root.table("trace");
+  if (!section) return;
+  section->read_string("path", trace.path);
+  section->finish();
+}
+
+void read_model(TableReader& root, ModelConfig& model) {
+  std::optional<TableReader> section = root.table("model");
+  if (!section) return;
+  section->read_count("params", model.params, 0, kMaxElements);
+  section->read_uint32("layers", model.layers, 1, 100'000);
+  section->read_uint32("d_model", model.d_model, 1, 1'000'000);
+  section->read_uint32("heads", model.heads, 1, 100'000);
+  section->read_uint32("seq_len", model.seq_len, 1, 10'000'000);
+  section->read_uint32("vocab", model.vocab, 2, 100'000'000);
+  section->read_bool("tied_head", model.tied_head);
+  section->read_uint32("micro_batch", model.micro_batch, 1, 1'000'000);
+  section->read_uint32("grad_accumulation", model.grad_accumulation, 1, 1'000'000);
+  if (model.d_model % model.heads != 0) {
+    section->fail("heads", fmt::format("d_model {} is not divisible by heads {}", model.d_model,
+                                       model.heads));
+  }
+  section->finish();
+}
+
+void read_run(TableReader& root, RunConfig& run) {
+  std::optional<TableReader> section = root.table("run");
+  if (!section) return;
+  section->read_uint32("ranks", run.ranks, 1, 1'000'000);
+  section->read_uint64("seed", run.seed, 0, std::numeric_limits<std::int64_t>::max());
+  section->finish();
+}
+
+// Checks that need several sections at once.
+void check_consistency(const Config& config, TableReader& root) {
+  const ZeroConfig& zero = config.zero;
+  const bool any_on_nvme =
+      zero.params == Tier::kNvme || zero.grads == Tier::kNvme || zero.optimizer == Tier::kNvme;
+  std::optional<TableReader> zero_table = root.table("zero");
+  const auto fail_zero = [&](std::string_view key, const std::string& message) {
+    if (zero_table) zero_table->fail(key, message);
+    root.fail("zero", message);
+  };
+  if (any_on_nvme && config.tiers.nvme.paths.empty()) {
+    const std::string_view kind = zero.optimizer == Tier::kNvme ? "optimizer"
+                                  : zero.params == Tier::kNvme  ? "params"
+                                                                : "grads";
+    fail_zero(kind,
+              fmt::format("[zero] {} = \"nvme\" but [tiers.nvme] paths is empty: list at "
+                          "least one directory on a fast drive, e.g. paths = [\"/mnt/nvme0\"]",
+                          kind));
+  }
+  if (zero.params == Tier::kNvme && zero.stage < 3) {
+    fail_zero("params", fmt::format("params = \"nvme\" needs stage = 3 (parameter partitioning); "
+                                    "stage is {}",
+                                    zero.stage));
+  }
+  if (zero.grads == Tier::kNvme && zero.stage < 2) {
+    fail_zero("grads", fmt::format("grads = \"nvme\" needs stage 2 or 3 (gradient partitioning); "
+                                   "stage is {}",
+                                   zero.stage));
+  }
+}
+
+}  // namespace
+
+std::string_view to_string(Tier tier) {
+  switch (tier) {
+    case Tier::kDevice:
+      return "device";
+    case Tier::kHost:
+      return "host";
+    case Tier::kNvme:
+      return "nvme";
+  }
+  return "?";
+}
+
+std::string_view to_string(DType dtype) {
+  switch (dtype) {
+    case DType::kFp32:
+      return "fp32";
+    case DType::kBf16:
+      return "bf16";
+    case DType::kFp16:
+      return "fp16";
+  }
+  return "?";
+}
+
+std::string_view to_string(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::kAuto:
+      return "auto";
+    case DeviceKind::kHost:
+      return "host";
+    case DeviceKind::kCuda:
+      return "cuda";
+  }
+  return "?";
+}
+
+std::string_view to_string(IoEngineKind kind) {
+  switch (kind) {
+    case IoEngineKind::kAuto:
+      return "auto";
+    case IoEngineKind::kIoUring:
+      return "io_uring";
+    case IoEngineKind::kPosix:
+      return "posix";
+  }
+  return "?";
+}
+
+std::string_view to_string(OptimizerType type) {
+  switch (type) {
+    case OptimizerType::kAdamW:
+      return "adamw";
+    case OptimizerType::kAdam:
+      return "adam";
+    case OptimizerType::kAdagrad:
+      return "adagrad";
+    case OptimizerType::kLion:
+      return "lion";
+  }
+  return "?";
+}
+
+std::uint32_t dtype_bytes(DType dtype) {
+  return dtype == DType::kFp32 ? 4 : 2;
+}
+
+ConfigError::ConfigError(std::string file, std::uint32_t line, std::uint32_t column,
+                         std::string key_path, std::string message)
+    : std::runtime_error(fmt::format("{}:{}:{}: {}{}{}", file, line, column, key_path,
+                                     key_path.empty() ? "" : ": ", message)),
+      file_(std::move(file)),
+      line_(line),
+      column_(column),
+      key_path_(std::move(key_path)),
+      message_(std::move(message)) {}
+
+std::uint64_t gpt_parameter_count(const ModelConfig& model) {
+  const std::uint64_t d = model.d_model;
+  const std::uint64_t embeddings =
+      static_cast<std::uint64_t>(model.vocab) * d + static_cast<std::uint64_t>(model.seq_len) * d;
+  // Per block: qkv (3d² + 3d), attention out (d² + d), MLP (4d² + 4d, 4d² + d), 2 LayerNorms (4d).
+  const std::uint64_t block = 12 * d * d + 13 * d;
+  const std::uint64_t final_norm = 2 * d;
+  const std::uint64_t head = model.tied_head ? 0 : static_cast<std::uint64_t>(model.vocab) * d;
+  return embeddings + model.layers * block + final_norm + head;
+}
+
+std::uint64_t Config::parameter_count() const {
+  return model.params != 0 ? model.params : gpt_parameter_count(model);
+}
+
+Config parse_config(std::string_view toml_text, std::string_view source_name) {
+  const std::string file(source_name);
+  toml::table document;
+  try {
+    document = toml::parse(toml_text, source_name);
+  } catch (const toml::parse_error& error) {
+    throw ConfigError(file, error.source().begin.line, error.source().begin.column, "",
+                      fmt::format("TOML syntax error: {}", error.description()));
+  }
+
+  Config config;
+  config.source = file;
+  TableReader root(document, "", file);
+  read_run(root, config.run);
+  read_tiers(root, config.tiers);
+  read_zero(root, config.zero);
+  read_optimizer(root, config.optimizer);
+  read_precision(root, config.precision);
+  read_checkpoint(root, config.checkpoint);
+  read_trace(root, config.trace);
+  read_model(root, config.model);
+  root.finish();
+  check_consistency(config, root);
+  return config;
+}
+
+Config load_config(const std::filesystem::path& path) {
+  std::ifstream stream(path, std::ios::binary);
+  if (!stream) {
+    throw ConfigError(path.string(), 0, 0, "",
+                      fmt::format("cannot open config file: {}", std::strerror(errno)));
+  }
+  std::ostringstream text;
+  text << stream.rdbuf();
+  return parse_config(text.str(), path.string());
+}
+
+}  // namespace strata::runtime

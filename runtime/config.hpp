@@ -1,0 +1,186 @@
+// Config: one TOML file describes a run (tiers, placement, ZeRO, optimizer, precision, checkpoints,
+// trace, model). Every key, its type and default are documented in docs/config.md.
+//
+// load_config() is strict: an unknown key, a wrong type, a value out of range or an inconsistent
+// combination throws ConfigError naming the file, line, column and the key's full path, what was
+// wrong and what is allowed. Nothing is ever silently defaulted for a misspelt key.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace strata::runtime {
+
+enum class Tier { kDevice, kHost, kNvme };
+enum class DType { kFp32, kBf16, kFp16 };
+enum class DeviceKind { kAuto, kHost, kCuda };
+enum class IoEngineKind { kAuto, kIoUring, kPosix };
+enum class OptimizerType { kAdamW, kAdam, kAdagrad, kLion };
+
+std::string_view to_string(Tier tier);
+std::string_view to_string(DType dtype);
+std::string_view to_string(DeviceKind kind);
+std::string_view to_string(IoEngineKind kind);
+std::string_view to_string(OptimizerType type);
+std::uint32_t dtype_bytes(DType dtype);
+
+struct DeviceTierConfig {
+  DeviceKind kind = DeviceKind::kAuto;
+  std::uint32_t index = 0;
+  std::uint64_t budget_bytes = 16ull << 30;
+
+  bool operator==(const DeviceTierConfig&) const = default;
+};
+
+struct HostTierConfig {
+  std::uint64_t budget_bytes = 16ull << 30;
+  bool pinned = true;
+
+  bool operator==(const HostTierConfig&) const = default;
+};
+
+struct NvmeTierConfig {
+  std::vector<std::string> paths;  // one swap file per path and rank; several paths are striped
+  std::uint64_t budget_bytes = 256ull << 30;
+  std::uint64_t block_size = 1ull << 20;
+  std::uint32_t queue_depth = 16;
+  std::uint32_t rings = 1;
+  bool direct = true;
+  IoEngineKind engine = IoEngineKind::kAuto;
+  bool fsync = true;  // durability: fsync data before the manifest names it committed
+
+  bool operator==(const NvmeTierConfig&) const = default;
+};
+
+struct TiersConfig {
+  DeviceTierConfig device;
+  HostTierConfig host;
+  NvmeTierConfig nvme;
+
+  bool operator==(const TiersConfig&) const = default;
+};
+
+struct ZeroConfig {
+  std::uint32_t stage = 3;
+  Tier params = Tier::kDevice;                 // home of the 16-bit (or fp32) working parameters
+  Tier grads = Tier::kDevice;                  // home of the gradient shards
+  Tier optimizer = Tier::kHost;                // home of fp32 master weights and optimizer moments
+  std::uint64_t sub_group_size = 100'000'000;  // elements per optimizer sub-group
+  std::uint32_t prefetch_depth = 2;            // units gathered ahead of use
+  std::uint32_t buffer_count = 4;              // host staging buffers for NVMe sub-groups
+  std::uint64_t persistence_threshold = 100'000;  // units smaller than this stay gathered
+  std::uint64_t max_inflight_bytes = 1ull << 30;  // prefetch bytes in flight, all tiers
+
+  bool operator==(const ZeroConfig&) const = default;
+};
+
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::kAdamW;
+  double lr = 1e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+  bool bias_correction = true;
+  double grad_clip = 1.0;     // global L2 norm; 0 disables clipping
+  std::uint32_t threads = 0;  // CPU optimizer threads; 0 = all hardware threads
+
+  bool operator==(const OptimizerConfig&) const = default;
+};
+
+struct PrecisionConfig {
+  DType params = DType::kBf16;
+  DType grads = DType::kBf16;
+  bool dynamic_loss_scale = true;  // fp16 only: scale down on overflow, up after a clean window
+  double loss_scale = 65536.0;     // initial (dynamic) or fixed (static) scale; fp16 only
+  std::uint32_t loss_scale_window = 1000;
+  double min_loss_scale = 1.0;
+
+  bool operator==(const PrecisionConfig&) const = default;
+};
+
+struct CheckpointConfig {
+  std::string dir;                   // empty: no periodic checkpoints
+  std::uint64_t interval_steps = 0;  // 0: only when asked
+  std::uint32_t keep = 2;
+
+  bool operator==(const CheckpointConfig&) const = default;
+};
+
+struct TraceConfig {
+  std::string path;  // Chrome trace JSON; empty: no trace
+
+  bool operator==(const TraceConfig&) const = default;
+};
+
+struct ModelConfig {
+  std::uint64_t params = 0;  // explicit parameter count for `strata plan`; 0: derive from shape
+  std::uint32_t layers = 4;
+  std::uint32_t d_model = 256;
+  std::uint32_t heads = 4;
+  std::uint32_t seq_len = 128;
+  std::uint32_t vocab = 256;
+  bool tied_head = true;
+  std::uint32_t micro_batch = 8;
+  std::uint32_t grad_accumulation = 1;
+
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct RunConfig {
+  std::uint32_t ranks = 1;
+  std::uint64_t seed = 1234;
+
+  bool operator==(const RunConfig&) const = default;
+};
+
+struct Config {
+  std::string source;  // file the config was read from ("<string>" for parse_config)
+  RunConfig run;
+  TiersConfig tiers;
+  ZeroConfig zero;
+  OptimizerConfig optimizer;
+  PrecisionConfig precision;
+  CheckpointConfig checkpoint;
+  TraceConfig trace;
+  ModelConfig model;
+
+  bool operator==(const Config&) const = default;
+
+  // Parameter count: [model].params when set, else the GPT-2 shape's count.
+  std::uint64_t parameter_count() const;
+};
+
+// A config error: where (file, line, column, key path) and what (message, including what is
+// allowed).
+class ConfigError : public std::runtime_error {
+ public:
+  ConfigError(std::string file, std::uint32_t line, std::uint32_t column, std::string key_path,
+              std::string message);
+  const std::string& file() const { return file_; }
+  std::uint32_t line() const { return line_; }
+  std::uint32_t column() const { return column_; }
+  const std::string& key_path() const { return key_path_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  std::string file_;
+  std::uint32_t line_;
+  std::uint32_t column_;
+  std::string key_path_;
+  std::string message_;
+};
+
+// Reads and validates a TOML config file. Throws ConfigError.
+Config load_config(const std::filesystem::path& path);
+// Same, from text; `source_name` stands for the file name in messages.
+Config parse_config(std::string_view toml_text, std::string_view source_name = "<string>");
+
+// GPT-2-style decoder parameter count: embeddings, per block 12·d² + 13·d, final LayerNorm, head.
+std::uint64_t gpt_parameter_count(const ModelConfig& model);
+
+}  // namespace strata::runtime

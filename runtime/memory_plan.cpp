@@ -1,0 +1,394 @@
+#include "runtime/memory_plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/byte_size.hpp"
+
+namespace strata::runtime {
+namespace {
+
+std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
+  return (a + b - 1) / b;
+}
+
+TierRow& tier_row(MemoryPlan& plan, Tier tier) {
+  return plan.tiers[static_cast<std::size_t>(tier)];
+}
+
+// The largest unit gathered at once. With an explicit parameter count the model's shape is unknown,
+// so a unit is taken as 1/layers of the model; otherwise it is the largest GPT-2 block or
+// embedding.
+std::uint64_t largest_unit_elements(const Config& config, std::uint64_t params) {
+  const ModelConfig& model = config.model;
+  if (model.params != 0 || params != config.parameter_count()) {
+    return ceil_div(params, std::max<std::uint64_t>(1, model.layers));
+  }
+  const std::uint64_t d = model.d_model;
+  const std::uint64_t block = 12 * d * d + 13 * d;
+  const std::uint64_t embedding = (static_cast<std::uint64_t>(model.vocab) + model.seq_len) * d;
+  return std::max(block, embedding);
+}
+
+MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
+  MemoryPlan plan;
+  plan.params = inputs.params;
+  plan.ranks = std::max<std::uint32_t>(1, inputs.ranks);
+  plan.stage = config.zero.stage;
+  const std::uint64_t n = plan.ranks;
+  const std::uint64_t psi = plan.params;
+  const std::uint64_t shard = ceil_div(psi, n);
+  const PrecisionConfig& precision = config.precision;
+  const ZeroConfig& zero = config.zero;
+
+  const auto add_state = [&](StateKind kind, std::string layout, std::uint32_t bytes, bool sharded,
+                             Tier home) {
+    const std::uint64_t elements = sharded ? shard : psi;
+    plan.states.push_back(
+        {kind, std::move(layout), bytes, sharded, home, elements, elements * bytes});
+    tier_row(plan, home).state_bytes += elements * bytes;
+  };
+  const std::uint32_t param_bytes = dtype_bytes(precision.params);
+  const std::uint32_t grad_bytes = dtype_bytes(precision.grads);
+  const std::uint32_t optimizer_bytes = optimizer_bytes_per_param(config.optimizer.type);
+  add_state(StateKind::kParams, std::string(to_string(precision.params)), param_bytes,
+            plan.stage >= 3, zero.params);
+  add_state(StateKind::kGrads, std::string(to_string(precision.grads)), grad_bytes, plan.stage >= 2,
+            zero.grads);
+  add_state(StateKind::kOptimizer,
+            optimizer_bytes == 12
+                ? "fp32 master + exp_avg + exp_avg_sq"
+                : (config.optimizer.type == OptimizerType::kLion ? "fp32 master + exp_avg"
+                                                                 : "fp32 master + sum of squares"),
+            optimizer_bytes, plan.stage >= 1, zero.optimizer);
+
+  // Working buffers.
+  plan.unit_elements = largest_unit_elements(config, psi);
+  const std::uint64_t unit = plan.unit_elements;
+  if (plan.stage >= 3) {
+    plan.buffers.push_back({fmt::format("{} gathered units (prefetch_depth {} + 1) of {} params",
+                                        zero.prefetch_depth + 1, zero.prefetch_depth, unit),
+                            Tier::kDevice, (zero.prefetch_depth + 1) * unit * param_bytes});
+    plan.buffers.push_back(
+        {"full gradients of one unit before reduce-scatter", Tier::kDevice, unit * grad_bytes});
+  }
+  const std::uint64_t optimizer_shard = plan.states[2].elements_per_rank;
+  if (zero.optimizer == Tier::kNvme) {
+    const std::uint64_t group = std::min<std::uint64_t>(zero.sub_group_size, optimizer_shard);
+    plan.buffers.push_back(
+        {fmt::format("{} optimizer staging buffers of {} elements (master, moments, grad, param)",
+                     zero.buffer_count, group),
+         Tier::kHost, zero.buffer_count * group * (optimizer_bytes + 4 + param_bytes)});
+  }
+  if (zero.params == Tier::kNvme) {
+    const std::uint64_t unit_shard = ceil_div(unit, n);
+    plan.buffers.push_back({fmt::format("{} parameter shard read buffers", zero.prefetch_depth + 1),
+                            Tier::kHost, (zero.prefetch_depth + 1) * unit_shard * param_bytes});
+  }
+  if (zero.grads == Tier::kNvme) {
+    plan.buffers.push_back(
+        {"2 gradient shard write buffers", Tier::kHost, 2 * ceil_div(unit, n) * grad_bytes});
+  }
+  for (const BufferRow& buffer : plan.buffers)
+    tier_row(plan, buffer.tier).buffer_bytes += buffer.bytes;
+
+  tier_row(plan, Tier::kDevice).budget_bytes = config.tiers.device.budget_bytes;
+  tier_row(plan, Tier::kHost).budget_bytes = config.tiers.host.budget_bytes;
+  tier_row(plan, Tier::kNvme).budget_bytes = config.tiers.nvme.budget_bytes;
+  for (std::size_t t = 0; t < plan.tiers.size(); ++t) plan.tiers[t].tier = static_cast<Tier>(t);
+
+  // NVMe traffic of one optimizer step (forward + backward + step).
+  for (const StateRow& state : plan.states) {
+    if (state.home != Tier::kNvme) continue;
+    switch (state.kind) {
+      case StateKind::kOptimizer:  // read, update, write back
+        plan.nvme_read_bytes_per_step += state.bytes_per_rank;
+        plan.nvme_write_bytes_per_step += state.bytes_per_rank;
+        break;
+      case StateKind::kGrads:  // written in backward, read by the optimizer
+        plan.nvme_write_bytes_per_step += state.bytes_per_rank;
+        plan.nvme_read_bytes_per_step += state.bytes_per_rank;
+        break;
+      case StateKind::kParams:  // read for the forward and the backward gather, written by the step
+        plan.nvme_read_bytes_per_step += 2 * state.bytes_per_rank;
+        plan.nvme_write_bytes_per_step += state.bytes_per_rank;
+        break;
+    }
+  }
+
+  // Communication per rank per step, as the seeds count it: stages 0-2 move 2Ψ (reduce-scatter of
+  // gradients + all-gather of parameters), stage 3 adds a second parameter gather: 3Ψ.
+  if (n > 1) {
+    const double psi_d = static_cast<double>(psi);
+    plan.comm_elements_per_rank = (plan.stage >= 3 ? 3.0 : 2.0) * psi_d;
+    const std::uint64_t gathers = plan.stage >= 3 ? 2 : 1;
+    plan.comm_bytes_per_rank = psi * grad_bytes + gathers * psi * param_bytes;
+  }
+  return plan;
+}
+
+Config with_home(const Config& config, StateKind kind, Tier tier) {
+  Config changed = config;
+  switch (kind) {
+    case StateKind::kParams:
+      changed.zero.params = tier;
+      break;
+    case StateKind::kGrads:
+      changed.zero.grads = tier;
+      break;
+    case StateKind::kOptimizer:
+      changed.zero.optimizer = tier;
+      break;
+  }
+  return changed;
+}
+
+std::string_view config_key(StateKind kind) {
+  switch (kind) {
+    case StateKind::kParams:
+      return "params";
+    case StateKind::kGrads:
+      return "grads";
+    case StateKind::kOptimizer:
+      return "optimizer";
+  }
+  return "?";
+}
+
+std::string_view budget_section(Tier tier) {
+  switch (tier) {
+    case Tier::kDevice:
+      return "[tiers.device]";
+    case Tier::kHost:
+      return "[tiers.host]";
+    case Tier::kNvme:
+      return "[tiers.nvme]";
+  }
+  return "?";
+}
+
+// The largest power-of-two sub_group_size (below the configured one) with which the plan fits.
+std::optional<std::uint64_t> fitting_sub_group(const Config& config, const PlanInputs& inputs) {
+  for (std::uint64_t group = std::uint64_t{1} << 40; group >= 1024; group /= 2) {
+    if (group >= config.zero.sub_group_size) continue;
+    Config smaller = config;
+    smaller.zero.sub_group_size = group;
+    if (compute(smaller, inputs).fits()) return group;
+  }
+  return std::nullopt;
+}
+
+// Changes that would make the plan fit: larger budgets, state moved down a tier, more ranks.
+std::vector<std::string> suggest(const Config& config, const PlanInputs& inputs,
+                                 const MemoryPlan& plan) {
+  std::vector<std::string> out;
+  for (const TierRow& row : plan.tiers) {
+    if (row.fits()) continue;
+    out.push_back(fmt::format("raise {} budget to at least {} (short by {})",
+                              budget_section(row.tier), format_binary_bytes(row.total_bytes()),
+                              format_binary_bytes(row.short_bytes())));
+    for (const StateRow& state : plan.states) {
+      if (state.home != row.tier) continue;
+      for (Tier lower : {Tier::kHost, Tier::kNvme}) {
+        if (static_cast<int>(lower) <= static_cast<int>(row.tier)) continue;
+        if (lower == Tier::kNvme && state.kind == StateKind::kParams && plan.stage < 3) continue;
+        if (lower == Tier::kNvme && state.kind == StateKind::kGrads && plan.stage < 2) continue;
+        const Config moved = with_home(config, state.kind, lower);
+        std::string extra;
+        if (!compute(moved, inputs).fits()) {
+          // Streaming the optimizer from NVMe may fit only with smaller staging sub-groups.
+          if (state.kind != StateKind::kOptimizer || lower != Tier::kNvme) continue;
+          const std::optional<std::uint64_t> group = fitting_sub_group(moved, inputs);
+          if (!group) continue;
+          extra = fmt::format(" and sub_group_size = {}", *group);
+        }
+        out.push_back(fmt::format("or move {} to {}: set [zero] {} = \"{}\"{}{}",
+                                  to_string(state.kind), to_string(lower), config_key(state.kind),
+                                  to_string(lower), extra,
+                                  lower == Tier::kNvme && config.tiers.nvme.paths.empty()
+                                      ? " and list drives in [tiers.nvme] paths"
+                                      : ""));
+        break;
+      }
+    }
+  }
+  if (!plan.tier(Tier::kHost).fits() && config.zero.optimizer == Tier::kNvme) {
+    if (const std::optional<std::uint64_t> group = fitting_sub_group(config, inputs)) {
+      out.push_back(
+          fmt::format("or stream the optimizer in smaller sub-groups: set [zero] "
+                      "sub_group_size = {}",
+                      *group));
+    }
+  }
+  if (plan.stage < 3) {
+    Config staged = config;
+    staged.zero.stage = 3;
+    if (compute(staged, inputs).fits()) {
+      out.push_back("or shard everything over the ranks: set [zero] stage = 3");
+    }
+  }
+  if (plan.stage >= 1) {
+    for (std::uint64_t ranks = static_cast<std::uint64_t>(plan.ranks) * 2; ranks <= (1u << 20);
+         ranks *= 2) {
+      PlanInputs more = inputs;
+      more.ranks = static_cast<std::uint32_t>(ranks);
+      if (compute(config, more).fits()) {
+        out.push_back(fmt::format("or run on {} ranks (--ranks {})", ranks, ranks));
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string_view to_string(StateKind kind) {
+  switch (kind) {
+    case StateKind::kParams:
+      return "params";
+    case StateKind::kGrads:
+      return "grads";
+    case StateKind::kOptimizer:
+      return "optimizer";
+  }
+  return "?";
+}
+
+std::uint32_t optimizer_bytes_per_param(OptimizerType type) {
+  switch (type) {
+    case OptimizerType::kAdamW:
+    case OptimizerType::kAdam:
+      return 12;                   // master + exp_avg + exp_avg_sq
+    case OptimizerType::kAdagrad:  // master + sum of squared gradients
+    case OptimizerType::kLion:
+      return 8;  // master + exp_avg
+  }
+  return 12;
+}
+
+std::uint64_t MemoryPlan::model_state_bytes_per_rank() const {
+  std::uint64_t total = 0;
+  for (const StateRow& state : states) total += state.bytes_per_rank;
+  return total;
+}
+
+bool MemoryPlan::fits() const {
+  return std::all_of(tiers.begin(), tiers.end(), [](const TierRow& row) { return row.fits(); });
+}
+
+MemoryPlan make_memory_plan(const Config& config, const PlanInputs& inputs) {
+  MemoryPlan plan = compute(config, inputs);
+  if (!plan.fits()) plan.suggestions = suggest(config, inputs, plan);
+  return plan;
+}
+
+std::string render_plan_text(const MemoryPlan& plan, const Config& config) {
+  std::string out;
+  auto line = [&out](const std::string& text) { out += text + "\n"; };
+  line(fmt::format("strata plan: {}", config.source));
+  line(fmt::format("model: {} parameters ({:.3g}), {} rank{}, ZeRO stage {}, optimizer {}",
+                   plan.params, static_cast<double>(plan.params), plan.ranks,
+                   plan.ranks == 1 ? "" : "s", plan.stage, to_string(config.optimizer.type)));
+  line("");
+  line(fmt::format("{:<10} {:<36} {:>7} {:>8} {:>7} {:>14}", "state", "layout", "B/param",
+                   "sharded", "home", "per rank"));
+  for (const StateRow& state : plan.states) {
+    line(fmt::format("{:<10} {:<36} {:>7} {:>8} {:>7} {:>14}", to_string(state.kind), state.layout,
+                     state.bytes_per_param, state.sharded ? "1/N" : "no", to_string(state.home),
+                     format_decimal_bytes(static_cast<double>(state.bytes_per_rank))));
+  }
+  line(fmt::format("model state per rank: {} ({} bytes)",
+                   format_decimal_bytes(static_cast<double>(plan.model_state_bytes_per_rank())),
+                   plan.model_state_bytes_per_rank()));
+  if (!plan.buffers.empty()) {
+    line("");
+    line("working buffers:");
+    for (const BufferRow& buffer : plan.buffers) {
+      line(fmt::format("  {:<7} {:>12}  {}", to_string(buffer.tier),
+                       format_binary_bytes(buffer.bytes), buffer.purpose));
+    }
+  }
+  line("");
+  line(fmt::format("{:<7} {:>12} {:>12} {:>12} {:>12}  {}", "tier", "state", "buffers", "total",
+                   "budget", "status"));
+  for (const TierRow& row : plan.tiers) {
+    const std::string status =
+        row.fits() ? fmt::format("fits ({} free)",
+                                 format_binary_bytes(row.budget_bytes - row.total_bytes()))
+                   : fmt::format("OVER by {}", format_binary_bytes(row.short_bytes()));
+    line(fmt::format("{:<7} {:>12} {:>12} {:>12} {:>12}  {}", to_string(row.tier),
+                     format_binary_bytes(row.state_bytes), format_binary_bytes(row.buffer_bytes),
+                     format_binary_bytes(row.total_bytes()), format_binary_bytes(row.budget_bytes),
+                     status));
+  }
+  line("");
+  line(fmt::format("NVMe per optimizer step: read {}, write {}",
+                   format_decimal_bytes(static_cast<double>(plan.nvme_read_bytes_per_step)),
+                   format_decimal_bytes(static_cast<double>(plan.nvme_write_bytes_per_step))));
+  if (plan.ranks > 1) {
+    line(fmt::format("communication per rank per step: {}Ψ = {:.4g} elements, {}",
+                     plan.stage >= 3 ? 3 : 2, plan.comm_elements_per_rank,
+                     format_decimal_bytes(static_cast<double>(plan.comm_bytes_per_rank))));
+  } else {
+    line("communication per rank per step: none (one rank)");
+  }
+  line("");
+  if (plan.fits()) {
+    line("the plan fits every tier");
+  } else {
+    for (const TierRow& row : plan.tiers) {
+      if (!row.fits()) {
+        line(fmt::format("does not fit: the {} tier is short by {}", to_string(row.tier),
+                         format_binary_bytes(row.short_bytes())));
+      }
+    }
+    for (const std::string& suggestion : plan.suggestions) line("  " + suggestion);
+  }
+  return out;
+}
+
+nlohmann::json plan_to_json(const MemoryPlan& plan, const Config& config) {
+  nlohmann::json out;
+  out["config"] = config.source;
+  out["params"] = plan.params;
+  out["ranks"] = plan.ranks;
+  out["stage"] = plan.stage;
+  out["unit_elements"] = plan.unit_elements;
+  out["model_state_bytes_per_rank"] = plan.model_state_bytes_per_rank();
+  for (const StateRow& state : plan.states) {
+    out["states"].push_back({{"kind", to_string(state.kind)},
+                             {"layout", state.layout},
+                             {"bytes_per_param", state.bytes_per_param},
+                             {"sharded", state.sharded},
+                             {"home", to_string(state.home)},
+                             {"elements_per_rank", state.elements_per_rank},
+                             {"bytes_per_rank", state.bytes_per_rank}});
+  }
+  out["buffers"] = nlohmann::json::array();
+  for (const BufferRow& buffer : plan.buffers) {
+    out["buffers"].push_back(
+        {{"purpose", buffer.purpose}, {"tier", to_string(buffer.tier)}, {"bytes", buffer.bytes}});
+  }
+  for (const TierRow& row : plan.tiers) {
+    out["tiers"][std::string(to_string(row.tier))] = {{"state_bytes", row.state_bytes},
+                                                      {"buffer_bytes", row.buffer_bytes},
+                                                      {"total_bytes", row.total_bytes()},
+                                                      {"budget_bytes", row.budget_bytes},
+                                                      {"fits", row.fits()},
+                                                      {"short_bytes", row.short_bytes()}};
+  }
+  out["nvme_read_bytes_per_step"] = plan.nvme_read_bytes_per_step;
+  out["nvme_write_bytes_per_step"] = plan.nvme_write_bytes_per_step;
+  out["comm_elements_per_rank"] = plan.comm_elements_per_rank;
+  out["comm_bytes_per_rank"] = plan.comm_bytes_per_rank;
+  out["fits"] = plan.fits();
+  out["suggestions"] = plan.suggestions;
+  return out;
+}
+
+}  // namespace strata::runtime

@@ -1,0 +1,79 @@
+// The per-rank memory plan: bytes per state kind per tier, working buffers, totals against the
+// budgets, NVMe traffic and communication volume per optimizer step. Computed from the config
+// alone, before anything is allocated (`strata plan`), with the ZeRO paper's arithmetic:
+// stage 1 shards optimizer state, stage 2 also gradients, stage 3 also parameters.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "runtime/config.hpp"
+
+namespace strata::runtime {
+
+struct PlanInputs {
+  std::uint64_t params = 0;  // Ψ, the model's parameter count
+  std::uint32_t ranks = 1;   // N, data-parallel ranks
+};
+
+enum class StateKind { kParams, kGrads, kOptimizer };
+std::string_view to_string(StateKind kind);
+
+struct StateRow {
+  StateKind kind;
+  std::string layout;             // e.g. "bf16" or "fp32 master + exp_avg + exp_avg_sq"
+  std::uint32_t bytes_per_param;  // per parameter of the full model
+  bool sharded;                   // divided over the ranks at this ZeRO stage
+  Tier home;
+  std::uint64_t elements_per_rank;
+  std::uint64_t bytes_per_rank;
+};
+
+struct BufferRow {
+  std::string purpose;  // what the working buffer holds
+  Tier tier;
+  std::uint64_t bytes;
+};
+
+struct TierRow {
+  Tier tier;
+  std::uint64_t state_bytes = 0;
+  std::uint64_t buffer_bytes = 0;
+  std::uint64_t budget_bytes = 0;
+  std::uint64_t total_bytes() const { return state_bytes + buffer_bytes; }
+  bool fits() const { return total_bytes() <= budget_bytes; }
+  std::uint64_t short_bytes() const { return fits() ? 0 : total_bytes() - budget_bytes; }
+};
+
+struct MemoryPlan {
+  std::uint64_t params = 0;
+  std::uint32_t ranks = 1;
+  std::uint32_t stage = 3;
+  std::uint64_t unit_elements = 0;  // largest unit gathered at once (stage 3 working set)
+  std::vector<StateRow> states;
+  std::vector<BufferRow> buffers;
+  std::array<TierRow, 3> tiers{};  // indexed by Tier
+  std::uint64_t nvme_read_bytes_per_step = 0;
+  std::uint64_t nvme_write_bytes_per_step = 0;
+  double comm_elements_per_rank = 0;  // 2Ψ (stages 0-2) or 3Ψ (stage 3); 0 for one rank
+  std::uint64_t comm_bytes_per_rank = 0;
+  std::vector<std::string> suggestions;  // when it does not fit: changes that would
+
+  std::uint64_t model_state_bytes_per_rank() const;  // the seeds' "GB per GPU"
+  const TierRow& tier(Tier t) const { return tiers[static_cast<std::size_t>(t)]; }
+  bool fits() const;
+};
+
+// Bytes of optimizer state per parameter (fp32 master weights plus the optimizer's moments).
+std::uint32_t optimizer_bytes_per_param(OptimizerType type);
+
+MemoryPlan make_memory_plan(const Config& config, const PlanInputs& inputs);
+
+std::string render_plan_text(const MemoryPlan& plan, const Config& config);
+nlohmann::json plan_to_json(const MemoryPlan& plan, const Config& config);
+
+}  // namespace strata::runtime

@@ -1,0 +1,141 @@
+// Proves the memory plan's arithmetic: the seeds' ZeRO table, tier totals against budgets, NVMe
+// traffic, communication volume, and suggestions when the plan does not fit.
+#include "runtime/memory_plan.hpp"
+
+#include <cmath>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace strata::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+
+Config roomy_config() {
+  Config config = parse_config(R"(
+[tiers.device]
+budget = "1TiB"
+[tiers.host]
+budget = "1TiB"
+[tiers.nvme]
+paths = ["/mnt/nvme"]
+budget = "16TiB"
+)");
+  return config;
+}
+
+// The seeds' table: Ψ = 7.5e9, N = 64, K = 12 gives 120.0, 31.4, 16.6 and 1.9 GB per GPU.
+TEST(MemoryPlan, ReproducesTheSeedsZeroTable) {
+  const double expected_gb[] = {120.0, 31.4, 16.6, 1.9};
+  const double exact_bytes[] = {120e9, 31.40625e9, 16.640625e9, 1.875e9};
+  for (std::uint32_t stage = 0; stage <= 3; ++stage) {
+    Config config = roomy_config();
+    config.zero.stage = stage;
+    const MemoryPlan plan = make_memory_plan(config, {7'500'000'000, 64});
+    const double bytes = static_cast<double>(plan.model_state_bytes_per_rank());
+    EXPECT_DOUBLE_EQ(bytes, exact_bytes[stage]) << "stage " << stage;
+    EXPECT_DOUBLE_EQ(std::round(bytes / 1e8) / 10.0, expected_gb[stage]) << "stage " << stage;
+  }
+}
+
+TEST(MemoryPlan, CommunicationIsTwoPsiThenThreePsi) {
+  for (std::uint32_t stage = 0; stage <= 3; ++stage) {
+    Config config = roomy_config();
+    config.zero.stage = stage;
+    const MemoryPlan plan = make_memory_plan(config, {7'500'000'000, 64});
+    EXPECT_DOUBLE_EQ(plan.comm_elements_per_rank, (stage == 3 ? 3.0 : 2.0) * 7.5e9);
+    // bf16 gathers and bf16 gradient reduce-scatter: 2 bytes per element moved.
+    EXPECT_EQ(plan.comm_bytes_per_rank, static_cast<std::uint64_t>((stage == 3 ? 6 : 4) * 7.5e9));
+  }
+  const MemoryPlan single = make_memory_plan(roomy_config(), {1'000'000, 1});
+  EXPECT_EQ(single.comm_elements_per_rank, 0.0);
+  EXPECT_EQ(single.comm_bytes_per_rank, 0u);
+}
+
+TEST(MemoryPlan, StateGoesToItsHomeTier) {
+  Config config = roomy_config();
+  config.zero.params = Tier::kDevice;
+  config.zero.grads = Tier::kHost;
+  config.zero.optimizer = Tier::kNvme;
+  config.zero.sub_group_size = 1000;
+  config.zero.buffer_count = 3;
+  config.zero.prefetch_depth = 1;
+  const std::uint64_t psi = 4'000'000;
+  const MemoryPlan plan = make_memory_plan(config, {psi, 4});
+  const std::uint64_t shard = psi / 4;
+  EXPECT_EQ(plan.tier(Tier::kDevice).state_bytes, 2 * shard);
+  EXPECT_EQ(plan.tier(Tier::kHost).state_bytes, 2 * shard);
+  EXPECT_EQ(plan.tier(Tier::kNvme).state_bytes, 12 * shard);
+  // Host staging: buffer_count sub-groups of (12 optimizer + 4 fp32 grad + 2 param) bytes.
+  EXPECT_EQ(plan.tier(Tier::kHost).buffer_bytes, 3u * 1000 * 18);
+  // Device: (prefetch_depth + 1) gathered units + one unit of full gradients, in bf16.
+  const std::uint64_t unit = plan.unit_elements;
+  EXPECT_EQ(plan.tier(Tier::kDevice).buffer_bytes, 2 * unit * 2 + unit * 2);
+  EXPECT_EQ(plan.nvme_read_bytes_per_step, 12 * shard);
+  EXPECT_EQ(plan.nvme_write_bytes_per_step, 12 * shard);
+  EXPECT_TRUE(plan.fits());
+}
+
+TEST(MemoryPlan, ParamsAndGradsOnNvmeCountTheirTraffic) {
+  Config config = roomy_config();
+  config.zero.params = Tier::kNvme;
+  config.zero.grads = Tier::kNvme;
+  config.zero.optimizer = Tier::kNvme;
+  const std::uint64_t psi = 8'000'000;
+  const MemoryPlan plan = make_memory_plan(config, {psi, 2});
+  const std::uint64_t shard = psi / 2;
+  // Optimizer 12 read + 12 written; grads 2 written + 2 read; params read twice (forward and
+  // backward gathers) and written once.
+  EXPECT_EQ(plan.nvme_read_bytes_per_step, (12 + 2 + 4) * shard);
+  EXPECT_EQ(plan.nvme_write_bytes_per_step, (12 + 2 + 2) * shard);
+}
+
+TEST(MemoryPlan, OverBudgetSaysWhichTierAndHowMuch) {
+  Config config = roomy_config();
+  config.zero.optimizer = Tier::kHost;
+  config.tiers.host.budget_bytes = 1ull << 30;
+  const std::uint64_t psi = 1'000'000'000;  // 12 GB of optimizer state on one rank
+  const MemoryPlan plan = make_memory_plan(config, {psi, 1});
+  EXPECT_FALSE(plan.fits());
+  EXPECT_FALSE(plan.tier(Tier::kHost).fits());
+  EXPECT_EQ(plan.tier(Tier::kHost).short_bytes(), 12 * psi - (1ull << 30));
+  ASSERT_FALSE(plan.suggestions.empty());
+  EXPECT_THAT(plan.suggestions[0], HasSubstr("raise [tiers.host] budget"));
+  bool suggests_nvme = false;
+  for (const std::string& suggestion : plan.suggestions) {
+    suggests_nvme |= suggestion.find("[zero] optimizer = \"nvme\"") != std::string::npos;
+  }
+  EXPECT_TRUE(suggests_nvme) << "no suggestion to move the optimizer state to NVMe";
+  const std::string text = render_plan_text(plan, config);
+  EXPECT_THAT(text, HasSubstr("does not fit: the host tier is short by"));
+}
+
+TEST(MemoryPlan, SmallerSubGroupIsSuggestedWhenStagingIsTooBig) {
+  Config config = roomy_config();
+  config.zero.optimizer = Tier::kNvme;
+  config.zero.sub_group_size = 100'000'000;
+  config.tiers.host.budget_bytes = 64ull << 20;
+  const MemoryPlan plan = make_memory_plan(config, {1'000'000'000, 1});
+  EXPECT_FALSE(plan.tier(Tier::kHost).fits());
+  bool found = false;
+  for (const std::string& suggestion : plan.suggestions) {
+    found |= suggestion.find("sub_group_size =") != std::string::npos;
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(MemoryPlan, JsonCarriesTheSameFigures) {
+  const Config config = roomy_config();
+  const MemoryPlan plan = make_memory_plan(config, {7'500'000'000, 64});
+  const nlohmann::json json = plan_to_json(plan, config);
+  EXPECT_EQ(json["model_state_bytes_per_rank"].get<std::uint64_t>(), 1'875'000'000u);
+  EXPECT_EQ(json["states"].size(), 3u);
+  EXPECT_EQ(json["tiers"]["host"]["state_bytes"].get<std::uint64_t>(),
+            plan.tier(Tier::kHost).state_bytes);
+  EXPECT_TRUE(json["fits"].get<bool>());
+}
+
+}  // namespace
+}  // namespace strata::runtime

@@ -1,0 +1,86 @@
+// Proves `strata plan` end to end: the seeds' figures on stdout, exit 2 for a bad config with the
+// location in the message, exit 3 with the short tier named when the plan does not fit.
+#include <sys/wait.h>
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Result {
+  int exit_code;
+  std::string output;
+};
+
+Result run_cli(const std::string& arguments) {
+  const std::string command = std::string(STRATA_CLI_PATH) + " " + arguments + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  EXPECT_NE(pipe, nullptr);
+  std::string output;
+  std::array<char, 4096> chunk{};
+  while (std::fgets(chunk.data(), chunk.size(), pipe) != nullptr) output += chunk.data();
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const char* dir = std::getenv("STRATA_TEST_TMPDIR");
+  const std::filesystem::path path = std::filesystem::path(dir != nullptr ? dir : "/tmp") / name;
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+const std::string kDefaultConfig =
+    std::string(STRATA_SOURCE_DIR) + "/examples/configs/default.toml";
+
+TEST(PlanCommand, PrintsTheSeedsFiguresForEachStage) {
+  const char* expected[] = {"120.0 GB", "31.4 GB", "16.6 GB", "1.9 GB"};
+  for (int stage = 0; stage <= 3; ++stage) {
+    const std::string config =
+        write_temp("plan_stage.toml",
+                   "[zero]\nstage = " + std::to_string(stage) +
+                       "\n[tiers.device]\nbudget = \"1TiB\"\n[tiers.host]\nbudget = \"1TiB\"\n");
+    const Result result = run_cli("plan " + config + " --params 7.5e9 --ranks 64");
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_THAT(result.output, HasSubstr(std::string("model state per rank: ") + expected[stage]));
+  }
+}
+
+TEST(PlanCommand, JsonOutputParses) {
+  const Result result = run_cli("plan " + kDefaultConfig + " --json");
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  const nlohmann::json json = nlohmann::json::parse(result.output);
+  EXPECT_TRUE(json["fits"].get<bool>());
+  EXPECT_GT(json["params"].get<std::uint64_t>(), 20'000'000u);
+}
+
+TEST(PlanCommand, BadConfigExitsTwoWithLocation) {
+  const std::string config = write_temp("plan_bad.toml", "[zero]\nstagee = 3\n");
+  const Result result = run_cli("plan " + config);
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.output, HasSubstr("plan_bad.toml:2:1: zero.stagee"));
+  EXPECT_THAT(result.output, HasSubstr("did you mean \"stage\"?"));
+}
+
+TEST(PlanCommand, BadParamsExitsTwo) {
+  const Result result = run_cli("plan " + kDefaultConfig + " --params lots");
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.output, HasSubstr("--params: \"lots\""));
+}
+
+TEST(PlanCommand, PlanThatDoesNotFitExitsThreeAndSuggests) {
+  const Result result = run_cli("plan " + kDefaultConfig + " --params 7.5e9");
+  EXPECT_EQ(result.exit_code, 3) << result.output;
+  EXPECT_THAT(result.output, HasSubstr("does not fit: the host tier is short by"));
+  EXPECT_THAT(result.output, HasSubstr("raise [tiers.host] budget to at least"));
+}
+
+}  // namespace
