@@ -11,6 +11,15 @@
 #include <string_view>
 #include <type_traits>
 
+// The conversions are always inlined: the per-ISA kernel files call them from code compiled with
+// AVX-512 or AVX2 flags, and an out-of-line copy from such a file must never be what the linker
+// hands to code that runs on a lesser CPU (it would at -O0 otherwise).
+#if defined(__GNUC__)
+#define STRATA_CONVERSION [[gnu::always_inline]] constexpr
+#else
+#define STRATA_CONVERSION constexpr
+#endif
+
 namespace strata::cpu_adam {
 
 enum class Dtype : std::uint8_t { kFp32 = 0, kBf16 = 1, kFp16 = 2 };
@@ -65,24 +74,24 @@ constexpr Dtype dtype_of<Fp16>() {
 }
 
 // bf16 -> fp32 is exact: the bf16 bits are the top half of the fp32 bits (NaN payloads kept).
-constexpr float to_float(Bf16 value) {
+STRATA_CONVERSION float to_float(Bf16 value) {
   return std::bit_cast<float>(static_cast<std::uint32_t>(value.bits) << 16);
 }
 
 // fp32 -> bf16, round to nearest even. NaN stays NaN (quiet bit set, sign and top payload kept);
 // overflow rounds to infinity; denormals round like any other value (no flush to zero, unlike
 // AVX512_BF16's vcvtneps2bf16, which is why the kernels do not use it).
-constexpr Bf16 to_bf16(float value) {
+STRATA_CONVERSION Bf16 to_bf16(float value) {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
-  if ((bits & 0x7FFF'FFFFu) > 0x7F80'0000u) {
-    return Bf16{static_cast<std::uint16_t>((bits >> 16) | 0x0040u)};
-  }
   const std::uint32_t rounded = bits + 0x7FFFu + ((bits >> 16) & 1u);
-  return Bf16{static_cast<std::uint16_t>(rounded >> 16)};
+  const std::uint32_t quiet_nan = bits | 0x0040'0000u;
+  // A select rather than a branch, so loops over it vectorise.
+  const bool is_nan = (bits & 0x7FFF'FFFFu) > 0x7F80'0000u;
+  return Bf16{static_cast<std::uint16_t>((is_nan ? quiet_nan : rounded) >> 16)};
 }
 
 // fp16 -> fp32 is exact. Matches F16C's vcvtph2ps bit for bit, NaNs included (quiet bit set).
-constexpr float to_float(Fp16 value) {
+STRATA_CONVERSION float to_float(Fp16 value) {
   const std::uint32_t sign = static_cast<std::uint32_t>(value.bits & 0x8000u) << 16;
   const std::uint32_t exponent = (value.bits >> 10) & 0x1Fu;
   const std::uint32_t mantissa = value.bits & 0x3FFu;
@@ -99,7 +108,7 @@ constexpr float to_float(Fp16 value) {
 
 // fp32 -> fp16, round to nearest even, overflow to infinity, subnormals kept. Matches F16C's
 // vcvtps2ph with _MM_FROUND_TO_NEAREST_INT bit for bit (NaN: quiet bit set, top payload kept).
-constexpr Fp16 to_fp16(float value) {
+STRATA_CONVERSION Fp16 to_fp16(float value) {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
   const std::uint32_t sign = (bits >> 16) & 0x8000u;
   const std::uint32_t magnitude = bits & 0x7FFF'FFFFu;
@@ -123,7 +132,7 @@ constexpr Fp16 to_fp16(float value) {
   return Fp16{static_cast<std::uint16_t>(sign | result)};
 }
 
-constexpr float to_float(float value) {
+STRATA_CONVERSION float to_float(float value) {
   return value;
 }
 

@@ -1,8 +1,8 @@
 #include "cpu_adam/optimizer.hpp"
 
 #include <cmath>
+#include <sstream>
 #include <stdexcept>
-#include <string>
 
 #include "base/assert.hpp"
 #include "cpu_adam/detail/kernel_table.hpp"
@@ -11,8 +11,10 @@
 namespace strata::cpu_adam {
 namespace {
 
-void require(bool condition, const std::string& what) {
-  if (!condition) throw std::invalid_argument("cpu_adam: " + what);
+[[noreturn]] void fail(const char* what, double value) {
+  std::ostringstream message;
+  message << "cpu_adam: " << what << ", got " << value;
+  throw std::invalid_argument(message.str());
 }
 
 bool uses_exp_avg(Algorithm algorithm) {
@@ -99,18 +101,21 @@ void check_spans(Algorithm algorithm, const ParamSpans& spans) {
 }  // namespace
 
 void validate(const Hyperparams& h, const GradScaling& scaling) {
-  require(std::isfinite(h.lr) && h.lr >= 0,
-          "lr must be finite and >= 0, got " + std::to_string(h.lr));
-  require(h.beta1 >= 0 && h.beta1 < 1, "beta1 must be in [0, 1), got " + std::to_string(h.beta1));
-  require(h.beta2 >= 0 && h.beta2 < 1, "beta2 must be in [0, 1), got " + std::to_string(h.beta2));
-  require(std::isfinite(h.eps) && h.eps >= 0, "eps must be finite and >= 0");
-  require(std::isfinite(h.weight_decay) && h.weight_decay >= 0,
-          "weight_decay must be finite and >= 0");
-  require(h.step >= 1, "step must be >= 1 (1-based), got " + std::to_string(h.step));
-  require(std::isfinite(scaling.loss_scale) && scaling.loss_scale > 0,
-          "loss_scale must be finite and > 0");
-  require(std::isfinite(scaling.clip_coef) && scaling.clip_coef >= 0,
-          "clip_coef must be finite and >= 0");
+  // Messages are only built on failure: step() calls this on the hot path.
+  if (!(std::isfinite(h.lr) && h.lr >= 0)) fail("lr must be finite and >= 0", h.lr);
+  if (!(h.beta1 >= 0 && h.beta1 < 1)) fail("beta1 must be in [0, 1)", h.beta1);
+  if (!(h.beta2 >= 0 && h.beta2 < 1)) fail("beta2 must be in [0, 1)", h.beta2);
+  if (!(std::isfinite(h.eps) && h.eps >= 0)) fail("eps must be finite and >= 0", h.eps);
+  if (!(std::isfinite(h.weight_decay) && h.weight_decay >= 0)) {
+    fail("weight_decay must be finite and >= 0", h.weight_decay);
+  }
+  if (h.step < 1) fail("step must be >= 1 (1-based)", static_cast<double>(h.step));
+  if (!(std::isfinite(scaling.loss_scale) && scaling.loss_scale > 0)) {
+    fail("loss_scale must be finite and > 0", scaling.loss_scale);
+  }
+  if (!(std::isfinite(scaling.clip_coef) && scaling.clip_coef >= 0)) {
+    fail("clip_coef must be finite and >= 0", scaling.clip_coef);
+  }
 }
 
 void step(const Hyperparams& hyperparams, const ParamSpans& spans, const GradScaling& scaling,

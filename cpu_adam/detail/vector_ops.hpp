@@ -94,6 +94,15 @@ struct VectorOps<xsimd::avx512bw> : VectorOpsBase<xsimd::avx512bw> {
     low = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
     high = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
   }
+  // Converting straight from memory saves the lane extract (the norm's hot loop).
+  static void widen(const float* p, D& low, D& high) {
+    low = _mm512_cvtps_pd(_mm256_loadu_ps(p));
+    high = _mm512_cvtps_pd(_mm256_loadu_ps(p + 8));
+  }
+  template <class T>
+  static void widen(const T* p, D& low, D& high) {
+    widen(load(p), low, high);
+  }
 };
 #endif
 
@@ -133,6 +142,21 @@ struct VectorOps<xsimd::fma3<xsimd::avx2>> : VectorOpsBase<xsimd::fma3<xsimd::av
     low = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
     high = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
   }
+  static void widen(const float* p, D& low, D& high) {
+    low = _mm256_cvtps_pd(_mm_loadu_ps(p));
+    high = _mm256_cvtps_pd(_mm_loadu_ps(p + 4));
+  }
+  // Interleaving zeros below each bf16 gives its fp32 bits: no shift, no lane extract.
+  static void widen(const Bf16* p, D& low, D& high) {
+    const __m128i halves = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i zero = _mm_setzero_si128();
+    low = _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpacklo_epi16(zero, halves)));
+    high = _mm256_cvtps_pd(_mm_castsi128_ps(_mm_unpackhi_epi16(zero, halves)));
+  }
+  static void widen(const Fp16* p, D& low, D& high) {
+    low = _mm256_cvtps_pd(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+    high = _mm256_cvtps_pd(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 4))));
+  }
 };
 #endif
 
@@ -170,6 +194,10 @@ struct VectorOps<xsimd::sse2> : VectorOpsBase<xsimd::sse2> {
   static void widen(F x, D& low, D& high) {
     low = _mm_cvtps_pd(x);
     high = _mm_cvtps_pd(_mm_movehl_ps(x, x));
+  }
+  template <class T>
+  static void widen(const T* p, D& low, D& high) {
+    widen(load(p), low, high);
   }
 };
 #endif

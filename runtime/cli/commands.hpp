@@ -14,5 +14,6 @@ void add_bench_device_command(CLI::App& bench);
 void add_bench_step_command(CLI::App& bench);
 void add_bench_comm_command(CLI::App& bench);
 void add_bench_io_command(CLI::App& bench);
+void add_bench_adam_command(CLI::App& bench);
 
 }  // namespace strata::cli

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   strata::cli::add_bench_step_command(*bench);
   strata::cli::add_bench_comm_command(*bench);
   strata::cli::add_bench_io_command(*bench);
+  strata::cli::add_bench_adam_command(*bench);
 
   try {
     app.parse(argc, argv);

@@ -32,6 +32,11 @@ inline bool same_value(float a, float b) {
          (std::isnan(a) && std::isnan(b));
 }
 
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
 // Raw bytes holding `count` elements of `dtype`, starting `offset_elems` elements into a 64-byte
 // aligned allocation (so tests can exercise unaligned starts).
 class TypedBuffer {
@@ -93,7 +98,7 @@ class TypedBuffer {
   }
   bool same_bytes(const TypedBuffer& other) const {
     return count_ == other.count_ &&
-           std::memcmp(data(), other.data(), count_ * dtype_bytes(dtype_)) == 0;
+           (count_ == 0 || std::memcmp(data(), other.data(), count_ * dtype_bytes(dtype_)) == 0);
   }
 
  private:
