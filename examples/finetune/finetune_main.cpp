@@ -140,6 +140,7 @@ int run(const Options& options) {
           format_decimal_bytes(static_cast<double>(report.optimizer.nvme.read_bytes)),
           format_decimal_bytes(static_cast<double>(report.optimizer.nvme.written_bytes)),
           report.optimizer.skipped ? " | SKIPPED (non-finite gradients)" : "");
+      std::cout.flush();  // progress lines reach a pipe or a log file as they happen
     }
     const std::uint64_t done = trainer.engine().step_count() - first_step;
     if (options.eval_every != 0 && (done % options.eval_every == 0 || done == options.steps)) {
