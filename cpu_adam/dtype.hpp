@@ -14,10 +14,14 @@
 // The conversions are always inlined: the per-ISA kernel files call them from code compiled with
 // AVX-512 or AVX2 flags, and an out-of-line copy from such a file must never be what the linker
 // hands to code that runs on a lesser CPU (it would at -O0 otherwise).
+// For the same reason they use the compiler builtin behind std::bit_cast: at -O0 std::bit_cast is
+// itself an out-of-line function.
 #if defined(__GNUC__)
 #define STRATA_CONVERSION [[gnu::always_inline]] constexpr
+#define STRATA_BIT_CAST(To, value) __builtin_bit_cast(To, value)
 #else
 #define STRATA_CONVERSION constexpr
+#define STRATA_BIT_CAST(To, value) std::bit_cast<To>(value)
 #endif
 
 namespace strata::cpu_adam {
@@ -75,14 +79,14 @@ constexpr Dtype dtype_of<Fp16>() {
 
 // bf16 -> fp32 is exact: the bf16 bits are the top half of the fp32 bits (NaN payloads kept).
 STRATA_CONVERSION float to_float(Bf16 value) {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(value.bits) << 16);
+  return STRATA_BIT_CAST(float, static_cast<std::uint32_t>(value.bits) << 16);
 }
 
 // fp32 -> bf16, round to nearest even. NaN stays NaN (quiet bit set, sign and top payload kept);
 // overflow rounds to infinity; denormals round like any other value (no flush to zero, unlike
 // AVX512_BF16's vcvtneps2bf16, which is why the kernels do not use it).
 STRATA_CONVERSION Bf16 to_bf16(float value) {
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
+  const std::uint32_t bits = STRATA_BIT_CAST(std::uint32_t, value);
   const std::uint32_t rounded = bits + 0x7FFFu + ((bits >> 16) & 1u);
   const std::uint32_t quiet_nan = bits | 0x0040'0000u;
   // A select rather than a branch, so loops over it vectorise.
@@ -97,19 +101,19 @@ STRATA_CONVERSION float to_float(Fp16 value) {
   const std::uint32_t mantissa = value.bits & 0x3FFu;
   if (exponent == 0x1F) {  // inf or NaN
     const std::uint32_t quiet = mantissa != 0 ? 0x0040'0000u : 0u;
-    return std::bit_cast<float>(sign | 0x7F80'0000u | (mantissa << 13) | quiet);
+    return STRATA_BIT_CAST(float, sign | 0x7F80'0000u | (mantissa << 13) | quiet);
   }
   if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24 is exact in fp32
     const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
-    return std::bit_cast<float>(sign | std::bit_cast<std::uint32_t>(magnitude));
+    return STRATA_BIT_CAST(float, sign | STRATA_BIT_CAST(std::uint32_t, magnitude));
   }
-  return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+  return STRATA_BIT_CAST(float, sign | ((exponent + 112) << 23) | (mantissa << 13));
 }
 
 // fp32 -> fp16, round to nearest even, overflow to infinity, subnormals kept. Matches F16C's
 // vcvtps2ph with _MM_FROUND_TO_NEAREST_INT bit for bit (NaN: quiet bit set, top payload kept).
 STRATA_CONVERSION Fp16 to_fp16(float value) {
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
+  const std::uint32_t bits = STRATA_BIT_CAST(std::uint32_t, value);
   const std::uint32_t sign = (bits >> 16) & 0x8000u;
   const std::uint32_t magnitude = bits & 0x7FFF'FFFFu;
   std::uint32_t result = 0;

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <span>
+#include <vector>
 
 #include <oneapi/tbb/task_arena.h>
 
@@ -28,8 +29,12 @@ class GradNormAccumulator {
  public:
   explicit GradNormAccumulator(const ExecOptions& options = {});
 
+  // One span, spread over `arena`.
   void add(ConstTypedSpan grad, tbb::task_arena& arena);
+  // Many spans in one parallel pass (small spans run side by side); the same bits as adding them
+  // one by one in this order. Allocates only when given more spans than ever before.
   void add(std::span<const ConstTypedSpan> grads, tbb::task_arena& arena);
+  // One span on the calling thread.
   void add_serial(ConstTypedSpan grad);
 
   // Sum of squares of every element fed since construction or reset(), in the gradients' units
@@ -42,6 +47,7 @@ class GradNormAccumulator {
  private:
   ExecOptions options_;
   double sum_of_squares_ = 0.0;
+  std::vector<double> span_sums_;  // per-span sums of the last multi-span add()
 };
 
 // Sum of squares of one span with the accumulator's fixed blocking (what add() adds).

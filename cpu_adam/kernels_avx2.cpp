@@ -5,7 +5,7 @@ namespace strata::cpu_adam::detail {
 
 const KernelTable& avx2_kernels() {
   static const KernelTable table =
-      make_kernel_table<VectorOps<xsimd::fma3<xsimd::avx2>>>(SimdLevel::kAvx2);
+      make_kernel_table<VectorOps<xsimd::fma3<xsimd::avx2>>, Norm256Ops>(SimdLevel::kAvx2);
   return table;
 }
 

@@ -93,6 +93,8 @@ void update_kernel(const UpdateArgs& args, std::size_t begin, std::size_t end) {
   for (; i < end; ++i) Rule::template apply<ScalarOps, Grad, Out>(args, i);
 }
 
+// V supplies D (double vector), kWidth elements per widen(), kDoubles per D, zero_d, square_add,
+// store_d; ScalarOps (kWidth 1) takes the plain loop.
 template <class V, class Grad>
 double norm_kernel(const void* data, std::size_t begin, std::size_t end) {
   const Grad* values = static_cast<const Grad*>(data);
@@ -100,10 +102,9 @@ double norm_kernel(const void* data, std::size_t begin, std::size_t end) {
   std::size_t i = begin;
   if constexpr (V::kWidth > 1) {
     using D = typename V::D;
-    constexpr std::size_t kDoubles = D::size;
-    constexpr std::size_t kAccumulators = kNormLanes / kDoubles;
+    constexpr std::size_t kAccumulators = kNormLanes / V::kDoubles;
     D sums[kAccumulators];
-    for (auto& sum : sums) sum = D(0.0);
+    for (auto& sum : sums) sum = V::zero_d();
     for (; i + kNormLanes <= end; i += kNormLanes) {
       for (std::size_t k = 0; k < kNormLanes / V::kWidth; ++k) {
         D low;
@@ -111,11 +112,11 @@ double norm_kernel(const void* data, std::size_t begin, std::size_t end) {
         V::widen(values + i + k * V::kWidth, low, high);
         // x*x is exact in double for any fp32 x, so the add is the only rounding and a fused
         // multiply-add (AVX2, AVX-512) gives the same bits as SSE2's separate mul and add.
-        sums[2 * k] = xsimd::fma(low, low, sums[2 * k]);
-        sums[2 * k + 1] = xsimd::fma(high, high, sums[2 * k + 1]);
+        sums[2 * k] = V::square_add(low, sums[2 * k]);
+        sums[2 * k + 1] = V::square_add(high, sums[2 * k + 1]);
       }
     }
-    for (std::size_t k = 0; k < kAccumulators; ++k) sums[k].store_unaligned(lanes + k * kDoubles);
+    for (std::size_t k = 0; k < kAccumulators; ++k) V::store_d(lanes + k * V::kDoubles, sums[k]);
   } else {
     // Whole rows of lanes first: independent chains the compiler can keep in registers.
     for (; i + kNormLanes <= end; i += kNormLanes) {

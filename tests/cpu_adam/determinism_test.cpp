@@ -3,12 +3,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include <oneapi/tbb/task_arena.h>
 
+#include "cpu_adam/grad_norm.hpp"
 #include "cpu_adam/optimizer.hpp"
 #include "tests/cpu_adam/test_support.hpp"
 
@@ -155,6 +158,75 @@ TEST(StreamBound, LeavesStateUnchangedAtEveryLevel) {
       }
     }
   }
+}
+
+}  // namespace
+}  // namespace strata::cpu_adam
+
+namespace strata::cpu_adam {
+namespace {
+
+// The Engine's use: norm fed sub-group by sub-group, then one step per sub-group with the
+// resulting clip; the state must match one step over the whole buffer, bit for bit.
+TEST(SubGroups, SplitStepsGiveTheSameBitsAsOneSpan) {
+  const std::uint64_t seed = testing::test_seed(21);
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::mt19937_64 rng(seed);
+  constexpr std::size_t kTotal = 50'000;
+  std::vector<float> master(kTotal), exp_avg(kTotal), exp_avg_sq(kTotal);
+  TypedBuffer grad(Dtype::kBf16, kTotal);
+  for (std::size_t i = 0; i < kTotal; ++i) {
+    master[i] = testing::random_value(rng, -6, 2, false);
+    exp_avg[i] = testing::random_value(rng, -12, -4, false);
+    exp_avg_sq[i] = std::fabs(testing::random_value(rng, -24, -8, false));
+    grad.set(i, testing::random_value(rng, -10, 2, false));
+  }
+  std::vector<float> master2 = master, exp_avg2 = exp_avg, exp_avg_sq2 = exp_avg_sq;
+  TypedBuffer out(Dtype::kBf16, kTotal), out2(Dtype::kBf16, kTotal);
+  tbb::task_arena arena(2);
+  Hyperparams h;
+  h.weight_decay = 0.1;
+  const double loss_scale = 8.0;
+
+  // Whole buffer.
+  GradNormAccumulator whole_norm;
+  whole_norm.add(grad.cspan(), arena);
+  const double clip = clip_coefficient(whole_norm.norm() / loss_scale, 0.5);
+  ASSERT_LT(clip, 1.0) << "the test should exercise clipping";
+  ParamSpans whole;
+  whole.master = master;
+  whole.exp_avg = exp_avg;
+  whole.exp_avg_sq = exp_avg_sq;
+  whole.grad = grad.cspan();
+  whole.param_out = out.span();
+  step(h, whole, GradScaling{loss_scale, clip}, arena);
+
+  // Uneven sub-groups, norm fed one by one as each "arrives".
+  const std::size_t bounds[] = {0, 7, 16'384, 16'400, 33'333, kTotal};
+  const auto* grad_bits = static_cast<const Bf16*>(grad.data());
+  GradNormAccumulator split_norm;
+  for (std::size_t g = 0; g + 1 < std::size(bounds); ++g) {
+    split_norm.add_serial(std::span<const Bf16>(grad_bits + bounds[g], bounds[g + 1] - bounds[g]));
+  }
+  // Same blocks only when sub-group boundaries fall on blocks: here they do not, so the norms may
+  // differ in the last bits; the clip is what the Engine would compute from its own norm.
+  EXPECT_NEAR(split_norm.norm(), whole_norm.norm(), 1e-12 * whole_norm.norm());
+  auto* out2_bits = static_cast<Bf16*>(out2.data());
+  for (std::size_t g = 0; g + 1 < std::size(bounds); ++g) {
+    const std::size_t begin = bounds[g];
+    const std::size_t count = bounds[g + 1] - begin;
+    ParamSpans part;
+    part.master = std::span<float>(master2).subspan(begin, count);
+    part.exp_avg = std::span<float>(exp_avg2).subspan(begin, count);
+    part.exp_avg_sq = std::span<float>(exp_avg_sq2).subspan(begin, count);
+    part.grad = std::span<const Bf16>(grad_bits + begin, count);
+    part.param_out = std::span<Bf16>(out2_bits + begin, count);
+    step(h, part, GradScaling{loss_scale, clip}, arena);
+  }
+  EXPECT_TRUE(testing::same_bits(master, master2));
+  EXPECT_TRUE(testing::same_bits(exp_avg, exp_avg2));
+  EXPECT_TRUE(testing::same_bits(exp_avg_sq, exp_avg_sq2));
+  EXPECT_TRUE(out.same_bytes(out2));
 }
 
 }  // namespace

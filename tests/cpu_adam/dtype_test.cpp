@@ -145,6 +145,7 @@ TEST_P(CastKernels, ConvertAndScaleMatchScalarHelpers) {
         for (Dtype to : dtypes) {
           TypedBuffer destination(to, len, (offset + 1) % 3);
           convert(source.cspan(), destination.span(), arena, options);
+          ASSERT_TRUE(destination.guards_intact()) << "convert wrote outside its span";
           TypedBuffer expected(to, len);
           for (std::size_t i = 0; i < len; ++i) expected.set(i, source.get(i));
           for (std::size_t i = 0; i < len; ++i) {
@@ -155,6 +156,7 @@ TEST_P(CastKernels, ConvertAndScaleMatchScalarHelpers) {
         TypedBuffer scaled(from, len, offset);
         for (std::size_t i = 0; i < len; ++i) scaled.set(i, source.get(i));
         scale_in_place(scaled.span(), 0.37f, arena, options);
+        ASSERT_TRUE(scaled.guards_intact()) << "scale wrote outside its span";
         for (std::size_t i = 0; i < len; ++i) {
           TypedBuffer one(from, 1);
           one.set(0, source.get(i) * 0.37f);

@@ -134,6 +134,33 @@ INSTANTIATE_TEST_SUITE_P(EveryDtype, GradNorm,
                            return std::string(dtype_name(param_info.param));
                          });
 
+TEST(GradNormManySpans, ParallelOverSpansGivesTheSerialBits) {
+  const std::uint64_t seed = testing::test_seed(8);
+  SCOPED_TRACE(testing::seed_note(seed));
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::size_t> length(0, 5000);
+  std::vector<TypedBuffer> grads;
+  for (int k = 0; k < 300; ++k) {
+    const Dtype dtype = static_cast<Dtype>(k % 3);
+    grads.push_back(random_grad(dtype, length(rng), static_cast<std::size_t>(k % 2), rng));
+  }
+  grads.push_back(random_grad(Dtype::kFp32, 20 * kNormBlockElems + 3, 0, rng));  // one big span
+  std::vector<ConstTypedSpan> spans;
+  for (const auto& g : grads) spans.push_back(g.cspan());
+  for (int threads : {1, 2, 5}) {
+    tbb::task_arena arena(threads);
+    GradNormAccumulator parallel;
+    parallel.add(spans, arena);
+    parallel.add(std::span<const ConstTypedSpan>(spans).first(7), arena);  // reuses its buffer
+    GradNormAccumulator expected;
+    for (const auto& span : spans) expected.add_serial(span);
+    for (const auto& span : std::span<const ConstTypedSpan>(spans).first(7)) {
+      expected.add_serial(span);
+    }
+    EXPECT_EQ(parallel.sum_of_squares(), expected.sum_of_squares()) << "threads=" << threads;
+  }
+}
+
 TEST(GradNormEdges, LargestFiniteValuesDoNotOverflow) {
   tbb::task_arena arena(1);
   std::vector<float> grad(1000, std::numeric_limits<float>::max());

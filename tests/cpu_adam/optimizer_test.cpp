@@ -213,6 +213,10 @@ void run_steps(const Config& config, Problem& problem, int steps, tbb::task_aren
     const Hyperparams h = hyperparams_for_step(config.algorithm, step);
     const GradScaling s = scaling_for_step(step);
     cpu_adam::step(h, problem.spans(config.algorithm), s, arena, options);
+    ASSERT_TRUE(problem.master.guards_intact() && problem.exp_avg.guards_intact() &&
+                problem.exp_avg_sq.guards_intact() && problem.grad.guards_intact() &&
+                problem.out.guards_intact())
+        << "a kernel wrote outside its span: " << label << " step " << step;
     for (std::size_t i = 0; i < n; ++i) {
       const Where where{label, step, i, p0[i], m0[i], v0[i], g0[i]};
       const float p1 = problem.master.get(i);

@@ -41,11 +41,29 @@ inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) 
 // aligned allocation (so tests can exercise unaligned starts).
 class TypedBuffer {
  public:
+  static constexpr unsigned char kGuard = 0xA5;
+  static constexpr std::uint64_t kGuardWord = 0xA5A5'A5A5'A5A5'A5A5ull;
+
   TypedBuffer(Dtype dtype, std::size_t count, std::size_t offset_elems = 0)
       : dtype_(dtype), count_(count), offset_bytes_(offset_elems * dtype_bytes(dtype)) {
-    storage_.resize((offset_bytes_ + count * dtype_bytes(dtype) + 64) / 8 + 8, 0);
+    // Every byte outside the span holds kGuard, so guards_intact() catches stray vector writes.
+    storage_.resize((offset_bytes_ + count * dtype_bytes(dtype) + 64) / 8 + 8, kGuardWord);
     base_ = reinterpret_cast<unsigned char*>(storage_.data());
     base_ += (64 - reinterpret_cast<std::uintptr_t>(base_) % 64) % 64;
+  }
+
+  bool guards_intact() const {
+    const auto* first = reinterpret_cast<const unsigned char*>(storage_.data());
+    const auto* last = first + storage_.size() * sizeof(std::uint64_t);
+    const unsigned char* begin = static_cast<const unsigned char*>(data());
+    const unsigned char* end = begin + count_ * dtype_bytes(dtype_);
+    for (const unsigned char* p = first; p < begin; ++p) {
+      if (*p != kGuard) return false;
+    }
+    for (const unsigned char* p = end; p < last; ++p) {
+      if (*p != kGuard) return false;
+    }
+    return true;
   }
   void* data() { return base_ + offset_bytes_; }
   const void* data() const { return base_ + offset_bytes_; }
