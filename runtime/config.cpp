@@ -116,6 +116,7 @@ void read_optimizer(TableReader& root, OptimizerConfig& optimizer) {
   section->read_bool("bias_correction", optimizer.bias_correction);
   section->read_double("grad_clip", optimizer.grad_clip, 0.0, 1e12);
   section->read_uint32("threads", optimizer.threads, 0, 4096);
+  section->read_uint64("warmup_steps", optimizer.warmup_steps, 0, 1ull << 40);
   section->finish();
 }
 

@@ -86,8 +86,9 @@ struct OptimizerConfig {
   double eps = 1e-8;
   double weight_decay = 0.01;
   bool bias_correction = true;
-  double grad_clip = 1.0;     // global L2 norm; 0 disables clipping
-  std::uint32_t threads = 0;  // CPU optimizer threads; 0 = all hardware threads
+  double grad_clip = 1.0;          // global L2 norm; 0 disables clipping
+  std::uint32_t threads = 0;       // CPU optimizer threads; 0 = all hardware threads
+  std::uint64_t warmup_steps = 0;  // linear learning-rate warm-up: lr * min(1, step / warmup)
 
   bool operator==(const OptimizerConfig&) const = default;
 };

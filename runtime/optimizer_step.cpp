@@ -2,6 +2,7 @@
 // the gradients arrived), then every (unit, sub-group) through the CPU optimizer. State homed on
 // NVMe streams through `buffer_count` pinned buffers: the reads of the next sub-groups, Adam on
 // this one and the writes of the previous ones overlap. One commit of the NVMe store ends the step.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -79,7 +80,10 @@ void EngineState::optimizer_step(StepStats& stats) {
 
   cpu_adam::Hyperparams hyper;
   hyper.algorithm = algorithm_of(config.optimizer.type);
-  hyper.lr = config.optimizer.lr;
+  const std::uint64_t warmup = config.optimizer.warmup_steps;
+  hyper.lr = warmup == 0 ? config.optimizer.lr
+                         : config.optimizer.lr * std::min(1.0, static_cast<double>(step_count + 1) /
+                                                                   static_cast<double>(warmup));
   hyper.beta1 = config.optimizer.beta1;
   hyper.beta2 = config.optimizer.beta2;
   hyper.eps = config.optimizer.eps;

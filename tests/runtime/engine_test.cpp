@@ -267,6 +267,32 @@ TEST(Engine, BudgetTooSmallIsRefusedBeforeAllocation) {
   }
 }
 
+// Warm-up scales the learning rate of step s by s / warmup_steps: with fp32 state, the first
+// AdamW step moves every weight by about lr (bias-corrected m / sqrt(v) = sign(g)), so the step
+// size itself shows the schedule.
+TEST(Engine, WarmupScalesTheLearningRate) {
+  const auto first_step_change = [](std::uint64_t warmup) {
+    ScratchDir dir;
+    Config config = base_config(dir);
+    config.optimizer.weight_decay = 0;
+    config.optimizer.grad_clip = 0;
+    config.optimizer.warmup_steps = warmup;
+    const RunResult before = train(config, 0);
+    const RunResult after = train(config, 1);
+    double largest = 0;
+    for (std::size_t u = 0; u < before.masters.size(); ++u) {
+      for (std::size_t i = 0; i < before.masters[u].size(); ++i) {
+        largest = std::max(
+            largest, std::fabs(static_cast<double>(after.masters[u][i]) - before.masters[u][i]));
+      }
+    }
+    return largest;
+  };
+  const double full = first_step_change(0);
+  EXPECT_NEAR(full, 1e-2, 1e-4);  // lr
+  EXPECT_NEAR(first_step_change(4), full / 4, 1e-4);
+}
+
 TEST(Engine, NvmeBudgetCountsBothSlots) {
   if (nvme_forced()) GTEST_SKIP() << "STRATA_FORCE_NVME changes the placement under test";
   ScratchDir dir;
