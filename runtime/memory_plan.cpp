@@ -156,18 +156,6 @@ Config with_home(const Config& config, StateKind kind, Tier tier) {
   return changed;
 }
 
-std::string_view config_key(StateKind kind) {
-  switch (kind) {
-    case StateKind::kParams:
-      return "params";
-    case StateKind::kGrads:
-      return "grads";
-    case StateKind::kOptimizer:
-      return "optimizer";
-  }
-  return "?";
-}
-
 std::string_view budget_section(Tier tier) {
   switch (tier) {
     case Tier::kDevice:
@@ -216,7 +204,7 @@ std::vector<std::string> suggest(const Config& config, const PlanInputs& inputs,
           extra = fmt::format(" and sub_group_size = {}", *group);
         }
         out.push_back(fmt::format("or move {} to {}: set [zero] {} = \"{}\"{}{}",
-                                  to_string(state.kind), to_string(lower), config_key(state.kind),
+                                  to_string(state.kind), to_string(lower), to_string(state.kind),
                                   to_string(lower), extra,
                                   lower == Tier::kNvme && config.tiers.nvme.paths.empty()
                                       ? " and list drives in [tiers.nvme] paths"
