@@ -402,9 +402,11 @@ void EngineState::write_group_sync(UnitState& unit, Kind kind, std::size_t group
     std::memcpy(home.at(sub.begin), data.data(), data.size());
     return;
   }
-  tiers::PinnedBuffer staging = host_pool->allocate(data.size());
-  std::memcpy(staging.data(), data.data(), data.size());
-  store->write(home.extents[group], staging.span()).get();
+  // Outside the optimizer step the first pipeline buffer is free: no allocation beyond the budget
+  // the plan checked (it holds a sub-group of every kind homed on NVMe, so one kind fits).
+  std::byte* staging = pipeline_buffers.front().data();
+  std::memcpy(staging, data.data(), data.size());
+  wait_timed(store->write(home.extents[group], std::span<const std::byte>(staging, data.size())));
 }
 
 void EngineState::read_group(UnitState& unit, Kind kind, std::size_t group,
@@ -416,10 +418,10 @@ void EngineState::read_group(UnitState& unit, Kind kind, std::size_t group,
     std::memcpy(out.data(), home.at(sub.begin), out.size());
     return;
   }
-  tiers::PinnedBuffer staging = host_pool->allocate(out.size());
-  tiers::StoreRead read = store->read(home.extents[group], staging.span());
+  std::byte* staging = pipeline_buffers.front().data();
+  tiers::StoreRead read = store->read(home.extents[group], std::span(staging, out.size()));
   wait_timed(read);
-  std::memcpy(out.data(), staging.data(), out.size());
+  std::memcpy(out.data(), staging, out.size());
 }
 
 std::vector<float> EngineState::read_shard_fp32(UnitState& unit, Kind kind) {
