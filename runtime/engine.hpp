@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <span>
@@ -31,6 +32,9 @@
 
 namespace strata::tiers {
 class Device;
+}
+namespace strata::io {
+class FaultInjector;
 }
 namespace strata::runtime::comm {
 class Communicator;
@@ -55,6 +59,8 @@ struct EngineOptions {
   // no arithmetic, to time the I/O pipeline alone.
   enum class OptimizerCompute : std::uint8_t { kRun, kSkip };
   OptimizerCompute optimizer_compute = OptimizerCompute::kRun;
+  // Tests only: injects I/O faults into the NVMe store's I/O engine (io/fault_injector.hpp).
+  io::FaultInjector* faults = nullptr;
 };
 
 struct TierTraffic {
@@ -125,7 +131,19 @@ class Engine {
   // The whole unit's fp32 master weights, gathered from every rank (for export and tests).
   std::vector<float> gather_master(UnitId unit);
 
+  // Checkpoints (runtime/checkpoint.hpp, docs/reliability.md), after finalize and between steps.
+  // Collective: every rank calls them with a directory every rank sees. save() is atomic; load()
+  // reshards to this run's rank count and restores the step and the loss scale.
+  void save(const std::filesystem::path& dir);
+  void load(const std::filesystem::path& dir);
+  // One safetensors file of the full fp32 master weights (written as `dtype`), tensors named
+  // "<unit>.<tensor>"; import sets master and parameters from one, moments zero, step 0.
+  void export_safetensors(const std::filesystem::path& file, DType dtype = DType::kFp32);
+  void import_safetensors(const std::filesystem::path& file);
+
   std::uint64_t step_count() const;
+  // The loss scale to multiply the next step's loss by (1 unless fp16; restored by load()).
+  double loss_scale() const;
   std::size_t unit_count() const;
   const UnitSpec& unit_spec(UnitId unit) const;
   std::uint64_t unit_numel(UnitId unit) const;
