@@ -92,7 +92,7 @@ std::variant<DecodedManifest, std::string> decode_manifest(std::span<const std::
   }
   if (version != kVersion)
     return fmt::format("it has format version {}, expected {}", version, kVersion);
-  // (Written so that a huge claimed size cannot wrap around: found by the manifest fuzzer.)
+  // (Written so that a huge claimed size cannot wrap around: found writing the manifest fuzzer.)
   if (body_bytes < kHeaderBytes || body_bytes > bytes.size() ||
       bytes.size() - body_bytes < kTrailerBytes) {
     return fmt::format("it claims {} bytes but holds {} (truncated)", body_bytes, bytes.size());
@@ -103,7 +103,7 @@ std::variant<DecodedManifest, std::string> decode_manifest(std::span<const std::
     return std::string("its checksum does not match (torn or corrupted write)");
   }
   // Every record takes at least 28 bytes: a count the body cannot hold is refused before
-  // anything is allocated for it (found by tests/fuzz/manifest_fuzz.cpp).
+  // anything is allocated for it (found writing tests/fuzz/manifest_fuzz.cpp).
   constexpr std::uint64_t kMinRecordBytes = 2 + 8 + 1 + 1 + 8 + 8;
   if (count > (body_bytes - kHeaderBytes) / kMinRecordBytes) {
     return fmt::format("it claims {} extent records but its body holds at most {}", count,

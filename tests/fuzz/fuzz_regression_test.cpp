@@ -1,6 +1,6 @@
-// Proves the fuzzers' findings stay fixed and the committed corpora stay harmless in every build
-// (not only the clang fuzz build): each crash the fuzzers found is a named case here, and every
-// corpus file is fed through the same entry points the fuzz targets use.
+// Proves the parser bugs found while fuzzing stay fixed and the committed corpora stay harmless in
+// every build (not only the clang fuzz build): each bug is a named case here, and every corpus
+// file is fed through the same entry points the fuzz targets use.
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -16,7 +16,8 @@
 namespace strata {
 namespace {
 
-const std::filesystem::path kCorpus = std::filesystem::path(STRATA_SOURCE_DIR) / "tests/fuzz/corpus";
+const std::filesystem::path kCorpus =
+    std::filesystem::path(STRATA_SOURCE_DIR) / "tests/fuzz/corpus";
 
 std::vector<std::uint8_t> read_all(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -39,15 +40,15 @@ std::string reason(const std::variant<tiers::DecodedManifest, std::string>& deco
   return text != nullptr ? *text : "(decoded)";
 }
 
-// manifest_fuzz: a body size near 2^64 wrapped `body + 8 <= size` around and read the checksum
-// from far outside the buffer.
+// Found writing manifest_fuzz: a body size near 2^64 wrapped `body + 8 <= size` around and read the
+// checksum from far outside the buffer.
 TEST(FuzzRegression, ManifestHugeBodySizeDoesNotWrapAround) {
   const auto bytes = manifest_header(0, ~std::uint64_t{0} - 3, 4096);
   EXPECT_NE(reason(tiers::decode_manifest(bytes)).find("(truncated)"), std::string::npos);
 }
 
-// manifest_fuzz (checksum repaired by the harness): a record count of 2^32 - 1 resized the record
-// vector to ~300 GiB before parsing a single record.
+// Found writing manifest_fuzz (which repairs the checksum to get past it): a record count of 2^32 -
+// 1 resized the record vector to ~300 GiB before parsing a single record.
 TEST(FuzzRegression, ManifestRecordCountBeyondItsBodyIsRefusedBeforeAllocating) {
   const std::uint64_t body = 8 + 16 + 32;
   auto bytes = manifest_header(0xffffffffu, body, 4096);
@@ -61,7 +62,8 @@ TEST(FuzzRegression, ConfigCorpusParsesOrThrows) {
   for (const auto& entry : std::filesystem::directory_iterator(kCorpus / "config")) {
     const std::vector<std::uint8_t> bytes = read_all(entry.path());
     try {
-      runtime::parse_config(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+      runtime::parse_config(
+          std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
     } catch (const std::exception&) {
     }
   }
