@@ -322,8 +322,14 @@ void describe_model(const EngineState& state, nlohmann::json& manifest) {
 
 }  // namespace
 
-void save_checkpoint(EngineState& state, const std::filesystem::path& dir) {
+// "ckpt/" names the directory "ckpt" (its siblings "ckpt.tmp" and "ckpt.old" hold the swap).
+std::filesystem::path directory_name(const std::filesystem::path& dir) {
+  return dir.has_filename() ? dir : dir.parent_path();
+}
+
+void save_checkpoint(EngineState& state, const std::filesystem::path& requested) {
   STRATA_ASSERT(state.finalized, "save before finalize");
+  const std::filesystem::path dir = directory_name(requested);
   comm::Communicator& comm = *state.comm;
   const std::filesystem::path temporary = with_suffix(dir, ".tmp");
   const std::filesystem::path old = with_suffix(dir, ".old");
@@ -409,7 +415,7 @@ void save_checkpoint(EngineState& state, const std::filesystem::path& dir) {
 void load_checkpoint(EngineState& state, const std::filesystem::path& requested) {
   STRATA_ASSERT(state.finalized, "load before finalize");
   comm::Communicator& comm = *state.comm;
-  std::filesystem::path dir = requested;
+  std::filesystem::path dir = directory_name(requested);
   // A crash between the two renames of save() leaves only <dir>.old, complete.
   if (!std::filesystem::exists(dir / kManifestName) &&
       std::filesystem::exists(with_suffix(dir, ".old") / kManifestName)) {
