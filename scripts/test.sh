@@ -27,9 +27,9 @@ cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$jobs" --target "${asan_suites[@]}" strata_crash_child strata
 ctest --preset asan -j "$jobs" -L "$(labels "${asan_suites[@]}")"
 
-tsan_suites=(strata_io_tests strata_tiers_tests strata_runtime_tests)
+tsan_suites=(strata_io_tests strata_tiers_tests strata_runtime_tests strata_reliability_tests)
 cmake --preset tsan >/dev/null
-cmake --build --preset tsan -j "$jobs" --target "${tsan_suites[@]}" strata
+cmake --build --preset tsan -j "$jobs" --target "${tsan_suites[@]}" strata_crash_child strata
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp" \
   ctest --preset tsan -j "$jobs" -L "$(labels "${tsan_suites[@]}")"
 

@@ -88,6 +88,7 @@ inline void expect_same_state(const std::vector<std::vector<float>>& a,
   ASSERT_EQ(a.size(), b.size()) << what;
   for (std::size_t i = 0; i < a.size(); ++i) {
     ASSERT_EQ(a[i].size(), b[i].size()) << what;
+    if (a[i].empty()) continue;  // a moment this optimizer does not keep
     EXPECT_EQ(std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)), 0)
         << what << ": state array " << i << " (unit " << i / 3 << ", kind " << i % 3 << ") differs";
   }
