@@ -122,7 +122,6 @@ std::variant<DecodedManifest, std::string> decode_manifest(std::span<const std::
   return manifest;
 }
 
-
 void StoreRead::wait() {
   ticket_.get();
   if (verified_) return;
