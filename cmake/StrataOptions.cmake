@@ -9,6 +9,11 @@ if(STRATA_SANITIZE)
   add_link_options(-fsanitize=${_strata_san})
 endif()
 
+if(STRATA_FUZZ)
+  # Coverage feedback for libFuzzer in every strata library; the targets add -fsanitize=fuzzer.
+  add_compile_options(-fsanitize=fuzzer-no-link)
+endif()
+
 # strata_target_defaults(TARGET): the project's warning set, -Werror when asked, assertions on.
 function(strata_target_defaults target)
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${STRATA_WARNING_FLAGS}>)

@@ -12,8 +12,10 @@
 #include "cpu_adam/cast.hpp"
 #include "io/make_engine.hpp"
 #include "runtime/byte_size.hpp"
+#include "runtime/checkpoint.hpp"
 #include "runtime/engine_state.hpp"
 #include "runtime/param_init.hpp"
+#include "runtime/preflight.hpp"
 
 namespace strata::runtime {
 namespace detail {
@@ -257,6 +259,8 @@ void EngineState::finalize() {
         format_binary_bytes(config.tiers.nvme.budget_bytes), format_binary_bytes(nvme_need),
         format_binary_bytes(nvme_need - config.tiers.nvme.budget_bytes)));
   }
+  // NVMe paths usable and large enough, also before anything is allocated.
+  if (!extents.empty()) check_nvme_paths(config.tiers.nvme, extents, rank);
 
   // Allocate.
   host_pool = std::make_unique<tiers::PinnedPool>(device->pinned_allocator(),
@@ -296,6 +300,7 @@ void EngineState::finalize() {
     io_options.queue_depth = nvme.queue_depth;
     io_options.rings = nvme.rings;
     io_options.direct = nvme.direct ? io::DirectIo::kOn : io::DirectIo::kOff;
+    io_options.faults = options.faults;
     io_engine = io::make_engine(io_options);
     tiers::NvmeStoreOptions store_options;
     for (const std::string& path : nvme.paths) store_options.paths.emplace_back(path);
@@ -304,6 +309,7 @@ void EngineState::finalize() {
     store_options.durable = nvme.fsync;
     store_options.mode =
         options.resume ? tiers::StoreOpenMode::kResume : tiers::StoreOpenMode::kCreate;
+    record_or_check_store_model(*this, options.resume);  // runtime/checkpoint.hpp
     store = std::make_unique<tiers::NvmeStore>(*io_engine, store_options, std::move(extents));
     resumed = store->resumed() && store->committed_step().has_value();
   } else if (options.resume) {
@@ -713,9 +719,6 @@ void Engine::set_master(UnitId id, std::span<const float> full_values) {
   }
 }
 
-double Engine::loss_scale() const {
-  return state_->loss_scale;
-}
 
 void Engine::set_optimizer_compute(EngineOptions::OptimizerCompute compute) {
   state_->options.optimizer_compute = compute;
@@ -752,6 +755,23 @@ std::vector<float> Engine::gather_master(UnitId id) {
   }
   full.resize(unit.layout.numel);
   return full;
+}
+
+void Engine::save(const std::filesystem::path& dir) {
+  detail::save_checkpoint(*state_, dir);
+}
+void Engine::load(const std::filesystem::path& dir) {
+  detail::load_checkpoint(*state_, dir);
+}
+void Engine::export_safetensors(const std::filesystem::path& file, DType dtype) {
+  detail::export_safetensors(*state_, file, dtype);
+}
+void Engine::import_safetensors(const std::filesystem::path& file) {
+  detail::import_safetensors(*state_, file);
+}
+
+double Engine::loss_scale() const {
+  return state_->loss_scale;
 }
 
 std::uint64_t Engine::step_count() const {

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <span>
@@ -32,6 +33,9 @@
 
 namespace strata::tiers {
 class Device;
+}
+namespace strata::io {
+class FaultInjector;
 }
 namespace strata::runtime::comm {
 class Communicator;
@@ -59,6 +63,8 @@ struct EngineOptions {
   // When set, the Engine records its work (gathers, gradient moves, NVMe waits, optimizer
   // sub-groups) on this timeline; it must outlive the Engine.
   Tracer* tracer = nullptr;
+  // Tests only: injects I/O faults into the NVMe store's I/O engine (io/fault_injector.hpp).
+  io::FaultInjector* faults = nullptr;
 };
 
 struct TierTraffic {
@@ -130,9 +136,6 @@ class Engine {
   // parameters, and its optimizer moments restart from zero. Call after finalize(), before
   // training; the NVMe store commits it with the next step.
   void set_master(UnitId unit, std::span<const float> full_values);
-  // The loss scale to multiply the loss by (fp16 training; 1 otherwise).
-  double loss_scale() const;
-
   // This rank's fp32 master shard of `unit` (real elements only), read from wherever it lives.
   std::vector<float> master_shard(UnitId unit);
   // One optimizer-state array of this rank's shard: "master", "exp_avg" or "exp_avg_sq".
@@ -140,7 +143,19 @@ class Engine {
   // The whole unit's fp32 master weights, gathered from every rank (for export and tests).
   std::vector<float> gather_master(UnitId unit);
 
+  // Checkpoints (runtime/checkpoint.hpp, docs/reliability.md), after finalize and between steps.
+  // Collective: every rank calls them with a directory every rank sees. save() is atomic; load()
+  // reshards to this run's rank count and restores the step and the loss scale.
+  void save(const std::filesystem::path& dir);
+  void load(const std::filesystem::path& dir);
+  // One safetensors file of the full fp32 master weights (written as `dtype`), tensors named
+  // "<unit>.<tensor>"; import sets master and parameters from one, moments zero, step 0.
+  void export_safetensors(const std::filesystem::path& file, DType dtype = DType::kFp32);
+  void import_safetensors(const std::filesystem::path& file);
+
   std::uint64_t step_count() const;
+  // The loss scale to multiply the next step's loss by (1 unless fp16; restored by load()).
+  double loss_scale() const;
   std::size_t unit_count() const;
   const UnitSpec& unit_spec(UnitId unit) const;
   std::uint64_t unit_numel(UnitId unit) const;

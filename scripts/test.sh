@@ -1,9 +1,46 @@
 #!/usr/bin/env bash
 # README's test command: installs missing dependencies, builds the CI preset (release, -Werror, CUDA
-# compiled when nvcc is found) and runs the whole CTest suite.
+# compiled when nvcc is found) and runs the whole CTest suite; then the reliability passes
+# (docs/reliability.md):
+#   ASan+UBSan  the GoogleTest suites of io/, cpu_adam/, tiers/, comm/, runtime/ (Engine,
+#               checkpoints, faults, the crash harness) and the fuzz regressions
+#   TSan        the concurrency suites: io/, tiers/ (pinned pool, NVMe store, residency) and
+#               runtime/ (the Engine's pipelined optimizer step)
+#   libFuzzer   each fuzz target ~20 s from its committed seed corpus (tests/fuzz/corpus/<target>)
+# STRATA_TEST_QUICK=1 stops after the CI suite; STRATA_FUZZ_SECONDS sets the time per fuzz target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+jobs="$(nproc)"
 ./scripts/install-deps.sh
 cmake --preset ci >/dev/null
-cmake --build --preset ci -j "$(nproc)"
-ctest --preset ci -j "$(nproc)"
+cmake --build --preset ci -j "$jobs"
+ctest --preset ci -j "$jobs"
+[ "${STRATA_TEST_QUICK:-0}" = 1 ] && exit 0
+
+# Suites are picked by label (each GoogleTest executable labels its tests with its own name), so
+# only their executables need building.
+labels() { local IFS='|'; echo "^($*)\$"; }
+
+asan_suites=(strata_io_tests strata_cpu_adam_tests strata_tiers_tests strata_comm_tests
+             strata_runtime_tests strata_reliability_tests strata_fuzz_regression_tests)
+cmake --preset asan >/dev/null
+cmake --build --preset asan -j "$jobs" --target "${asan_suites[@]}" strata_crash_child strata
+ctest --preset asan -j "$jobs" -L "$(labels "${asan_suites[@]}")"
+
+tsan_suites=(strata_io_tests strata_tiers_tests strata_runtime_tests strata_reliability_tests)
+cmake --preset tsan >/dev/null
+cmake --build --preset tsan -j "$jobs" --target "${tsan_suites[@]}" strata_crash_child strata
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp" \
+  ctest --preset tsan -j "$jobs" -L "$(labels "${tsan_suites[@]}")"
+
+fuzz_targets=(config manifest safetensors)
+cmake --preset fuzz >/dev/null
+cmake --build --preset fuzz -j "$jobs" --target "${fuzz_targets[@]/#/strata_fuzz_}"
+for target in "${fuzz_targets[@]}"; do
+  # New inputs go to the build tree; the committed seeds stay as they are.
+  mkdir -p "build/fuzz/corpus/$target"
+  echo "fuzz: $target for ${STRATA_FUZZ_SECONDS:-20} s"
+  "build/fuzz/tests/fuzz/strata_fuzz_$target" -max_total_time="${STRATA_FUZZ_SECONDS:-20}" \
+    -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    "build/fuzz/corpus/$target" "tests/fuzz/corpus/$target" 2>&1 | tail -n 12
+done

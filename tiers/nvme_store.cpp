@@ -11,6 +11,7 @@
 #include "io/aligned_buffer.hpp"
 #include "io/file_handle.hpp"
 #include "io/io_request.hpp"
+#include "tiers/manifest.hpp"
 
 namespace strata::tiers {
 namespace {
@@ -69,24 +70,8 @@ class Reader {
   std::size_t position_ = 0;
 };
 
-struct DecodedManifest {
-  std::uint32_t rank = 0;
-  std::uint32_t ranks = 0;
-  std::uint64_t sequence = 0;
-  std::uint64_t step = kNoStep;
-  std::uint64_t layout_hash = 0;
-  struct Record {
-    std::string name;
-    std::uint64_t length = 0;
-    std::uint8_t has_data = 0;
-    std::uint8_t slot = 0;
-    std::uint64_t step = 0;
-    std::uint64_t checksum = 0;
-  };
-  std::vector<Record> records;
-};
+}  // namespace
 
-// Returns the manifest or a reason it is unusable (torn, truncated, corrupt, another format).
 std::variant<DecodedManifest, std::string> decode_manifest(std::span<const std::byte> bytes) {
   Reader reader(bytes);
   char magic[8];
@@ -107,13 +92,22 @@ std::variant<DecodedManifest, std::string> decode_manifest(std::span<const std::
   }
   if (version != kVersion)
     return fmt::format("it has format version {}, expected {}", version, kVersion);
-  if (body_bytes < kHeaderBytes || body_bytes + kTrailerBytes > bytes.size()) {
+  // (Written so that a huge claimed size cannot wrap around: found writing the manifest fuzzer.)
+  if (body_bytes < kHeaderBytes || body_bytes > bytes.size() ||
+      bytes.size() - body_bytes < kTrailerBytes) {
     return fmt::format("it claims {} bytes but holds {} (truncated)", body_bytes, bytes.size());
   }
   std::uint64_t stored = 0;
   std::memcpy(&stored, bytes.data() + body_bytes, sizeof(stored));
   if (stored != checksum(bytes.first(body_bytes))) {
     return std::string("its checksum does not match (torn or corrupted write)");
+  }
+  // Every record takes at least 28 bytes: a count the body cannot hold is refused before
+  // anything is allocated for it (found writing tests/fuzz/manifest_fuzz.cpp).
+  constexpr std::uint64_t kMinRecordBytes = 2 + 8 + 1 + 1 + 8 + 8;
+  if (count > (body_bytes - kHeaderBytes) / kMinRecordBytes) {
+    return fmt::format("it claims {} extent records but its body holds at most {}", count,
+                       (body_bytes - kHeaderBytes) / kMinRecordBytes);
   }
   manifest.records.resize(count);
   for (DecodedManifest::Record& record : manifest.records) {
@@ -127,8 +121,6 @@ std::variant<DecodedManifest, std::string> decode_manifest(std::span<const std::
   if (reader.position() != body_bytes) return std::string("its extent records do not add up");
   return manifest;
 }
-
-}  // namespace
 
 void StoreRead::wait() {
   ticket_.get();

@@ -1,0 +1,59 @@
+// Checkpoints of an Engine's training state, and its consolidated safetensors export/import.
+// Engine::save / load / export_safetensors / import_safetensors forward here. docs/reliability.md
+// describes the format and the crash-safety argument.
+//
+// A checkpoint is a directory:
+//   manifest.json   format, version, step, loss scale, rank count, model shape (every unit's
+//                   tensors, real numel and shard size), parameter dtype, optimizer, hashes, and
+//                   per rank file the byte range and XXH3 checksum of every (unit, kind) segment
+//   rank<R>.bin     rank R's shard of every unit, real elements only, fp32: master, then each
+//                   optimizer moment the optimizer keeps
+// It is written under "<dir>.tmp", every file fsynced, then renamed to <dir> (an existing <dir>
+// moves to "<dir>.old" first and is removed after), and the parent directory fsynced: a reader sees
+// the old checkpoint or the complete new one. load() falls back to "<dir>.old" when a crash left
+// only that.
+//
+// Loading reshards: each rank reads, from whichever old ranks' files hold them, the elements of
+// its own shard under the current rank count. Another model shape, parameter dtype or optimizer
+// is a CheckpointMismatch naming what differs; a checksum mismatch or a missing or malformed file
+// is a CheckpointCorruption naming the file.
+#pragma once
+
+#include <filesystem>
+#include <stdexcept>
+
+#include "runtime/config.hpp"
+
+namespace strata::runtime {
+
+namespace detail {
+struct EngineState;
+}
+
+class CheckpointMismatch : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class CheckpointCorruption : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+namespace detail {
+// Collective: every rank calls them, with a directory on a file system every rank sees.
+void save_checkpoint(EngineState& state, const std::filesystem::path& dir);
+void load_checkpoint(EngineState& state, const std::filesystem::path& dir);
+// Rank 0 writes the file (full tensors gathered from every rank); all ranks must call.
+void export_safetensors(EngineState& state, const std::filesystem::path& file, DType dtype);
+// Every rank reads the file and keeps its shard: master and parameters from the file, optimizer
+// moments zero, step 0.
+void import_safetensors(EngineState& state, const std::filesystem::path& file);
+// The NVMe store records a byte length per extent, which cannot tell two shapes of equal padded
+// size apart: beside it, "strata-rank<R>.model.json" (on the first path) describes the model.
+// A fresh store writes it (atomically); a resumed one is checked against it (CheckpointMismatch
+// naming the unit or tensor that differs).
+void record_or_check_store_model(EngineState& state, bool resume);
+}  // namespace detail
+
+}  // namespace strata::runtime

@@ -1,0 +1,109 @@
+// safetensors files (https://github.com/huggingface/safetensors): the consolidated export and
+// import of a model's parameters.
+//   8 bytes: little-endian u64 N, the header's length
+//   N bytes: JSON {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__"?: {..}}
+//   the data: each tensor's little-endian elements at [begin, end) from the data's start.
+// Writes F32, BF16 or F16 (rounded to nearest even from fp32); reads the same three, converting to
+// fp32. Parsing is strict: anything malformed throws SafetensorsError naming the file, the tensor
+// (when one is at fault) and what was wrong; it never crashes (fuzzed: tests/fuzz/).
+// Moved here from examples/gpt so the Engine can export and import; the GPT example uses it too.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "runtime/config.hpp"
+#include "runtime/unit_spec.hpp"
+
+namespace strata::runtime {
+
+class SafetensorsError : public std::runtime_error {
+ public:
+  SafetensorsError(std::string file, std::string tensor, std::string problem);
+  const std::string& file() const { return file_; }
+  const std::string& tensor() const { return tensor_; }  // empty when the header as a whole is bad
+  const std::string& problem() const { return problem_; }
+
+ private:
+  std::string file_, tensor_, problem_;
+};
+
+// A failed system call on a whole file: names the operation, the path and errno's text.
+class FileError : public std::system_error {
+ public:
+  FileError(int error_number, const std::string& operation, std::filesystem::path path);
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Every byte of the file at `path`.
+std::vector<std::uint8_t> read_file_bytes(const std::filesystem::path& path);
+// Writes `chunks`, in order, to `path` + ".tmp", fsyncs it, renames it over `path` and fsyncs the
+// directory: a reader sees the old file or the complete new one, never a torn one.
+void write_file_atomically(const std::filesystem::path& path,
+                           std::span<const std::span<const std::uint8_t>> chunks);
+// fsync of a directory (after a rename in it); throws FileError.
+void sync_directory(const std::filesystem::path& directory);
+
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype = DType::kFp32;
+  std::vector<std::size_t> shape;
+  std::size_t begin = 0;  // byte offsets from the start of the data section
+  std::size_t end = 0;
+};
+
+// A whole safetensors file in memory, its header validated: every entry's dtype is known, its
+// byte range matches its shape, lies inside the data, and the ranges tile the data exactly
+// (no overlap, no gap: the format's own rule against polyglot files).
+class SafetensorsFile {
+ public:
+  // Throws FileError when the file cannot be read, SafetensorsError when it is malformed.
+  static SafetensorsFile read(const std::filesystem::path& path);
+  // `file_name` stands for the file in error messages.
+  static SafetensorsFile parse(std::vector<std::uint8_t> bytes, std::string file_name);
+
+  const std::string& file_name() const { return file_name_; }
+  const std::vector<SafetensorsEntry>& entries() const { return entries_; }  // by begin offset
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const SafetensorsEntry* find(const std::string& name) const;
+  // The entry's elements converted to fp32; `out` holds exactly its element count.
+  void read_fp32(const SafetensorsEntry& entry, std::span<float> out) const;
+
+ private:
+  std::string file_name_;
+  std::vector<std::uint8_t> bytes_;
+  std::size_t data_offset_ = 0;
+  std::vector<SafetensorsEntry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Unit `index`'s flat fp32 values (its tensors concatenated in spec order) for the writer.
+using UnitReader = std::function<std::vector<float>(std::size_t index)>;
+// Receives unit `index`'s flat fp32 values from the loader, once the whole file has checked out.
+using UnitWriter = std::function<void(std::size_t index, std::span<const float> values)>;
+
+// Writes every tensor of `units` as `dtype`, in unit order, atomically (temporary + rename).
+// Tensor names in the file are the TensorSpec names, prefixed by `unit.name + "."` when
+// `prefix_unit_names` (the Engine's tensor names are only unique within a unit).
+void save_safetensors(const std::filesystem::path& path, const std::vector<UnitSpec>& units,
+                      const UnitReader& read_unit, DType dtype,
+                      const std::map<std::string, std::string>& metadata = {},
+                      bool prefix_unit_names = false);
+// The same names and shapes checked against `units` (a tensor missing, a shape that differs, or a
+// tensor in the file the model does not have is a SafetensorsError; nothing is written then);
+// then write_unit(u, values) for every unit in order.
+void load_safetensors(const std::filesystem::path& path, const std::vector<UnitSpec>& units,
+                      const UnitWriter& write_unit, bool prefix_unit_names = false);
+
+}  // namespace strata::runtime

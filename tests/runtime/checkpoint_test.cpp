@@ -1,0 +1,247 @@
+// Proves checkpoints never lose training state: save + load + more steps is bitwise the run never
+// interrupted (any tier placement on either side, loss scale and step restored); saving is atomic
+// (a crashed save leaves the previous checkpoint loadable); another model shape, dtype or optimizer
+// and corrupt or truncated files are clear errors that change nothing; safetensors export/import
+// round-trips the master weights.
+#include "runtime/checkpoint.hpp"
+
+#include <cmath>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "runtime/safetensors.hpp"
+#include "tests/io/io_test_support.hpp"
+#include "tests/runtime/checkpoint_test_support.hpp"
+
+namespace strata::runtime {
+namespace {
+
+using io::testing::ScratchDir;
+using testing::checkpoint_config;
+using testing::expect_same_state;
+using ::testing::HasSubstr;
+using testing::TrainedModel;
+
+Config placed(const ScratchDir& dir, Tier params, Tier grads, Tier optimizer) {
+  Config config = checkpoint_config(dir.path().string());
+  config.zero.params = params;
+  config.zero.grads = grads;
+  config.zero.optimizer = optimizer;
+  return config;
+}
+
+TEST(Checkpoint, SaveLoadContinueIsBitwiseTheUninterruptedRun) {
+  ScratchDir dir;
+  struct Case {
+    Tier save_params, save_optimizer, load_params, load_optimizer;
+  };
+  TrainedModel straight(placed(dir, Tier::kDevice, Tier::kDevice, Tier::kHost));
+  straight.train(5);
+  for (const Case& c : {Case{Tier::kDevice, Tier::kHost, Tier::kDevice, Tier::kHost},
+                        Case{Tier::kNvme, Tier::kNvme, Tier::kHost, Tier::kDevice},
+                        Case{Tier::kHost, Tier::kDevice, Tier::kNvme, Tier::kNvme}}) {
+    const std::string what = fmt::format("saved with params {} optimizer {}, loaded into {} {}",
+                                         to_string(c.save_params), to_string(c.save_optimizer),
+                                         to_string(c.load_params), to_string(c.load_optimizer));
+    ScratchDir save_nvme, load_nvme;
+    const std::filesystem::path checkpoint = dir.path() / "ckpt";
+    {
+      TrainedModel first(placed(save_nvme, c.save_params, Tier::kNvme, c.save_optimizer));
+      first.train(3);
+      first.engine->save(checkpoint);
+    }
+    TrainedModel second(placed(load_nvme, c.load_params, Tier::kHost, c.load_optimizer));
+    second.engine->load(checkpoint);
+    EXPECT_EQ(second.engine->step_count(), 3u) << what;
+    second.train(2);
+    for (std::size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(second.losses[i], straight.losses[3 + i]) << what << " step " << 3 + i;
+    }
+    expect_same_state(second.state(), straight.state(), what);
+  }
+}
+
+TEST(Checkpoint, LossScaleAndStepAreRestored) {
+  ScratchDir dir;
+  Config config = checkpoint_config(dir.path().string());
+  config.precision.params = DType::kFp16;
+  config.precision.grads = DType::kFp16;
+  config.precision.loss_scale = 1024;
+  config.precision.loss_scale_window = 1;  // doubles after every clean step
+  TrainedModel first(config);
+  first.train(3);
+  const double scale = first.engine->loss_scale();
+  ASSERT_EQ(scale, 8192.0);
+  first.engine->save(dir.path() / "ckpt");
+  TrainedModel second(config);
+  EXPECT_EQ(second.engine->loss_scale(), 1024.0);
+  second.engine->load(dir.path() / "ckpt");
+  EXPECT_EQ(second.engine->loss_scale(), scale);
+  EXPECT_EQ(second.engine->step_count(), 3u);
+  first.train(2);
+  second.train(2);
+  expect_same_state(second.state(), first.state(), "fp16 with dynamic loss scale");
+}
+
+TEST(Checkpoint, ResavingReplacesAndACrashedSaveLeavesThePreviousOne) {
+  ScratchDir dir;
+  const std::filesystem::path checkpoint = dir.path() / "ckpt";
+  TrainedModel run(checkpoint_config(dir.path().string()));
+  run.train(1);
+  run.engine->save(checkpoint);
+  run.train(1);
+  run.engine->save(checkpoint.string() + "/");  // replaces step 1 (a trailing slash is the same)
+  const auto at_two = run.state();
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "ckpt.tmp"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "ckpt.old"));
+  // A save that crashed while writing shards left a partial "ckpt.tmp": ignored by load.
+  std::filesystem::create_directories(dir.path() / "ckpt.tmp");
+  std::ofstream(dir.path() / "ckpt.tmp" / "rank00000.bin") << "partial";
+  // A crash between the two renames leaves only "ckpt.old": load falls back to it.
+  std::filesystem::rename(checkpoint, dir.path() / "ckpt.old");
+  TrainedModel loaded(checkpoint_config(dir.path().string()));
+  loaded.engine->load(checkpoint);
+  EXPECT_EQ(loaded.engine->step_count(), 2u);
+  expect_same_state(loaded.state(), at_two, "loaded from ckpt.old");
+  // The next save cleans both up.
+  loaded.engine->save(checkpoint);
+  EXPECT_TRUE(std::filesystem::exists(checkpoint / "manifest.json"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "ckpt.tmp"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "ckpt.old"));
+}
+
+// A failed load names the problem and leaves the engine's state as it was.
+void expect_load_error(TrainedModel& target, const std::filesystem::path& checkpoint,
+                       const std::string& expected) {
+  const auto before = target.state();
+  try {
+    target.engine->load(checkpoint);
+    FAIL() << "loaded " << checkpoint << "; expected an error containing: " << expected;
+  } catch (const std::exception& error) {
+    EXPECT_THAT(error.what(), HasSubstr(expected));
+  }
+  expect_same_state(target.state(), before, "after a failed load");
+  EXPECT_EQ(target.engine->step_count(), 0u);
+}
+
+TEST(Checkpoint, AnotherModelShapeDtypeOrOptimizerIsRefusedByName) {
+  ScratchDir dir;
+  const std::filesystem::path checkpoint = dir.path() / "ckpt";
+  {
+    TrainedModel saved(checkpoint_config(dir.path().string()));
+    saved.train(1);
+    saved.engine->save(checkpoint);
+  }
+  {
+    TrainedModel wider(checkpoint_config(dir.path().string()), {}, {24, 72, 41, 8});
+    expect_load_error(wider, checkpoint,
+                      "tensor 'layer1.w' of shape [72, 40]; this model has 'layer1.w' of shape "
+                      "[72, 41]");
+  }
+  {
+    TrainedModel deeper(checkpoint_config(dir.path().string()), {}, {24, 72, 40, 8, 8});
+    expect_load_error(deeper, checkpoint, "holds 3 units; this model has 4");
+  }
+  {
+    Config fp16 = checkpoint_config(dir.path().string());
+    fp16.precision.params = DType::kFp16;
+    TrainedModel other(fp16);
+    expect_load_error(other, checkpoint, "trained with bf16 parameters; this run has fp16");
+  }
+  {
+    Config lion = checkpoint_config(dir.path().string());
+    lion.optimizer.type = OptimizerType::kLion;
+    TrainedModel other(lion);
+    expect_load_error(other, checkpoint, "holds adamw optimizer state; this run uses lion");
+  }
+}
+
+TEST(Checkpoint, CorruptTruncatedOrMissingFilesAreRefused) {
+  ScratchDir dir;
+  const std::filesystem::path checkpoint = dir.path() / "ckpt";
+  {
+    TrainedModel saved(checkpoint_config(dir.path().string()));
+    saved.train(1);
+    saved.engine->save(checkpoint);
+  }
+  TrainedModel target(checkpoint_config(dir.path().string()));
+  const std::filesystem::path shard = checkpoint / "rank00000.bin";
+  {  // One flipped byte in a shard: the segment checksum catches it.
+    std::fstream file(shard, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekg(100);
+    char byte = 0;
+    file.read(&byte, 1);
+    byte = static_cast<char>(~byte);
+    file.seekp(100);
+    file.write(&byte, 1);
+  }
+  expect_load_error(target, checkpoint, "checksum mismatch in " + shard.string() + " at offset 0");
+  std::filesystem::resize_file(shard, 64);
+  expect_load_error(target, checkpoint, "(truncated)");
+  std::filesystem::remove(shard);
+  expect_load_error(target, checkpoint, shard.string());
+  const std::filesystem::path manifest = checkpoint / "manifest.json";
+  std::filesystem::resize_file(manifest, std::filesystem::file_size(manifest) / 2);
+  expect_load_error(target, checkpoint, "is not valid JSON");
+  std::filesystem::remove(manifest);
+  expect_load_error(target, checkpoint, manifest.string());
+}
+
+TEST(Checkpoint, SafetensorsExportImportRoundTrips) {
+  ScratchDir dir;
+  TrainedModel trained(checkpoint_config(dir.path().string()));
+  trained.train(2);
+  const std::filesystem::path fp32 = dir.path() / "model.safetensors";
+  const std::filesystem::path bf16 = dir.path() / "model-bf16.safetensors";
+  trained.engine->export_safetensors(fp32);
+  trained.engine->export_safetensors(bf16, DType::kBf16);
+  const SafetensorsFile file = SafetensorsFile::read(fp32);
+  EXPECT_EQ(file.entries().size(), 6u);
+  EXPECT_EQ(file.metadata().at("step"), "2");
+  ASSERT_NE(file.find("layer1.w"), nullptr);
+  EXPECT_EQ(file.find("layer1.w")->shape, (std::vector<std::size_t>{72, 40}));
+  const SafetensorsFile half = SafetensorsFile::read(bf16);
+  ASSERT_NE(half.find("layer1.w"), nullptr);
+  EXPECT_EQ(half.find("layer1.w")->dtype, DType::kBf16);
+  std::vector<float> full(72 * 40), rounded(72 * 40);
+  file.read_fp32(*file.find("layer1.w"), full);
+  half.read_fp32(*half.find("layer1.w"), rounded);
+  for (std::size_t i = 0; i < full.size(); ++i) {
+    ASSERT_NEAR(rounded[i], full[i], std::fabs(full[i]) * 0x1p-8f) << "element " << i;
+  }
+
+  ScratchDir other;
+  Config config = checkpoint_config(other.path().string());
+  config.zero.optimizer = Tier::kNvme;
+  config.zero.params = Tier::kNvme;
+  TrainedModel imported(config);
+  imported.engine->import_safetensors(fp32);
+  EXPECT_EQ(imported.engine->step_count(), 0u);
+  for (std::size_t u = 0; u < trained.model->units().size(); ++u) {
+    const std::vector<float> want = trained.engine->gather_master(trained.model->units()[u]);
+    const std::vector<float> got = imported.engine->gather_master(imported.model->units()[u]);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "unit " << u;
+    const std::vector<float> moments = imported.engine->state_shard(u, "exp_avg");
+    for (float m : moments) ASSERT_EQ(m, 0.0f);
+  }
+  // The imported parameters are the ones the forward pass sees.
+  const float loss = imported.model->train_step(*imported.engine);
+  const float reference = trained.model->train_step(*trained.engine);
+  EXPECT_EQ(loss, reference);
+
+  TrainedModel narrower(checkpoint_config(other.path().string()), {}, {24, 72, 40, 7});
+  try {
+    narrower.engine->import_safetensors(fp32);
+    FAIL() << "imported a file of another shape";
+  } catch (const SafetensorsError& error) {
+    EXPECT_EQ(error.tensor(), "layer2.w");
+    EXPECT_THAT(error.problem(), HasSubstr("shape [40, 8] differs from the model's [40, 7]"));
+  }
+}
+
+}  // namespace
+}  // namespace strata::runtime
