@@ -16,6 +16,9 @@
 // Verification. Every read is checked against the manifest's checksum; a mismatch is a
 // StoreCorruption naming the file, offset, extent and step: corrupt bytes are never used.
 //
+// Exclusion: the store holds an exclusive flock on "strata-rank<R>.lock" in the first path for its
+// lifetime; a second store on the same paths and rank fails with StoreBusy before touching a file.
+//
 // Threading: one owner thread calls write/read/commit; tickets may be waited on from any thread.
 #pragma once
 
@@ -57,6 +60,13 @@ struct NvmeStoreOptions {
 
 // A slot's bytes do not match their committed checksum, or a manifest is unusable.
 class StoreCorruption : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Another store (another process, or another Engine in this one) holds these files: two runs
+// sharing NVMe paths and a rank would overwrite each other's committed state.
+class StoreBusy : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
@@ -156,6 +166,15 @@ class NvmeStore {
   io::FileId manifest_files_[2] = {0, 0};
   std::uint64_t manifest_bytes_ = 0;                  // fixed size of each copy, 4 KiB multiple
   std::uint64_t manifest_sizes_on_disk_[2] = {0, 0};  // before opening grew them
+  // flock'ed "strata-rank<R>.lock" on the first path, held for the store's life (and released
+  // if the constructor throws, since members are destroyed then).
+  struct LockFile {
+    int fd = -1;
+    LockFile() = default;
+    LockFile(const LockFile&) = delete;
+    LockFile& operator=(const LockFile&) = delete;
+    ~LockFile();
+  } lock_;
   std::uint64_t manifest_sequence_ = 0;
   std::optional<std::uint64_t> committed_step_;
   bool resumed_ = false;

