@@ -11,17 +11,19 @@
 #include <vector>
 
 #include "examples/gpt/file_bytes.hpp"
-#include "tests/examples/test_paths.hpp"
+#include "tests/io/io_test_support.hpp"
 
 namespace strata::gpt {
 namespace {
+
+using io::testing::ScratchDir;
 
 void write_text(const std::filesystem::path& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
 }
 
 TEST(ByteCorpus, ReadsDirectorySortedSkipsLinksAndSplitsTheTail) {
-  testing::ScratchDir scratch;
+  ScratchDir scratch;
   write_text(scratch.path() / "b", std::string(600, 'b'));
   write_text(scratch.path() / "a", std::string(400, 'a'));
   std::filesystem::create_symlink(scratch.path() / "a", scratch.path() / "c-link");
@@ -52,7 +54,7 @@ TEST(ByteCorpus, DefaultCorpusIsTheDebianLicenceTexts) {
 }
 
 TEST(ByteCorpus, MissingFileNamesPathAndErrno) {
-  testing::ScratchDir scratch;
+  ScratchDir scratch;
   const std::filesystem::path missing = scratch.path() / "no-such-file.txt";
   try {
     load_corpus(std::span(&missing, 1), CorpusOptions{});
@@ -69,7 +71,7 @@ TEST(ByteCorpus, UnreadableFileNamesPathAndErrno) {
   if (::geteuid() == 0) {
     GTEST_SKIP() << "root reads files whatever their mode";
   }
-  testing::ScratchDir scratch;
+  ScratchDir scratch;
   const std::filesystem::path locked = scratch.path() / "locked.txt";
   write_text(locked, std::string(4096, 'x'));
   std::filesystem::permissions(locked, std::filesystem::perms::none);
@@ -83,7 +85,7 @@ TEST(ByteCorpus, UnreadableFileNamesPathAndErrno) {
 }
 
 TEST(ByteCorpus, TooSmallCorpusNamesPathAndSizes) {
-  testing::ScratchDir scratch;
+  ScratchDir scratch;
   const std::filesystem::path small = scratch.path() / "small.txt";
   write_text(small, std::string(500, 'x'));
   try {

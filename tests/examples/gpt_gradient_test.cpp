@@ -9,21 +9,12 @@
 
 #include "examples/gpt/gpt_model.hpp"
 #include "examples/gpt/parameter_store.hpp"
+#include "tests/examples/tiny_gpt_config.hpp"
 
 namespace strata::gpt {
 namespace {
 
-runtime::ModelConfig tiny_config(bool tied_head) {
-  runtime::ModelConfig config;
-  config.layers = 2;
-  config.d_model = 16;
-  config.heads = 2;
-  config.seq_len = 8;
-  config.vocab = 32;
-  config.micro_batch = 2;
-  config.tied_head = tied_head;
-  return config;
-}
+using testing::tiny_config;
 
 // Parameters far from the GPT-2 initialisation (LayerNorm gains around 1, everything else of
 // order 0.3) so that every tensor, biases included, carries gradients well above the

@@ -14,22 +14,14 @@
 #include "examples/gpt/gpt_model.hpp"
 #include "examples/gpt/half_float.hpp"
 #include "examples/gpt/parameter_store.hpp"
-#include "tests/examples/test_paths.hpp"
+#include "tests/examples/tiny_gpt_config.hpp"
+#include "tests/io/io_test_support.hpp"
 
 namespace strata::gpt {
 namespace {
 
-runtime::ModelConfig tiny_config(bool tied_head) {
-  runtime::ModelConfig config;
-  config.layers = 2;
-  config.d_model = 16;
-  config.heads = 2;
-  config.seq_len = 8;
-  config.vocab = 32;
-  config.micro_batch = 2;
-  config.tied_head = tied_head;
-  return config;
-}
+using io::testing::ScratchDir;
+using testing::tiny_config;
 
 std::vector<std::int32_t> some_tokens(std::size_t count, std::uint32_t vocab) {
   std::vector<std::int32_t> tokens(count);
@@ -74,7 +66,7 @@ class SafetensorsRoundTrip : public ::testing::TestWithParam<std::tuple<runtime:
 
 TEST_P(SafetensorsRoundTrip, ExportLoadGivesSameValuesBytesAndLoss) {
   const auto [dtype, tied] = GetParam();
-  testing::ScratchDir scratch;
+  ScratchDir scratch;
   set_blas_threads(1);
   GptModel model(tiny_config(tied));
   const ParameterStore original = ParameterStore::initialized(model.units(), 7);
@@ -130,7 +122,7 @@ class SafetensorsModelMismatch : public ::testing::Test {
  protected:
   void expect_load_error(const ParameterStore& saved, ParameterStore& target,
                          const std::string& tensor, const std::string& problem) {
-    testing::ScratchDir scratch;
+    ScratchDir scratch;
     const std::filesystem::path path = scratch.path() / "model.safetensors";
     save_safetensors(path, saved, runtime::DType::kFp32);
     const std::vector<std::vector<float>> before = snapshot(target);

@@ -21,7 +21,7 @@ namespace {
 
 using comm::mpi_testing::world;
 using io::testing::ScratchDir;
-using testing::checkpoint_config;
+using testing::engine_test_config;
 using testing::TrainedModel;
 
 // A directory every rank sees (named after rank 0's pid), removed at the end.
@@ -49,7 +49,7 @@ class SharedDir {
 };
 
 Config config_for(const ScratchDir& nvme, Tier optimizer = Tier::kHost) {
-  Config config = checkpoint_config(nvme.path().string());
+  Config config = engine_test_config(nvme.path().string());
   config.precision.params = DType::kFp32;  // gathers and reductions exact enough to compare
   config.precision.grads = DType::kFp32;
   config.zero.optimizer = optimizer;
@@ -90,7 +90,7 @@ TEST(CheckpointMpi, SavedByNRanksLoadsIntoOneRank) {
   ScratchDir nvme;
   std::vector<std::vector<float>> at_save;
   {
-    TrainedModel sharded(config_for(nvme, Tier::kNvme), {}, testing::kCheckpointWidths, &world());
+    TrainedModel sharded(config_for(nvme, Tier::kNvme), {}, testing::kEngineTestWidths, &world());
     sharded.train(2);
     sharded.engine->save(shared.path() / "ckpt");
     at_save = full_masters(sharded);
@@ -118,7 +118,7 @@ TEST(CheckpointMpi, SavedByOneRankLoadsIntoNRanks) {
   if (world().rank() == 0) single.engine->save(shared.path() / "ckpt");
   world().barrier();
   ScratchDir nvme_sharded;
-  TrainedModel sharded(config_for(nvme_sharded, Tier::kNvme), {}, testing::kCheckpointWidths,
+  TrainedModel sharded(config_for(nvme_sharded, Tier::kNvme), {}, testing::kEngineTestWidths,
                        &world());
   sharded.engine->load(shared.path() / "ckpt");
   EXPECT_EQ(sharded.engine->step_count(), 2u);
@@ -143,18 +143,18 @@ TEST(CheckpointMpi, SavedByOneRankLoadsIntoNRanks) {
 TEST(CheckpointMpi, SameRankCountSaveLoadContinueIsBitwise) {
   SharedDir shared;
   ScratchDir nvme;
-  TrainedModel straight(config_for(nvme), {}, testing::kCheckpointWidths, &world());
+  TrainedModel straight(config_for(nvme), {}, testing::kEngineTestWidths, &world());
   straight.train(4);
   const std::vector<std::vector<float>> expected = full_masters(straight);
   ScratchDir nvme_first;
   {
-    TrainedModel first(config_for(nvme_first, Tier::kNvme), {}, testing::kCheckpointWidths,
+    TrainedModel first(config_for(nvme_first, Tier::kNvme), {}, testing::kEngineTestWidths,
                        &world());
     first.train(2);
     first.engine->save(shared.path() / "ckpt");
   }
   ScratchDir nvme_second;
-  TrainedModel second(config_for(nvme_second, Tier::kDevice), {}, testing::kCheckpointWidths,
+  TrainedModel second(config_for(nvme_second, Tier::kDevice), {}, testing::kEngineTestWidths,
                       &world());
   second.engine->load(shared.path() / "ckpt");
   second.train(2);

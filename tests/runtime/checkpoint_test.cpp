@@ -20,13 +20,13 @@ namespace strata::runtime {
 namespace {
 
 using io::testing::ScratchDir;
-using testing::checkpoint_config;
+using testing::engine_test_config;
 using testing::expect_same_state;
 using ::testing::HasSubstr;
 using testing::TrainedModel;
 
 Config placed(const ScratchDir& dir, Tier params, Tier grads, Tier optimizer) {
-  Config config = checkpoint_config(dir.path().string());
+  Config config = engine_test_config(dir.path().string());
   config.zero.params = params;
   config.zero.grads = grads;
   config.zero.optimizer = optimizer;
@@ -66,7 +66,7 @@ TEST(Checkpoint, SaveLoadContinueIsBitwiseTheUninterruptedRun) {
 
 TEST(Checkpoint, LossScaleAndStepAreRestored) {
   ScratchDir dir;
-  Config config = checkpoint_config(dir.path().string());
+  Config config = engine_test_config(dir.path().string());
   config.precision.params = DType::kFp16;
   config.precision.grads = DType::kFp16;
   config.precision.loss_scale = 1024;
@@ -89,7 +89,7 @@ TEST(Checkpoint, LossScaleAndStepAreRestored) {
 TEST(Checkpoint, ResavingReplacesAndACrashedSaveLeavesThePreviousOne) {
   ScratchDir dir;
   const std::filesystem::path checkpoint = dir.path() / "ckpt";
-  TrainedModel run(checkpoint_config(dir.path().string()));
+  TrainedModel run(engine_test_config(dir.path().string()));
   run.train(1);
   run.engine->save(checkpoint);
   run.train(1);
@@ -102,7 +102,7 @@ TEST(Checkpoint, ResavingReplacesAndACrashedSaveLeavesThePreviousOne) {
   std::ofstream(dir.path() / "ckpt.tmp" / "rank00000.bin") << "partial";
   // A crash between the two renames leaves only "ckpt.old": load falls back to it.
   std::filesystem::rename(checkpoint, dir.path() / "ckpt.old");
-  TrainedModel loaded(checkpoint_config(dir.path().string()));
+  TrainedModel loaded(engine_test_config(dir.path().string()));
   loaded.engine->load(checkpoint);
   EXPECT_EQ(loaded.engine->step_count(), 2u);
   expect_same_state(loaded.state(), at_two, "loaded from ckpt.old");
@@ -131,28 +131,28 @@ TEST(Checkpoint, AnotherModelShapeDtypeOrOptimizerIsRefusedByName) {
   ScratchDir dir;
   const std::filesystem::path checkpoint = dir.path() / "ckpt";
   {
-    TrainedModel saved(checkpoint_config(dir.path().string()));
+    TrainedModel saved(engine_test_config(dir.path().string()));
     saved.train(1);
     saved.engine->save(checkpoint);
   }
   {
-    TrainedModel wider(checkpoint_config(dir.path().string()), {}, {24, 72, 41, 8});
+    TrainedModel wider(engine_test_config(dir.path().string()), {}, {24, 72, 41, 8});
     expect_load_error(wider, checkpoint,
                       "tensor 'layer1.w' of shape [72, 40]; this model has 'layer1.w' of shape "
                       "[72, 41]");
   }
   {
-    TrainedModel deeper(checkpoint_config(dir.path().string()), {}, {24, 72, 40, 8, 8});
+    TrainedModel deeper(engine_test_config(dir.path().string()), {}, {24, 72, 40, 8, 8});
     expect_load_error(deeper, checkpoint, "holds 3 units; this model has 4");
   }
   {
-    Config fp16 = checkpoint_config(dir.path().string());
+    Config fp16 = engine_test_config(dir.path().string());
     fp16.precision.params = DType::kFp16;
     TrainedModel other(fp16);
     expect_load_error(other, checkpoint, "trained with bf16 parameters; this run has fp16");
   }
   {
-    Config lion = checkpoint_config(dir.path().string());
+    Config lion = engine_test_config(dir.path().string());
     lion.optimizer.type = OptimizerType::kLion;
     TrainedModel other(lion);
     expect_load_error(other, checkpoint, "holds adamw optimizer state; this run uses lion");
@@ -163,11 +163,11 @@ TEST(Checkpoint, CorruptTruncatedOrMissingFilesAreRefused) {
   ScratchDir dir;
   const std::filesystem::path checkpoint = dir.path() / "ckpt";
   {
-    TrainedModel saved(checkpoint_config(dir.path().string()));
+    TrainedModel saved(engine_test_config(dir.path().string()));
     saved.train(1);
     saved.engine->save(checkpoint);
   }
-  TrainedModel target(checkpoint_config(dir.path().string()));
+  TrainedModel target(engine_test_config(dir.path().string()));
   const std::filesystem::path shard = checkpoint / "rank00000.bin";
   {  // One flipped byte in a shard: the segment checksum catches it.
     std::fstream file(shard, std::ios::in | std::ios::out | std::ios::binary);
@@ -192,7 +192,7 @@ TEST(Checkpoint, CorruptTruncatedOrMissingFilesAreRefused) {
 
 TEST(Checkpoint, SafetensorsExportImportRoundTrips) {
   ScratchDir dir;
-  TrainedModel trained(checkpoint_config(dir.path().string()));
+  TrainedModel trained(engine_test_config(dir.path().string()));
   trained.train(2);
   const std::filesystem::path fp32 = dir.path() / "model.safetensors";
   const std::filesystem::path bf16 = dir.path() / "model-bf16.safetensors";
@@ -214,7 +214,7 @@ TEST(Checkpoint, SafetensorsExportImportRoundTrips) {
   }
 
   ScratchDir other;
-  Config config = checkpoint_config(other.path().string());
+  Config config = engine_test_config(other.path().string());
   config.zero.optimizer = Tier::kNvme;
   config.zero.params = Tier::kNvme;
   TrainedModel imported(config);
@@ -233,7 +233,7 @@ TEST(Checkpoint, SafetensorsExportImportRoundTrips) {
   const float reference = trained.model->train_step(*trained.engine);
   EXPECT_EQ(loss, reference);
 
-  TrainedModel narrower(checkpoint_config(other.path().string()), {}, {24, 72, 40, 7});
+  TrainedModel narrower(engine_test_config(other.path().string()), {}, {24, 72, 40, 7});
   try {
     narrower.engine->import_safetensors(fp32);
     FAIL() << "imported a file of another shape";

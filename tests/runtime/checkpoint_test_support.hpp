@@ -12,32 +12,11 @@
 
 #include "runtime/comm/local_comm.hpp"
 #include "runtime/engine.hpp"
+#include "tests/runtime/engine_test_config.hpp"
 #include "tests/runtime/engine_test_model.hpp"
 #include "tiers/device/device.hpp"
 
 namespace strata::runtime::testing {
-
-inline const std::vector<std::uint32_t> kCheckpointWidths = {24, 72, 40, 8};
-
-inline Config checkpoint_config(const std::string& nvme_path) {
-  Config config = parse_config(R"(
-[tiers.device]
-kind = "host"
-budget = "64MiB"
-[tiers.host]
-budget = "64MiB"
-[zero]
-stage = 3
-sub_group_size = 2048
-[optimizer]
-type = "adamw"
-lr = 1e-2
-weight_decay = 0.01
-grad_clip = 0.5
-)");
-  config.tiers.nvme.paths = {nvme_path};
-  return config;
-}
 
 // One Engine with its device and communicator, TinyMlp registered and finalized.
 struct TrainedModel {
@@ -48,7 +27,7 @@ struct TrainedModel {
   std::vector<float> losses;
 
   TrainedModel(const Config& config, const EngineOptions& options = {},
-               const std::vector<std::uint32_t>& widths = kCheckpointWidths,
+               const std::vector<std::uint32_t>& widths = kEngineTestWidths,
                comm::Communicator* comm = nullptr) {
     tiers::DeviceOptions device_options;
     device_options.kind = tiers::DeviceKind::kHost;

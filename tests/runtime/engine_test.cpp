@@ -15,6 +15,7 @@
 
 #include "runtime/comm/local_comm.hpp"
 #include "tests/io/io_test_support.hpp"
+#include "tests/runtime/engine_test_config.hpp"
 #include "tests/runtime/engine_test_model.hpp"
 #include "tiers/device/device.hpp"
 
@@ -23,6 +24,7 @@ namespace {
 
 using io::testing::ScratchDir;
 using ::testing::HasSubstr;
+using testing::kEngineTestWidths;
 using testing::TinyMlp;
 
 constexpr int kSteps = 4;
@@ -33,7 +35,6 @@ bool nvme_forced() {
   const char* force = std::getenv("STRATA_FORCE_NVME");
   return force != nullptr && force[0] == '1';
 }
-const std::vector<std::uint32_t> kWidths = {24, 72, 40, 8};  // uneven unit sizes
 
 struct RunResult {
   std::vector<float> losses;
@@ -45,23 +46,7 @@ struct RunResult {
 };
 
 Config base_config(const ScratchDir& dir) {
-  Config config = parse_config(R"(
-[tiers.device]
-kind = "host"
-budget = "64MiB"
-[tiers.host]
-budget = "64MiB"
-[zero]
-stage = 3
-sub_group_size = 2048
-[optimizer]
-type = "adamw"
-lr = 1e-2
-weight_decay = 0.01
-grad_clip = 0.5
-)");
-  config.tiers.nvme.paths = {dir.path().string()};
-  return config;
+  return testing::engine_test_config(dir.path().string());
 }
 
 RunResult train(const Config& config, int steps = kSteps, const EngineOptions& options = {}) {
@@ -71,7 +56,7 @@ RunResult train(const Config& config, int steps = kSteps, const EngineOptions& o
   auto device = tiers::make_device(device_options);
   comm::LocalComm comm;
   Engine engine(config, *device, comm, options);
-  TinyMlp model(kWidths, 16, /*data_seed=*/7);
+  TinyMlp model(kEngineTestWidths, 16, /*data_seed=*/7);
   model.add_units(engine);
   engine.finalize();
   RunResult result;
@@ -191,7 +176,7 @@ TEST(Engine, MatchesAPlainDenseAdamW) {
   auto device = tiers::make_device(device_options);
   comm::LocalComm comm;
   Engine engine(config, *device, comm);
-  TinyMlp model(kWidths, 16, 7);
+  TinyMlp model(kEngineTestWidths, 16, 7);
   model.add_units(engine);
   engine.finalize();
 
@@ -330,7 +315,7 @@ TEST(Engine, ResumesFromTheNvmeStoresCommittedStep) {
   auto device = tiers::make_device(device_options);
   comm::LocalComm comm;
   Engine engine(resume_config, *device, comm, EngineOptions{.resume = true});
-  TinyMlp model(kWidths, 16, 7);
+  TinyMlp model(kEngineTestWidths, 16, 7);
   model.add_units(engine);
   engine.finalize();
   EXPECT_EQ(engine.step_count(), 2u);
@@ -356,7 +341,7 @@ TEST(Engine, GradientAccumulationSumsMicroBatches) {
   auto device = tiers::make_device(device_options);
   comm::LocalComm comm;
   Engine engine(config, *device, comm, EngineOptions{.grad_accumulation = 2});
-  TinyMlp model(kWidths, 16, 7);
+  TinyMlp model(kEngineTestWidths, 16, 7);
   model.add_units(engine);
   engine.finalize();
   std::vector<std::vector<float>> first, second;

@@ -24,13 +24,13 @@ namespace strata::runtime {
 namespace {
 
 using io::testing::ScratchDir;
-using testing::checkpoint_config;
+using testing::engine_test_config;
 using testing::expect_same_state;
 using ::testing::HasSubstr;
 using testing::TrainedModel;
 
 Config all_on_nvme(const ScratchDir& dir) {
-  Config config = checkpoint_config(dir.path().string());
+  Config config = engine_test_config(dir.path().string());
   config.zero.params = Tier::kNvme;
   config.zero.grads = Tier::kNvme;
   config.zero.optimizer = Tier::kNvme;
@@ -287,7 +287,7 @@ TEST(Faults, AFileSystemWithoutODirectSaysDirectFalseWorks) {
   if (!std::filesystem::is_directory("/dev/shm")) GTEST_SKIP() << "no /dev/shm";
   const std::filesystem::path shm = fmt::format("/dev/shm/strata-fault-test-{}", ::getpid());
   std::filesystem::create_directories(shm);
-  Config config = checkpoint_config(shm.string());
+  Config config = engine_test_config(shm.string());
   config.zero.optimizer = Tier::kNvme;
   const std::string message = finalize_error(config);
   if (message == "(no error)") {
@@ -337,7 +337,7 @@ TEST(Faults, ANvmePathTooSmallIsRefusedBeforeTrainingNamingTheShortfall) {
 
 TEST(Faults, ADeviceBudgetTooSmallIsRefusedBeforeAllocation) {
   ScratchDir dir;
-  Config config = checkpoint_config(dir.path().string());
+  Config config = engine_test_config(dir.path().string());
   config.tiers.device.budget_bytes = 32 * 1024;
   EXPECT_THAT(finalize_error(config), HasSubstr("[tiers.device] budget 32.00 KiB is too small"));
   EXPECT_THAT(finalize_error(config), HasSubstr("short by"));
