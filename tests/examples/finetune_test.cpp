@@ -12,12 +12,14 @@
 #include "examples/gpt/parameter_store.hpp"
 #include "runtime/comm/local_comm.hpp"
 #include "tests/io/io_test_support.hpp"
+#include "tests/runtime/engine_test_config.hpp"
 #include "tiers/device/device.hpp"
 
 namespace strata::examples {
 namespace {
 
 using io::testing::ScratchDir;
+using runtime::testing::host_device;
 
 runtime::Config tiny_config(const ScratchDir& dir, runtime::Tier params, runtime::Tier grads,
                             runtime::Tier optimizer) {
@@ -43,13 +45,6 @@ lr = 3e-3
   config.zero.grads = grads;
   config.zero.optimizer = optimizer;
   return config;
-}
-
-std::unique_ptr<tiers::Device> host_device(const runtime::Config& config) {
-  tiers::DeviceOptions options;
-  options.kind = tiers::DeviceKind::kHost;
-  options.budget_bytes = config.tiers.device.budget_bytes;
-  return tiers::make_device(options);
 }
 
 std::vector<double> loss_curve(const runtime::Config& config, int steps) {

@@ -29,10 +29,7 @@ struct TrainedModel {
   TrainedModel(const Config& config, const EngineOptions& options = {},
                const std::vector<std::uint32_t>& widths = kEngineTestWidths,
                comm::Communicator* comm = nullptr) {
-    tiers::DeviceOptions device_options;
-    device_options.kind = tiers::DeviceKind::kHost;
-    device_options.budget_bytes = config.tiers.device.budget_bytes;
-    device = tiers::make_device(device_options);
+    device = host_device(config);
     engine = std::make_unique<Engine>(config, *device, comm != nullptr ? *comm : local, options);
     model = std::make_unique<TinyMlp>(widths, 16, /*data_seed=*/7);
     model->add_units(*engine);

@@ -11,6 +11,7 @@
 #include "runtime/comm/local_comm.hpp"
 #include "runtime/engine.hpp"
 #include "runtime/safetensors.hpp"
+#include "tests/runtime/engine_test_config.hpp"
 #include "tests/runtime/engine_test_model.hpp"
 #include "tiers/device/device.hpp"
 
@@ -47,14 +48,11 @@ lr = 1e-2
 weight_decay = 0.01
 grad_clip = 0.5
 )");
-    tiers::DeviceOptions device_options;
-    device_options.kind = tiers::DeviceKind::kHost;
-    device_options.budget_bytes = config.tiers.device.budget_bytes;
-    auto device = tiers::make_device(device_options);
+    auto device = testing::host_device(config);
     comm::LocalComm local;
     const bool resume = std::filesystem::exists(marker);
     Engine engine(config, *device, local, EngineOptions{.resume = resume});
-    testing::TinyMlp model({24, 72, 40, 8}, 16, 7);
+    testing::TinyMlp model(testing::kEngineTestWidths, 16, 7);
     model.add_units(engine);
     engine.finalize();
     if (resume) {

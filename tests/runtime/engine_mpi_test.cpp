@@ -14,6 +14,7 @@
 #include "runtime/engine.hpp"
 #include "tests/comm/mpi_test_main.hpp"
 #include "tests/io/io_test_support.hpp"
+#include "tests/runtime/engine_test_config.hpp"
 #include "tests/runtime/engine_test_model.hpp"
 #include "tiers/device/device.hpp"
 
@@ -22,6 +23,7 @@ namespace {
 
 using comm::mpi_testing::world;
 using io::testing::ScratchDir;
+using testing::host_device;
 using testing::TinyMlp;
 
 const std::vector<std::uint32_t> kWidths = {20, 96, 33, 5};  // uneven: shards need padding
@@ -45,13 +47,6 @@ grads = "fp32"
 )");
   config.tiers.nvme.paths = {dir.path().string()};
   return config;
-}
-
-std::unique_ptr<tiers::Device> host_device(const Config& config) {
-  tiers::DeviceOptions options;
-  options.kind = tiers::DeviceKind::kHost;
-  options.budget_bytes = config.tiers.device.budget_bytes;
-  return tiers::make_device(options);
 }
 
 // Trains 4 steps on this rank's own data; returns every unit's full master weights.

@@ -24,6 +24,7 @@ namespace {
 
 using io::testing::ScratchDir;
 using ::testing::HasSubstr;
+using testing::host_device;
 using testing::kEngineTestWidths;
 using testing::TinyMlp;
 
@@ -50,10 +51,7 @@ Config base_config(const ScratchDir& dir) {
 }
 
 RunResult train(const Config& config, int steps = kSteps, const EngineOptions& options = {}) {
-  tiers::DeviceOptions device_options;
-  device_options.kind = tiers::DeviceKind::kHost;
-  device_options.budget_bytes = config.tiers.device.budget_bytes;
-  auto device = tiers::make_device(device_options);
+  auto device = host_device(config);
   comm::LocalComm comm;
   Engine engine(config, *device, comm, options);
   TinyMlp model(kEngineTestWidths, 16, /*data_seed=*/7);
@@ -170,10 +168,7 @@ TEST(Engine, MatchesAPlainDenseAdamW) {
   config.precision.params = DType::kFp32;
   config.precision.grads = DType::kFp32;
   config.zero.optimizer = Tier::kNvme;
-  tiers::DeviceOptions device_options;
-  device_options.kind = tiers::DeviceKind::kHost;
-  device_options.budget_bytes = config.tiers.device.budget_bytes;
-  auto device = tiers::make_device(device_options);
+  auto device = host_device(config);
   comm::LocalComm comm;
   Engine engine(config, *device, comm);
   TinyMlp model(kEngineTestWidths, 16, 7);
@@ -309,10 +304,7 @@ TEST(Engine, ResumesFromTheNvmeStoresCommittedStep) {
   resume_config.zero.optimizer = Tier::kNvme;
   const RunResult first_half = train(resume_config, 2);
   // A new process: resume at step 2 and train the last two steps.
-  tiers::DeviceOptions device_options;
-  device_options.kind = tiers::DeviceKind::kHost;
-  device_options.budget_bytes = resume_config.tiers.device.budget_bytes;
-  auto device = tiers::make_device(device_options);
+  auto device = host_device(resume_config);
   comm::LocalComm comm;
   Engine engine(resume_config, *device, comm, EngineOptions{.resume = true});
   TinyMlp model(kEngineTestWidths, 16, 7);
@@ -335,10 +327,7 @@ TEST(Engine, GradientAccumulationSumsMicroBatches) {
   ScratchDir dir;
   Config config = base_config(dir);
   config.zero.grads = Tier::kNvme;
-  tiers::DeviceOptions device_options;
-  device_options.kind = tiers::DeviceKind::kHost;
-  device_options.budget_bytes = config.tiers.device.budget_bytes;
-  auto device = tiers::make_device(device_options);
+  auto device = host_device(config);
   comm::LocalComm comm;
   Engine engine(config, *device, comm, EngineOptions{.grad_accumulation = 2});
   TinyMlp model(kEngineTestWidths, 16, 7);

@@ -1,12 +1,14 @@
-// The base setup of the single-process Engine tests (engine, checkpoint, fault, crash): a host
-// device with 64 MiB budgets, ZeRO-3, clipped AdamW, NVMe under one path, and the TinyMlp widths.
+// The base setup of the Engine tests: the single-process tests' config (64 MiB budgets, ZeRO-3,
+// clipped AdamW, NVMe under one path) and TinyMlp widths, and the host device they all run on.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "runtime/config.hpp"
+#include "tiers/device/device.hpp"
 
 namespace strata::runtime::testing {
 
@@ -30,6 +32,14 @@ grad_clip = 0.5
 )");
   config.tiers.nvme.paths = {nvme_path};
   return config;
+}
+
+// The host device (no GPU needed) with the config's device budget.
+inline std::unique_ptr<tiers::Device> host_device(const Config& config) {
+  tiers::DeviceOptions options;
+  options.kind = tiers::DeviceKind::kHost;
+  options.budget_bytes = config.tiers.device.budget_bytes;
+  return tiers::make_device(options);
 }
 
 }  // namespace strata::runtime::testing

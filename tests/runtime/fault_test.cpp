@@ -27,6 +27,7 @@ using io::testing::ScratchDir;
 using testing::engine_test_config;
 using testing::expect_same_state;
 using ::testing::HasSubstr;
+using testing::host_device;
 using testing::TrainedModel;
 
 Config all_on_nvme(const ScratchDir& dir) {
@@ -314,10 +315,7 @@ TEST(Faults, ANvmePathTooSmallIsRefusedBeforeTrainingNamingTheShortfall) {
   config.tiers.device.budget_bytes = 1ull << 30;
   config.tiers.host.budget_bytes = 1ull << 30;
   config.zero.sub_group_size = unit_params;
-  tiers::DeviceOptions device_options;
-  device_options.kind = tiers::DeviceKind::kHost;
-  device_options.budget_bytes = config.tiers.device.budget_bytes;
-  auto device = tiers::make_device(device_options);
+  auto device = host_device(config);
   comm::LocalComm local;
   Engine engine(config, *device, local);
   for (std::uint64_t u = 0; u < units; ++u) {
