@@ -1,7 +1,9 @@
 // The GPT's CUDA kernels. Row-wise kernels give each row one warp, which calls gpt_math.hpp's row
 // function with 32 lanes and WarpReduce; elementwise kernels are grid-stride loops over the same
-// per-element functions the host uses; sums over rows give each output column one thread that
-// walks the rows in order. Nothing here uses atomics.
+// per-element functions the host uses; sums over rows (bias and LayerNorm parameter gradients)
+// split each column's rows into 32 fixed strided subsets summed in order, then add the subsets in
+// order; the embedding backward gives each output element one thread that walks its rows in
+// order. Nothing here uses atomics, so every result is the same bits run to run.
 #include "examples/gpt/cuda_kernels.hpp"
 
 #include <algorithm>
@@ -15,6 +17,8 @@ constexpr unsigned kThreadsPerBlock = 256;
 constexpr unsigned kWarp = 32;
 constexpr unsigned kRowsPerBlock = kThreadsPerBlock / kWarp;
 constexpr std::size_t kMaxBlocks = 4096;  // grid-stride beyond
+constexpr unsigned kColumnParts = 32;     // row subsets per column in the sums over rows
+constexpr unsigned kColumnThreads = kColumnParts * kWarp;
 
 unsigned elementwise_blocks(std::size_t count) {
   const std::size_t needed = (count + kThreadsPerBlock - 1) / kThreadsPerBlock;
@@ -23,6 +27,10 @@ unsigned elementwise_blocks(std::size_t count) {
 
 unsigned one_per_thread_blocks(std::size_t count) {
   return static_cast<unsigned>((count + kThreadsPerBlock - 1) / kThreadsPerBlock);
+}
+
+unsigned column_blocks(std::size_t cols) {
+  return static_cast<unsigned>((cols + kWarp - 1) / kWarp);
 }
 
 unsigned row_blocks(std::size_t rows) {
@@ -111,14 +119,23 @@ __global__ void broadcast_rows_kernel(const float* bias, float* out, std::size_t
   }
 }
 
+// Sums over rows: a block covers 32 adjacent columns (coalesced reads) with kColumnParts warps;
+// warp p sums rows p, p + kColumnParts, ... in order, then one warp adds the parts in order.
 __global__ void column_sums_kernel(const float* m, std::size_t rows, std::size_t cols, float* out) {
-  const std::size_t c = global_index();
-  if (c >= cols) return;
+  __shared__ float partial[kColumnParts][kWarp + 1];
+  const std::size_t c = static_cast<std::size_t>(blockIdx.x) * kWarp + warp_lane();
+  const unsigned part = threadIdx.x / kWarp;
   float sum = 0.0f;
-  for (std::size_t r = 0; r < rows; ++r) {
-    sum += m[r * cols + c];
+  if (c < cols) {
+    for (std::size_t r = part; r < rows; r += kColumnParts) sum += m[r * cols + c];
   }
-  out[c] = sum;
+  partial[part][warp_lane()] = sum;
+  __syncthreads();
+  if (part == 0 && c < cols) {
+    float total = 0.0f;
+    for (unsigned p = 0; p < kColumnParts; ++p) total += partial[p][warp_lane()];
+    out[c] = total;
+  }
 }
 
 __global__ void add_in_place_kernel(float* out, const float* x, std::size_t count) {
@@ -145,21 +162,37 @@ __global__ void layernorm_backward_dx_kernel(const float* dout, const float* x, 
                                dx + row * dim, dim, warp_lane(), kWarp, WarpReduce{});
 }
 
+// LayerNorm's weight and bias gradients: sums over rows laid out as in column_sums_kernel.
 __global__ void layernorm_parameter_grads_kernel(const float* dout, const float* x,
                                                  const float* mean, const float* rstd,
                                                  float* dweight, float* dbias, std::size_t rows,
                                                  std::size_t dim) {
-  const std::size_t c = global_index();
-  if (c >= dim) return;
+  __shared__ float partial_weight[kColumnParts][kWarp + 1];
+  __shared__ float partial_bias[kColumnParts][kWarp + 1];
+  const std::size_t c = static_cast<std::size_t>(blockIdx.x) * kWarp + warp_lane();
+  const unsigned part = threadIdx.x / kWarp;
   float sum_weight = 0.0f;
   float sum_bias = 0.0f;
-  for (std::size_t r = 0; r < rows; ++r) {
-    const float g = dout[r * dim + c];
-    sum_weight += math::layernorm_weight_grad_term(g, x[r * dim + c], mean[r], rstd[r]);
-    sum_bias += g;
+  if (c < dim) {
+    for (std::size_t r = part; r < rows; r += kColumnParts) {
+      const float g = dout[r * dim + c];
+      sum_weight += math::layernorm_weight_grad_term(g, x[r * dim + c], mean[r], rstd[r]);
+      sum_bias += g;
+    }
   }
-  dweight[c] = sum_weight;
-  dbias[c] = sum_bias;
+  partial_weight[part][warp_lane()] = sum_weight;
+  partial_bias[part][warp_lane()] = sum_bias;
+  __syncthreads();
+  if (part == 0 && c < dim) {
+    float total_weight = 0.0f;
+    float total_bias = 0.0f;
+    for (unsigned p = 0; p < kColumnParts; ++p) {
+      total_weight += partial_weight[p][warp_lane()];
+      total_bias += partial_bias[p][warp_lane()];
+    }
+    dweight[c] = total_weight;
+    dbias[c] = total_bias;
+  }
 }
 
 __global__ void gelu_forward_kernel(const float* x, float* out, float* tanh_out,
@@ -243,8 +276,7 @@ cudaError_t broadcast_rows(const float* bias, float* out, std::size_t rows, std:
 cudaError_t column_sums(const float* m, std::size_t rows, std::size_t cols, float* out,
                         cudaStream_t stream) {
   if (cols == 0) return cudaSuccess;
-  column_sums_kernel<<<one_per_thread_blocks(cols), kThreadsPerBlock, 0, stream>>>(m, rows, cols,
-                                                                                   out);
+  column_sums_kernel<<<column_blocks(cols), kColumnThreads, 0, stream>>>(m, rows, cols, out);
   return cudaGetLastError();
 }
 
@@ -272,7 +304,7 @@ cudaError_t layernorm_backward(const float* dout, const float* x, const float* m
         dout, x, mean, rstd, weight, dx, rows, dim);
   }
   if (dim != 0) {
-    layernorm_parameter_grads_kernel<<<one_per_thread_blocks(dim), kThreadsPerBlock, 0, stream>>>(
+    layernorm_parameter_grads_kernel<<<column_blocks(dim), kColumnThreads, 0, stream>>>(
         dout, x, mean, rstd, dweight, dbias, rows, dim);
   }
   return cudaGetLastError();

@@ -1,7 +1,7 @@
 // The GPT's elementwise and row-wise work on a CUDA stream (cuda_kernels.cu): what kernels.cpp does
 // on the host besides the matrix products, over device pointers. The per-element and per-row
 // arithmetic is gpt_math.hpp's, shared with the host. Row-wise work runs one warp per row (fixed
-// butterfly reductions); every sum over rows runs one thread per output column, rows in order.
+// butterfly reductions); every sum over rows runs in a fixed order (cuda_kernels.cu).
 // No atomics anywhere: results are bitwise reproducible run to run. Each launcher returns
 // cudaGetLastError() (cudaSuccess for empty work). Only CUDA-side sources include this header.
 #pragma once
@@ -28,7 +28,7 @@ cudaError_t embedding_backward(const float* dx, const std::int32_t* token_offset
 // out[r][c] = bias[c]: seeds a linear layer's output before its product with beta = 1.
 cudaError_t broadcast_rows(const float* bias, float* out, std::size_t rows, std::size_t cols,
                            cudaStream_t stream);
-// out[c] = Σ over rows, in order, of m[r][c].
+// out[c] = Σ over rows of m[r][c], in a fixed order.
 cudaError_t column_sums(const float* m, std::size_t rows, std::size_t cols, float* out,
                         cudaStream_t stream);
 // out[i] += x[i].
