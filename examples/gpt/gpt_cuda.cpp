@@ -10,7 +10,6 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cmath>
 #include <string>
 #include <type_traits>
