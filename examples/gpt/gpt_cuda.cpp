@@ -109,9 +109,9 @@ class CudaGptImpl final : public CudaGpt {
     for (const std::int32_t token : inputs) ++host_offsets_[static_cast<std::size_t>(token) + 1];
     for (std::size_t v = 0; v < vocab; ++v) host_offsets_[v + 1] += host_offsets_[v];
     host_rows_.resize(rows_);
-    std::vector<std::int32_t> next(host_offsets_.begin(), host_offsets_.end() - 1);
+    host_next_.assign(host_offsets_.begin(), host_offsets_.end() - 1);
     for (std::size_t row = 0; row < rows_; ++row) {
-      host_rows_[static_cast<std::size_t>(next[static_cast<std::size_t>(inputs[row])]++)] =
+      host_rows_[static_cast<std::size_t>(host_next_[static_cast<std::size_t>(inputs[row])]++)] =
           static_cast<std::int32_t>(row);
     }
     copy_in(inputs_, inputs.data(), rows_);
@@ -411,7 +411,7 @@ class CudaGptImpl final : public CudaGpt {
   float *lnf_out_, *lnf_mean_, *lnf_rstd_, *logits_, *dlogits_;
   float *d_resid_, *d_norm_, *d_att_, *d_qkv_, *d_fc_, *attention_scratch_;
   float* tied_wte_grad_ = nullptr;
-  std::vector<std::int32_t> host_offsets_, host_rows_;
+  std::vector<std::int32_t> host_offsets_, host_rows_, host_next_;  // the rows-by-token index
   std::vector<double> host_loss_;
 };
 
