@@ -48,8 +48,15 @@ struct Options {
   std::uint32_t eval_every = 25;
   std::uint32_t eval_batches = 4;
   std::uint32_t blas_threads = 0;
+  std::string device = "host";
   bool resume = false;
 };
+
+strata::tiers::DeviceKind device_kind(const std::string& name) {
+  if (name == "cuda") return strata::tiers::DeviceKind::kCuda;
+  if (name == "auto") return strata::tiers::DeviceKind::kAuto;
+  return strata::tiers::DeviceKind::kHost;
+}
 
 int run(const Options& options) {
   namespace runtime = strata::runtime;
@@ -92,9 +99,11 @@ int run(const Options& options) {
 
   strata::gpt::set_blas_threads(options.blas_threads);
   strata::tiers::DeviceOptions device_options;
-  device_options.kind = strata::tiers::DeviceKind::kHost;
+  device_options.kind = device_kind(options.device);
+  device_options.index = static_cast<int>(config.tiers.device.index);
   device_options.budget_bytes = config.tiers.device.budget_bytes;
   auto device = strata::tiers::make_device(device_options);
+  if (lead) std::cout << fmt::format("  device: {}\n", device->name());
 
   runtime::Tracer tracer;
   strata::examples::TrainerOptions trainer_options;
@@ -213,6 +222,11 @@ int main(int argc, char** argv) {
   app.add_option("--eval-batches", options.eval_batches, "validation batches (default 4)")
       ->check(CLI::Range(1u, 100000u));
   app.add_option("--blas-threads", options.blas_threads, "OpenBLAS threads (0: all cores)");
+  app.add_option("--device", options.device,
+                 "where the model computes and the device tier lives: host (default; the "
+                 "host-emulated device), cuda (the GPU of [tiers.device] index: cuBLAS and "
+                 "kernels) or auto (cuda when usable)")
+      ->check(CLI::IsMember({"host", "cuda", "auto"}));
   app.add_flag("--resume", options.resume, "continue from the NVMe store's committed step");
   CLI11_PARSE(app, argc, argv);
   try {

@@ -51,7 +51,7 @@ std::vector<std::span<const float>> views_of(const runtime::GatheredUnit& unit) 
 
 GptTrainer::GptTrainer(const runtime::Config& config, tiers::Device& device,
                        runtime::comm::Communicator& comm, const TrainerOptions& options)
-    : config_(config), comm_(&comm), options_(options), model_(config.model) {
+    : config_(config), comm_(&comm), options_(options), model_(config.model, &device) {
   gpt::CorpusOptions corpus_options;
   corpus_options.min_split_bytes = std::size_t{config.model.seq_len} + 1;
   corpus_ = options.data.empty() ? gpt::load_default_corpus(corpus_options)
@@ -67,7 +67,14 @@ GptTrainer::GptTrainer(const runtime::Config& config, tiers::Device& device,
     largest = std::max(largest, unit.numel);
   }
   engine_->finalize();
-  grads_.resize(largest);
+  if (device.kind() == tiers::DeviceKind::kCuda) {
+    device_grads_ = device.allocate(largest * sizeof(float));
+    grad_buffer_ = std::span<float>(device_grads_.span().as<float>(), largest);
+    grad_stream_.emplace(device.create_stream());
+  } else {
+    grads_.resize(largest);
+    grad_buffer_ = grads_;
+  }
   batch_.resize(model_.batch_tokens());
   // Each rank draws its own batches (data parallelism); the seed fixes them all.
   sampler_.emplace(corpus_.train, config.model.seq_len, config.model.micro_batch,
@@ -113,13 +120,19 @@ void GptTrainer::backward(StepReport& report, float gradient_scale) {
     const std::vector<std::span<const float>> views = views_of(unit);
     std::vector<std::span<const float>> shared;
     if (embedding) shared = views_of(*embedding);
-    const std::span<float> grads(grads_.data(), spec.numel);
+    const std::span<float> grads = grad_buffer_.first(spec.numel);
     {
       runtime::Tracer::Scope scope(options_.tracer, runtime::TraceTrack::kCompute,
                                    "backward " + spec.name);
       model_.backward_unit(u, views, gpt::split_unit(spec, grads), shared);
       if (gradient_scale != 1.0f) {
-        for (float& g : grads) g *= gradient_scale;
+        if (grad_stream_) {
+          grad_stream_->scale({reinterpret_cast<std::byte*>(grads.data()), grads.size_bytes()},
+                              gradient_scale);
+          grad_stream_->synchronize();
+        } else {
+          for (float& g : grads) g *= gradient_scale;
+        }
       }
     }
     report.compute_s += since(compute_start);

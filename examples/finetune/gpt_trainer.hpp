@@ -2,6 +2,10 @@
 // parameters: every unit is gathered from wherever the config homes it (device, host, NVMe) just
 // before its forward and again for its backward, and its gradient goes straight to reduce_grads.
 // Used by `strata-finetune` and by the tests.
+//
+// On a CUDA device the model runs there too (cuBLAS and kernels): the gathered views are device
+// memory, the gradient buffer is allocated on the device (within its budget) and reduce_grads
+// receives device spans; the batch's tokens go to the device in GptModel::set_batch.
 #pragma once
 
 #include <cstdint>
@@ -15,10 +19,7 @@
 #include "runtime/config.hpp"
 #include "runtime/engine.hpp"
 #include "runtime/trace.hpp"
-
-namespace strata::tiers {
-class Device;
-}
+#include "tiers/device/device.hpp"
 namespace strata::runtime::comm {
 class Communicator;
 }
@@ -80,7 +81,12 @@ class GptTrainer {
   std::vector<runtime::UnitId> units_;
   std::optional<gpt::BatchSampler> sampler_;
   std::vector<std::int32_t> batch_;
-  std::vector<float> grads_;  // one unit's gradient at a time
+  // One unit's gradient at a time: host memory, or device memory on CUDA (with the stream that
+  // scales it).
+  std::vector<float> grads_;
+  tiers::DeviceBuffer device_grads_;
+  std::optional<tiers::Stream> grad_stream_;
+  std::span<float> grad_buffer_;
 };
 
 }  // namespace strata::examples

@@ -8,7 +8,9 @@
 #include <thread>
 
 #include "base/assert.hpp"
+#include "examples/gpt/gpt_cuda.hpp"
 #include "examples/gpt/kernels.hpp"
+#include "tiers/device/device.hpp"
 
 namespace strata::gpt {
 
@@ -26,17 +28,26 @@ std::uint32_t blas_threads() {
   return static_cast<std::uint32_t>(openblas_get_num_threads());
 }
 
-GptModel::GptModel(const runtime::ModelConfig& config)
+GptModel::GptModel(const runtime::ModelConfig& config, tiers::Device* device)
     : config_(config), units_(gpt_units(config)) {
   if (config.micro_batch == 0) {
     throw std::invalid_argument("GPT model: micro_batch must be positive");
   }
   const std::size_t rows = std::size_t{config.micro_batch} * config.seq_len;
+  inputs_.resize(rows);
+  targets_.resize(rows);
+  if (device != nullptr && device->kind() == tiers::DeviceKind::kCuda) {
+#if STRATA_HAVE_CUDA
+    cuda_ = detail::make_cuda_gpt(config, *device);
+    return;
+#else
+    throw std::invalid_argument("GPT model: this build has no CUDA, so it cannot run on " +
+                                device->name());
+#endif
+  }
   const std::size_t d = config.d_model;
   const std::size_t prob =
       std::size_t{config.micro_batch} * config.heads * config.seq_len * config.seq_len;
-  inputs_.resize(rows);
-  targets_.resize(rows);
   resid_.assign(config.layers + 1, std::vector<float>(rows * d));
   blocks_.resize(config.layers);
   for (BlockActivations& block : blocks_) {
@@ -70,6 +81,10 @@ GptModel::GptModel(const runtime::ModelConfig& config)
   }
 }
 
+GptModel::~GptModel() = default;
+GptModel::GptModel(GptModel&&) noexcept = default;
+GptModel& GptModel::operator=(GptModel&&) noexcept = default;
+
 std::size_t GptModel::parameter_count() const {
   std::size_t count = 0;
   for (const UnitSpec& unit : units_) {
@@ -83,6 +98,9 @@ std::size_t GptModel::batch_tokens() const {
 }
 
 std::size_t GptModel::activation_bytes() const {
+  if (cuda_) {
+    return cuda_->activation_bytes();
+  }
   std::size_t floats = 0;
   for (const std::vector<float>& stream : resid_) {
     floats += stream.size();
@@ -103,6 +121,10 @@ std::size_t GptModel::activation_bytes() const {
 }
 
 std::span<const float> GptModel::logits() const {
+  if (cuda_) {
+    cuda_->copy_logits(cuda_logits_);
+    return cuda_logits_;
+  }
   return std::span<const float>(logits_).first(rows_ * config_.vocab);
 }
 
@@ -124,6 +146,9 @@ void GptModel::set_batch(std::span<const std::int32_t> tokens) {
       inputs_[s * config_.seq_len + t] = tokens[s * span + t];
       targets_[s * config_.seq_len + t] = tokens[s * span + t + 1];
     }
+  }
+  if (cuda_) {
+    cuda_->set_batch(std::span(inputs_).first(rows_), std::span(targets_).first(rows_), sequences_);
   }
   phase_ = Phase::kForward;
   next_unit_ = 0;
@@ -150,13 +175,13 @@ void GptModel::forward_unit(std::size_t unit, UnitParams params, UnitParams shar
   const UnitSpec& spec = units_[unit];
   switch (spec.kind) {
     case UnitKind::kEmbedding:
-      forward_embedding(params);
+      cuda_ ? cuda_->forward_embedding(params) : forward_embedding(params);
       break;
     case UnitKind::kBlock:
-      forward_block(spec.layer, params);
+      cuda_ ? cuda_->forward_block(spec.layer, params) : forward_block(spec.layer, params);
       break;
     case UnitKind::kHead:
-      forward_head(params, shared);
+      cuda_ ? cuda_->forward_head(params, shared) : forward_head(params, shared);
       break;
   }
   ++next_unit_;
@@ -165,8 +190,9 @@ void GptModel::forward_unit(std::size_t unit, UnitParams params, UnitParams shar
 double GptModel::loss() {
   STRATA_ASSERT(phase_ == Phase::kForward && next_unit_ == units_.size(),
                 "loss after the last unit's forward");
-  const double mean =
-      detail::cross_entropy(logits_.data(), targets_.data(), dlogits_.data(), rows_, config_.vocab);
+  const double mean = cuda_ ? cuda_->loss()
+                            : detail::cross_entropy(logits_.data(), targets_.data(),
+                                                    dlogits_.data(), rows_, config_.vocab);
   phase_ = Phase::kBackward;
   next_unit_ = units_.size();
   return mean;
@@ -184,13 +210,14 @@ void GptModel::backward_unit(std::size_t unit, UnitParams params, UnitGrads grad
   }
   switch (spec.kind) {
     case UnitKind::kEmbedding:
-      backward_embedding(grads);
+      cuda_ ? cuda_->backward_embedding(grads) : backward_embedding(grads);
       break;
     case UnitKind::kBlock:
-      backward_block(spec.layer, params, grads);
+      cuda_ ? cuda_->backward_block(spec.layer, params, grads)
+            : backward_block(spec.layer, params, grads);
       break;
     case UnitKind::kHead:
-      backward_head(params, grads, shared);
+      cuda_ ? cuda_->backward_head(params, grads, shared) : backward_head(params, grads, shared);
       break;
   }
   --next_unit_;

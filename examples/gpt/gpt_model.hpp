@@ -1,6 +1,7 @@
-// GptModel: a GPT-2 decoder's forward and backward on host fp32, one unit at a time, over
-// parameters it does not own. The caller (the ZeRO-3 Engine, or ParameterStore for tests) hands
-// each call the unit's full parameter tensors and, in backward, buffers for their gradients:
+// GptModel: a GPT-2 decoder's forward and backward in fp32, one unit at a time, over parameters it
+// does not own: on the host (OpenBLAS), or on a CUDA device (cuBLAS and kernels, gpt_cuda.hpp). The
+// caller (the ZeRO-3 Engine, or ParameterStore for tests) hands each call the unit's full parameter
+// tensors and, in backward, buffers for their gradients:
 //
 //   model.set_batch(tokens);
 //   for u in 0 .. unit_count-1:   model.forward_unit(u, params(u), shared(u));
@@ -21,16 +22,25 @@
 // for micro_batch × seq_len tokens at construction; the hot path does not allocate.
 // Threading: one thread drives a model; matrix products run on OpenBLAS's threads
 // (set_blas_threads). Results are bitwise reproducible for a fixed OpenBLAS thread count.
+// CUDA: given a device of kind kCuda, every parameter and gradient span is device memory, the
+// activations live in device memory allocated through that Device (within its budget), and each
+// unit call returns once its work on the device is done. Tokens stay host spans (set_batch
+// checks them and copies them over). Results are bitwise reproducible run to run on one GPU.
 // Order misuse (backward before loss, a unit out of order) trips STRATA_ASSERT.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "examples/gpt/gpt_spec.hpp"
 #include "runtime/config.hpp"
+
+namespace strata::tiers {
+class Device;
+}
 
 namespace strata::gpt {
 
@@ -41,10 +51,19 @@ using UnitGrads = std::span<const std::span<float>>;
 void set_blas_threads(std::uint32_t threads);
 std::uint32_t blas_threads();
 
+namespace detail {
+class CudaGpt;
+}
+
 class GptModel {
  public:
-  // Throws std::invalid_argument for an impossible shape (see gpt_units).
-  explicit GptModel(const runtime::ModelConfig& config);
+  // Throws std::invalid_argument for an impossible shape (see gpt_units). `device`: null or a
+  // host device runs on the host; a CUDA device runs there (std::invalid_argument when this
+  // build has no CUDA).
+  explicit GptModel(const runtime::ModelConfig& config, tiers::Device* device = nullptr);
+  ~GptModel();
+  GptModel(GptModel&&) noexcept;
+  GptModel& operator=(GptModel&&) noexcept;
 
   const runtime::ModelConfig& config() const { return config_; }
   const std::vector<UnitSpec>& units() const { return units_; }
@@ -52,8 +71,10 @@ class GptModel {
   std::size_t parameter_count() const;
   // Tokens one micro-batch holds: micro_batch sequences of seq_len + 1 (inputs, shifted targets).
   std::size_t batch_tokens() const;
-  // Host bytes of the activations and backward scratch the model holds (allocated up front).
+  // Bytes of the activations and backward scratch the model holds (allocated up front), in host
+  // memory or, on CUDA, in device memory.
   std::size_t activation_bytes() const;
+  bool on_cuda() const { return cuda_ != nullptr; }
 
   // Starts a step on `tokens`: 1 .. micro_batch sequences of seq_len + 1 tokens each. Throws
   // std::out_of_range naming the position of a token outside [0, vocab).
@@ -63,7 +84,7 @@ class GptModel {
   double loss();
   void backward_unit(std::size_t unit, UnitParams params, UnitGrads grads, UnitParams shared = {});
 
-  // Logits [sequences·seq_len × vocab] of the last forward.
+  // Logits [sequences·seq_len × vocab] of the last forward (on CUDA: copied to the host).
   std::span<const float> logits() const;
 
  private:
@@ -94,7 +115,9 @@ class GptModel {
   std::vector<float> lnf_out_, lnf_mean_, lnf_rstd_, logits_, dlogits_;
   // Backward scratch, reused by every block.
   std::vector<float> d_resid_, d_norm_, d_att_, d_qkv_, d_fc_, attention_scratch_;
-  std::vector<float> tied_wte_grad_;  // head's share of dwte (tied head only)
+  std::vector<float> tied_wte_grad_;       // head's share of dwte (tied head only)
+  std::unique_ptr<detail::CudaGpt> cuda_;  // set on a CUDA device; the host buffers stay empty
+  mutable std::vector<float> cuda_logits_;
 };
 
 }  // namespace strata::gpt

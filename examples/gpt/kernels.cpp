@@ -10,13 +10,14 @@
 #include <xsimd/xsimd.hpp>
 
 #include "base/assert.hpp"
+#include "examples/gpt/gpt_math.hpp"
 
 namespace strata::gpt::detail {
 namespace {
 
-constexpr float kLayerNormEps = 1e-5f;
-constexpr float kGeluCoeff = 0.044715f;
-const float kSqrtTwoOverPi = std::sqrt(2.0f / 3.14159265358979323846f);
+using math::kGeluCoeff;
+using math::kSqrtTwoOverPi;
+using math::SerialReduce;
 
 CBLAS_TRANSPOSE to_cblas(Transpose trans) {
   return trans == Transpose::kYes ? CblasTrans : CblasNoTrans;
@@ -102,27 +103,10 @@ void linear_backward(const float* dout, const float* x, const float* w, float* d
 
 void layernorm_forward(const float* x, const float* weight, const float* bias, float* out,
                        float* mean, float* rstd, std::size_t rows, std::size_t dim) {
-  const float inv_dim = 1.0f / static_cast<float>(dim);
   parallel_chunks(rows, kRowGrain, [&](std::size_t row_begin, std::size_t row_end) {
     for (std::size_t r = row_begin; r < row_end; ++r) {
-      const float* row = x + r * dim;
-      float sum = 0.0f;
-      for (std::size_t i = 0; i < dim; ++i) {
-        sum += row[i];
-      }
-      const float mu = sum * inv_dim;
-      float sum_sq = 0.0f;
-      for (std::size_t i = 0; i < dim; ++i) {
-        const float centred = row[i] - mu;
-        sum_sq += centred * centred;
-      }
-      const float s = 1.0f / std::sqrt(sum_sq * inv_dim + kLayerNormEps);
-      float* out_row = out + r * dim;
-      for (std::size_t i = 0; i < dim; ++i) {
-        out_row[i] = (row[i] - mu) * s * weight[i] + bias[i];
-      }
-      mean[r] = mu;
-      rstd[r] = s;
+      math::layernorm_row_forward(x + r * dim, weight, bias, out + r * dim, mean + r, rstd + r, dim,
+                                  0, 1, SerialReduce{});
     }
   });
 }
@@ -130,30 +114,10 @@ void layernorm_forward(const float* x, const float* weight, const float* bias, f
 void layernorm_backward(const float* dout, const float* x, const float* mean, const float* rstd,
                         const float* weight, float* dx, float* dweight, float* dbias,
                         std::size_t rows, std::size_t dim) {
-  const float inv_dim = 1.0f / static_cast<float>(dim);
   parallel_chunks(rows, kRowGrain, [&](std::size_t row_begin, std::size_t row_end) {
     for (std::size_t r = row_begin; r < row_end; ++r) {
-      const float* row = x + r * dim;
-      const float* dout_row = dout + r * dim;
-      const float mu = mean[r];
-      const float s = rstd[r];
-      // dx = s·(dxhat - mean(dxhat) - xhat·mean(dxhat·xhat)), dxhat = dout·weight.
-      float sum_dxhat = 0.0f;
-      float sum_dxhat_xhat = 0.0f;
-      for (std::size_t i = 0; i < dim; ++i) {
-        const float xhat = (row[i] - mu) * s;
-        const float dxhat = dout_row[i] * weight[i];
-        sum_dxhat += dxhat;
-        sum_dxhat_xhat += dxhat * xhat;
-      }
-      const float mean_dxhat = sum_dxhat * inv_dim;
-      const float mean_dxhat_xhat = sum_dxhat_xhat * inv_dim;
-      float* dx_row = dx + r * dim;
-      for (std::size_t i = 0; i < dim; ++i) {
-        const float xhat = (row[i] - mu) * s;
-        const float dxhat = dout_row[i] * weight[i];
-        dx_row[i] += s * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
-      }
+      math::layernorm_row_backward(dout + r * dim, x + r * dim, mean[r], rstd[r], weight,
+                                   dx + r * dim, dim, 0, 1, SerialReduce{});
     }
   });
   // Sums over rows: one thread, rows in order, so the bits never depend on the thread count.
@@ -165,7 +129,7 @@ void layernorm_backward(const float* dout, const float* x, const float* mean, co
     const float mu = mean[r];
     const float s = rstd[r];
     for (std::size_t i = 0; i < dim; ++i) {
-      dweight[i] += dout_row[i] * ((row[i] - mu) * s);
+      dweight[i] += math::layernorm_weight_grad_term(dout_row[i], row[i], mu, s);
       dbias[i] += dout_row[i];
     }
   }
@@ -188,23 +152,18 @@ void gelu_forward(const float* x, float* out, float* tanh_out, std::size_t count
                     }
                     for (std::size_t i = vector_end; i < end; ++i) {
                       const float v = x[i];
-                      const float t = std::tanh(kSqrtTwoOverPi * (v + kGeluCoeff * v * v * v));
+                      const float t = tanhf(math::gelu_tanh_argument(v));
                       tanh_out[i] = t;
-                      out[i] = 0.5f * v * (1.0f + t);
+                      out[i] = math::gelu_from_tanh(v, t);
                     }
                   });
 }
 
 void gelu_backward(const float* dout, const float* x, const float* tanh_in, float* dx,
                    std::size_t count) {
-  // d/dx 0.5·x·(1 + t), t = tanh(c·(x + a·x³)): 0.5·(1 + t) + 0.5·x·(1 - t²)·c·(1 + 3a·x²).
   parallel_chunks(count, 4096, [&](std::size_t begin, std::size_t end) {
     for (std::size_t i = begin; i < end; ++i) {
-      const float v = x[i];
-      const float t = tanh_in[i];
-      const float local = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kSqrtTwoOverPi *
-                                                  (1.0f + 3.0f * kGeluCoeff * v * v);
-      dx[i] = dout[i] * local;
+      dx[i] = dout[i] * math::gelu_derivative(x[i], tanh_in[i]);
     }
   });
 }
@@ -231,18 +190,7 @@ void attention_forward(const AttentionShape& shape, const float* qkv, float* pro
       gemm(Transpose::kNo, Transpose::kYes, seq, seq, head_dim, scale, q, qkv_stride, k, qkv_stride,
            0.0f, p, seq);
       for (std::size_t i = 0; i < seq; ++i) {
-        float* row = p + i * seq;
-        const float row_max = *std::max_element(row, row + i + 1);
-        float sum = 0.0f;
-        for (std::size_t j = 0; j <= i; ++j) {
-          row[j] = std::exp(row[j] - row_max);
-          sum += row[j];
-        }
-        const float inv_sum = 1.0f / sum;
-        for (std::size_t j = 0; j <= i; ++j) {
-          row[j] *= inv_sum;
-        }
-        std::fill(row + i + 1, row + seq, 0.0f);
+        math::causal_softmax_row_forward(p + i * seq, i, seq, 0, 1, SerialReduce{});
       }
       gemm(Transpose::kNo, Transpose::kNo, seq, head_dim, seq, 1.0f, p, seq, v, qkv_stride, 0.0f,
            out + b * seq * dim + h * head_dim, dim);
@@ -279,16 +227,7 @@ void attention_backward(const AttentionShape& shape, const float* dout, const fl
            dv, qkv_stride);
       // Softmax backward in place: dS_ij = P_ij·(dP_ij - Σ_k P_ik·dP_ik), zero above the diagonal.
       for (std::size_t i = 0; i < seq; ++i) {
-        const float* p_row = p + i * seq;
-        float* ds_row = ds + i * seq;
-        float dot = 0.0f;
-        for (std::size_t j = 0; j <= i; ++j) {
-          dot += p_row[j] * ds_row[j];
-        }
-        for (std::size_t j = 0; j <= i; ++j) {
-          ds_row[j] = p_row[j] * (ds_row[j] - dot);
-        }
-        std::fill(ds_row + i + 1, ds_row + seq, 0.0f);
+        math::causal_softmax_row_backward(p + i * seq, ds + i * seq, i, seq, 0, 1, SerialReduce{});
       }
       // S = scale·Q·Kᵀ: dQ = scale·dS·K, dK = scale·dSᵀ·Q.
       gemm(Transpose::kNo, Transpose::kNo, seq, head_dim, seq, scale, ds, seq, k, qkv_stride, 0.0f,
@@ -304,23 +243,10 @@ double cross_entropy(const float* logits, const std::int32_t* targets, float* dl
   double total = 0.0;
   const float inv_rows = 1.0f / static_cast<float>(rows);
   for (std::size_t r = 0; r < rows; ++r) {
-    const float* row = logits + r * vocab;
-    float* drow = dlogits + r * vocab;
     const auto target = static_cast<std::size_t>(targets[r]);
     STRATA_ASSERT(target < vocab);
-    const float row_max = *std::max_element(row, row + vocab);
-    float sum = 0.0f;
-    for (std::size_t i = 0; i < vocab; ++i) {
-      drow[i] = std::exp(row[i] - row_max);
-      sum += drow[i];
-    }
-    // -log softmax[target] = log Σ exp(l - max) - (l_target - max).
-    total += static_cast<double>(std::log(sum)) - static_cast<double>(row[target] - row_max);
-    const float scale = inv_rows / sum;
-    for (std::size_t i = 0; i < vocab; ++i) {
-      drow[i] *= scale;
-    }
-    drow[target] -= inv_rows;
+    total += math::cross_entropy_row(logits + r * vocab, target, inv_rows, dlogits + r * vocab,
+                                     vocab, 0, 1, SerialReduce{});
   }
   return total / static_cast<double>(rows);
 }
