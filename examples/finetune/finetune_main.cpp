@@ -3,8 +3,8 @@
 //
 //   strata-finetune --config examples/configs/finetune_nvme.toml --steps 150
 //
-// Prints where the state lives, one progress line per step (loss, tokens/s, where the step's time
-// went, NVMe traffic), periodic validation losses and a summary.
+// Prints where the state lives, one progress line per step (loss, learning rate, tokens/s, where
+// the step's time went, NVMe traffic), periodic validation losses and a summary.
 #include <sys/resource.h>
 
 #include <chrono>
@@ -132,11 +132,13 @@ int run(const Options& options) {
     nvme_written += report.optimizer.nvme.written_bytes;
     if (lead) {
       std::cout << fmt::format(
-          "step {:4} | loss {:.4f} | {:6.0f} tok/s | {:.2f} s: compute {:.2f}, gather wait {:.2f}, "
-          "grads {:.2f}, optimizer {:.2f} (io wait {:.2f}, adam {:.2f}) | nvme r {} w {}{}\n",
-          report.step, report.loss, report.tokens * config.run.ranks / report.total_s,
-          report.total_s, report.compute_s, report.gather_wait_s, report.grads_s,
-          report.optimizer.step_s, report.optimizer.io_wait_s, report.optimizer.adam_s,
+          "step {:4} | loss {:.4f} | lr {:.3g} | {:6.0f} tok/s | {:.2f} s: compute {:.2f}, gather "
+          "wait {:.2f}, grads {:.2f}, optimizer {:.2f} (io wait {:.2f}, adam {:.2f}) | nvme r {} w "
+          "{}{}\n",
+          report.step, report.loss, report.optimizer.lr,
+          report.tokens * config.run.ranks / report.total_s, report.total_s, report.compute_s,
+          report.gather_wait_s, report.grads_s, report.optimizer.step_s, report.optimizer.io_wait_s,
+          report.optimizer.adam_s,
           format_decimal_bytes(static_cast<double>(report.optimizer.nvme.read_bytes)),
           format_decimal_bytes(static_cast<double>(report.optimizer.nvme.written_bytes)),
           report.optimizer.skipped ? " | SKIPPED (non-finite gradients)" : "");
