@@ -38,7 +38,6 @@ budget = "256MiB"
 [tiers.host]
 budget = "64MiB"
 [zero]
-optimizer = "nvme"
 sub_group_size = 4096
 [optimizer]
 lr = 3e-3
@@ -54,6 +53,7 @@ params = "fp32"
 grads = "fp32"
 )");
   config.tiers.nvme.paths = {dir.path().string()};
+  config.zero.optimizer = runtime::Tier::kNvme;  // sub-groups stream through the pipeline buffers
   return config;
 }
 
@@ -125,7 +125,7 @@ TEST(EngineMatchesReference, GptWithDecayGroupsAndCosineSchedule) {
               kSteps, same.largest_weight_difference, same.where.c_str());
   EXPECT_EQ(same.first_loss_difference, 0.0);
   // fp32 (Engine) against double (reference) arithmetic: a few fp32 roundings per step.
-  EXPECT_LT(same.largest_weight_difference, 2e-5) << same.where;
+  EXPECT_LT(same.largest_weight_difference, 5e-6) << same.where;
 
   // The tolerance is tight enough to see the groups: against a reference that decays the biases
   // and LayerNorm parameters too (what the Engine did before tensors carried the flag), the Engine
