@@ -11,11 +11,13 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "runtime/comm/local_comm.hpp"
 #include "runtime/engine.hpp"
 #include "runtime/lr_schedule.hpp"
+#include "runtime/partition.hpp"
 #include "tests/io/io_test_support.hpp"
 #include "tiers/device/device.hpp"
 
@@ -23,6 +25,7 @@ namespace strata::runtime {
 namespace {
 
 using io::testing::ScratchDir;
+using ::testing::ElementsAre;
 
 constexpr std::uint64_t kSeed = 20261129;
 
@@ -180,6 +183,33 @@ void expect_matches_reference(const std::vector<float>& engine, const std::vecto
     }
   }
   EXPECT_EQ(mismatches, 0) << what;
+}
+
+std::vector<DecayRun> runs_of(const UnitSpec& unit, std::uint64_t begin, std::uint64_t numel) {
+  std::vector<DecayRun> runs;
+  for_each_decay_run(unit, make_unit_layout(unit, 1), begin, numel,
+                     [&](const DecayRun& run) { runs.push_back(run); });
+  return runs;
+}
+
+MATCHER_P3(IsRun, begin, numel, decay, "") {
+  return arg.begin == begin && arg.numel == numel && arg.weight_decay == decay;
+}
+
+// Mixed unit: a.w [0, 2500) decayed, a.b [2500, 2550), ln.g [2550, 2600) not, c.w [2600, 4400)
+// decayed, c.b [4400, 4460) not, padding after.
+TEST(DecayRuns, CutWhereTheFlagChangesAndNowhereElse) {
+  const UnitSpec unit = mixed_unit();
+  EXPECT_THAT(runs_of(unit, 0, 2048), ElementsAre(IsRun(0u, 2048u, true)));
+  EXPECT_THAT(runs_of(unit, 2048, 2048),
+              ElementsAre(IsRun(0u, 452u, true), IsRun(452u, 100u, false),  // a.b and ln.g: one
+                          IsRun(552u, 1496u, true)));
+  // c.b and the padding after it: one undecayed run.
+  EXPECT_THAT(runs_of(unit, 4096, 2048),
+              ElementsAre(IsRun(0u, 304u, true), IsRun(304u, 1744u, false)));
+  EXPECT_THAT(runs_of(unit, 2500, 100), ElementsAre(IsRun(0u, 100u, false)));
+  EXPECT_THAT(runs_of(unit, 5000, 100), ElementsAre(IsRun(0u, 100u, false)));  // padding alone
+  EXPECT_THAT(runs_of(unit, 0, 0), ElementsAre());
 }
 
 class OptimizerWeightDecay : public ::testing::TestWithParam<Tier> {};
