@@ -7,11 +7,13 @@
 // the step's time went, NVMe traffic), periodic validation losses and a summary.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <string>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -51,6 +53,20 @@ struct Options {
   bool resume = false;
 };
 
+// "adamw, lr 0.0003, warm-up 10 steps, cosine decay to 3e-05 at step 100".
+std::string describe_optimizer(const strata::runtime::OptimizerConfig& optimizer) {
+  namespace runtime = strata::runtime;
+  std::string text =
+      fmt::format("{}, lr {:g}, weight decay {:g} (matrices and embeddings)",
+                  runtime::to_string(optimizer.type), optimizer.lr, optimizer.weight_decay);
+  if (optimizer.warmup_steps > 0) text += fmt::format(", warm-up {} steps", optimizer.warmup_steps);
+  if (optimizer.schedule != runtime::LrScheduleKind::kConstant) {
+    text += fmt::format(", {} decay to {:g} at step {}", runtime::to_string(optimizer.schedule),
+                        optimizer.min_lr, optimizer.lr_decay_steps);
+  }
+  return text;
+}
+
 int run(const Options& options) {
   namespace runtime = strata::runtime;
   runtime::Config config;
@@ -85,6 +101,7 @@ int run(const Options& options) {
         config.tiers.nvme.paths.empty() ? std::string("no paths")
                                         : config.tiers.nvme.paths.front());
   }
+  if (lead) std::cout << "  optimizer: " << describe_optimizer(config.optimizer) << "\n";
   if (!plan.fits()) {
     std::cerr << runtime::render_plan_text(plan, config);
     return 3;
@@ -111,6 +128,17 @@ int run(const Options& options) {
     if (trainer.engine().step_count() > 0) {
       std::cout << fmt::format("  resumed at step {} from the NVMe store\n",
                                trainer.engine().step_count());
+    }
+    const runtime::OptimizerConfig& optimizer = config.optimizer;
+    const std::uint64_t last_step = trainer.engine().step_count() + options.steps;
+    if (optimizer.schedule != runtime::LrScheduleKind::kConstant &&
+        last_step > optimizer.lr_decay_steps) {
+      std::cout << fmt::format(
+          "  note: the run ends at step {}, past [optimizer] lr_decay_steps = {}: its last {} "
+          "steps use min_lr {:g}\n",
+          last_step, optimizer.lr_decay_steps,
+          last_step - std::max(optimizer.lr_decay_steps, trainer.engine().step_count()),
+          optimizer.min_lr);
     }
   }
 
