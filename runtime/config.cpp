@@ -5,6 +5,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <utility>
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -101,6 +102,48 @@ void read_betas(TableReader& section, OptimizerConfig& optimizer) {
   optimizer.beta2 = beta2;
 }
 
+// schedule, lr_decay_steps and min_lr, checked against lr and warmup_steps (read before).
+void read_lr_schedule(TableReader& section, OptimizerConfig& optimizer) {
+  section.read_enum("schedule", optimizer.schedule,
+                    {{"constant", LrScheduleKind::kConstant},
+                     {"linear", LrScheduleKind::kLinear},
+                     {"cosine", LrScheduleKind::kCosine}});
+  section.read_uint64("lr_decay_steps", optimizer.lr_decay_steps, 0, 1ull << 40);
+  section.read_double("min_lr", optimizer.min_lr, 0.0, 10.0);
+  if (optimizer.schedule == LrScheduleKind::kConstant) {
+    for (const auto& [key, is_set] : {std::pair{"lr_decay_steps", optimizer.lr_decay_steps != 0},
+                                      std::pair{"min_lr", optimizer.min_lr != 0.0}}) {
+      if (is_set) {
+        section.fail(key,
+                     fmt::format("{} has no effect with schedule = \"constant\" (the default): "
+                                 "set schedule = \"linear\" or \"cosine\" to decay the "
+                                 "learning rate",
+                                 key));
+      }
+    }
+    return;
+  }
+  const std::string_view name = to_string(optimizer.schedule);
+  if (optimizer.lr_decay_steps == 0) {
+    section.fail("schedule",
+                 fmt::format("schedule = \"{}\" needs lr_decay_steps: the step at which the "
+                             "learning rate reaches min_lr (counted from the first step, warm-up "
+                             "included), e.g. lr_decay_steps = 1000",
+                             name));
+  }
+  if (optimizer.lr_decay_steps <= optimizer.warmup_steps) {
+    section.fail("lr_decay_steps",
+                 fmt::format("lr_decay_steps ({}) must be greater than warmup_steps ({}): the "
+                             "decay starts where the warm-up ends",
+                             optimizer.lr_decay_steps, optimizer.warmup_steps));
+  }
+  if (optimizer.min_lr > optimizer.lr) {
+    section.fail("min_lr", fmt::format("min_lr ({}) must not exceed lr ({}): schedule = \"{}\" "
+                                       "decays from lr down to min_lr",
+                                       optimizer.min_lr, optimizer.lr, name));
+  }
+}
+
 void read_optimizer(TableReader& root, OptimizerConfig& optimizer) {
   std::optional<TableReader> section = root.table("optimizer");
   if (!section) return;
@@ -117,6 +160,7 @@ void read_optimizer(TableReader& root, OptimizerConfig& optimizer) {
   section->read_double("grad_clip", optimizer.grad_clip, 0.0, 1e12);
   section->read_uint32("threads", optimizer.threads, 0, 4096);
   section->read_uint64("warmup_steps", optimizer.warmup_steps, 0, 1ull << 40);
+  read_lr_schedule(*section, optimizer);
   section->finish();
 }
 
@@ -277,6 +321,18 @@ std::string_view to_string(OptimizerType type) {
       return "adagrad";
     case OptimizerType::kLion:
       return "lion";
+  }
+  return "?";
+}
+
+std::string_view to_string(LrScheduleKind kind) {
+  switch (kind) {
+    case LrScheduleKind::kConstant:
+      return "constant";
+    case LrScheduleKind::kLinear:
+      return "linear";
+    case LrScheduleKind::kCosine:
+      return "cosine";
   }
   return "?";
 }

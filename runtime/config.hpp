@@ -20,12 +20,15 @@ enum class DType { kFp32, kBf16, kFp16 };
 enum class DeviceKind { kAuto, kHost, kCuda };
 enum class IoEngineKind { kAuto, kIoUring, kPosix };
 enum class OptimizerType { kAdamW, kAdam, kAdagrad, kLion };
+// The learning rate after warm-up: held, or decayed (linearly or along a half cosine) to min_lr.
+enum class LrScheduleKind { kConstant, kLinear, kCosine };
 
 std::string_view to_string(Tier tier);
 std::string_view to_string(DType dtype);
 std::string_view to_string(DeviceKind kind);
 std::string_view to_string(IoEngineKind kind);
 std::string_view to_string(OptimizerType type);
+std::string_view to_string(LrScheduleKind kind);
 std::uint32_t dtype_bytes(DType dtype);
 
 struct DeviceTierConfig {
@@ -89,6 +92,11 @@ struct OptimizerConfig {
   double grad_clip = 1.0;          // global L2 norm; 0 disables clipping
   std::uint32_t threads = 0;       // CPU optimizer threads; 0 = all hardware threads
   std::uint64_t warmup_steps = 0;  // linear learning-rate warm-up: lr * min(1, step / warmup)
+  // After warm-up (runtime/lr_schedule.hpp): kLinear and kCosine decay from lr at warmup_steps to
+  // min_lr at step lr_decay_steps (counted from the first step), then hold min_lr.
+  LrScheduleKind schedule = LrScheduleKind::kConstant;
+  std::uint64_t lr_decay_steps = 0;  // linear, cosine: > warmup_steps
+  double min_lr = 0.0;               // linear, cosine: <= lr
 
   bool operator==(const OptimizerConfig&) const = default;
 };

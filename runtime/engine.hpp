@@ -75,6 +75,7 @@ struct TierTraffic {
 struct StepStats {
   std::uint64_t step = 0;    // the step just taken (1-based); unchanged when skipped
   double grad_norm = 0;      // global L2 norm of the (unscaled) gradients
+  double lr = 0;             // learning rate of the update (skipped: the one it would have used)
   bool skipped = false;      // non-finite gradients: no update (fp16 overflow)
   double loss_scale = 1;     // the loss scale in force for the next step
   TierTraffic nvme;          // since the previous step (the backward's gradient writes included)

@@ -12,6 +12,7 @@
 #include "cpu_adam/cast.hpp"
 #include "cpu_adam/optimizer.hpp"
 #include "runtime/engine_state.hpp"
+#include "runtime/lr_schedule.hpp"
 
 namespace strata::runtime::detail {
 namespace {
@@ -28,6 +29,26 @@ cpu_adam::Algorithm algorithm_of(OptimizerType type) {
       return cpu_adam::Algorithm::kLion;
   }
   return cpu_adam::Algorithm::kAdamW;
+}
+
+// Elements [begin, begin + numel) of every span in `spans`.
+cpu_adam::ParamSpans slice(const cpu_adam::ParamSpans& spans, std::uint64_t begin,
+                           std::uint64_t numel) {
+  cpu_adam::ParamSpans part;
+  part.master = spans.master.subspan(begin, numel);
+  if (!spans.exp_avg.empty()) part.exp_avg = spans.exp_avg.subspan(begin, numel);
+  if (!spans.exp_avg_sq.empty()) part.exp_avg_sq = spans.exp_avg_sq.subspan(begin, numel);
+  const cpu_adam::Dtype grad_dtype = spans.grad.dtype;
+  part.grad = cpu_adam::ConstTypedSpan(
+      static_cast<const std::byte*>(spans.grad.data) + begin * cpu_adam::dtype_bytes(grad_dtype),
+      numel, grad_dtype);
+  if (spans.param_out.present()) {
+    const cpu_adam::Dtype out_dtype = spans.param_out.dtype;
+    part.param_out = cpu_adam::TypedSpan(
+        static_cast<std::byte*>(spans.param_out.data) + begin * cpu_adam::dtype_bytes(out_dtype),
+        numel, out_dtype);
+  }
+  return part;
 }
 
 struct WorkItem {
@@ -55,6 +76,8 @@ void EngineState::optimizer_step(StepStats& stats) {
     for (double value : all) sum_of_squares += value;
   }
   norm.reset();
+  // The schedule is a function of the step alone, so a resumed run continues it.
+  stats.lr = scheduled_lr(config.optimizer, step_count + 1);
   const bool non_finite = !std::isfinite(sum_of_squares);
   const double grad_norm = std::sqrt(sum_of_squares) / loss_scale;
   stats.grad_norm = grad_norm;
@@ -80,10 +103,7 @@ void EngineState::optimizer_step(StepStats& stats) {
 
   cpu_adam::Hyperparams hyper;
   hyper.algorithm = algorithm_of(config.optimizer.type);
-  const std::uint64_t warmup = config.optimizer.warmup_steps;
-  hyper.lr = warmup == 0 ? config.optimizer.lr
-                         : config.optimizer.lr * std::min(1.0, static_cast<double>(step_count + 1) /
-                                                                   static_cast<double>(warmup));
+  hyper.lr = stats.lr;
   hyper.beta1 = config.optimizer.beta1;
   hyper.beta2 = config.optimizer.beta2;
   hyper.eps = config.optimizer.eps;
@@ -166,7 +186,19 @@ void EngineState::optimizer_step(StepStats& stats) {
     Tracer::Scope scope(options.tracer, TraceTrack::kOptimizer,
                         fmt::format("adam {} [{}]", unit.spec.name, items[i].group));
     if (options.optimizer_compute == EngineOptions::OptimizerCompute::kRun) {
-      cpu_adam::step(hyper, spans, scaling, *arena);
+      if (hyper.weight_decay == 0) {
+        cpu_adam::step(hyper, spans, scaling, *arena);
+      } else {
+        // Weight decay per tensor: one call per run of tensors that agree on it. The update is
+        // element-wise, so cutting the sub-group changes no bits.
+        for_each_decay_run(unit.spec, unit.layout, unit.layout.shard_begin(rank) + sub.begin,
+                           sub.numel, [&](const DecayRun& run) {
+                             cpu_adam::Hyperparams run_hyper = hyper;
+                             if (!run.weight_decay) run_hyper.weight_decay = 0;
+                             cpu_adam::step(run_hyper, slice(spans, run.begin, run.numel), scaling,
+                                            *arena);
+                           });
+      }
     }
     if (param_dtype == cpu_adam::Dtype::kFp32) {
       std::memcpy(param_out, spans.master.data(), sub.numel * sizeof(float));

@@ -2,6 +2,8 @@
 // into optimizer sub-groups. Pure arithmetic, shared by the Engine, checkpoints and tests.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -36,6 +38,44 @@ struct SubGroup {
   std::uint64_t begin = 0;  // first element within the shard
   std::uint64_t numel = 0;
 };
+
+// A stretch of a unit's flattened elements whose tensors agree on TensorSpec::weight_decay.
+struct DecayRun {
+  std::uint64_t begin = 0;  // first element, relative to the range for_each_decay_run was given
+  std::uint64_t numel = 0;
+  bool weight_decay = true;
+};
+
+// Cuts [begin, begin + numel) of the unit's flattened elements (a sub-group of a rank's shard:
+// begin = layout.shard_begin(rank) + sub.begin) into maximal runs of tensors with the same
+// weight-decay flag and calls fn(const DecayRun&) for each, in order. Padding past the last tensor
+// joins the run before it (a range of padding alone is one run, not decayed): padding is zero and
+// stays zero either way. No allocation: the optimizer step calls it per sub-group.
+template <typename Fn>
+void for_each_decay_run(const UnitSpec& unit, const UnitLayout& layout, std::uint64_t begin,
+                        std::uint64_t numel, Fn&& fn) {
+  const std::uint64_t end = begin + numel;
+  DecayRun run;
+  bool open = false;
+  for (std::size_t t = 0; t < unit.tensors.size(); ++t) {
+    const TensorPlacement& placement = layout.tensors[t];
+    const std::uint64_t low = std::max(begin, placement.offset);
+    const std::uint64_t high = std::min(end, placement.offset + placement.numel);
+    if (low >= high) continue;
+    const bool decay = unit.tensors[t].weight_decay;
+    if (!open) {
+      run = {low - begin, 0, decay};
+      open = true;
+    } else if (decay != run.weight_decay) {
+      run.numel = low - begin - run.begin;
+      fn(static_cast<const DecayRun&>(run));
+      run = {low - begin, 0, decay};
+    }
+  }
+  if (!open) run = {0, 0, false};
+  run.numel = numel - run.begin;
+  if (run.numel > 0) fn(static_cast<const DecayRun&>(run));
+}
 
 // The shard cut into sub-groups of at most `sub_group_numel` elements (rounded up to the granule).
 std::vector<SubGroup> make_sub_groups(std::uint64_t shard_numel, std::uint64_t sub_group_numel);

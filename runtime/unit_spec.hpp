@@ -23,6 +23,9 @@ struct TensorSpec {
   std::string name;
   std::vector<std::uint64_t> shape;
   TensorInit init;
+  // Whether [optimizer] weight_decay applies to this tensor. GPT-2 practice: matrices and
+  // embeddings decay; biases and LayerNorm gains and biases do not.
+  bool weight_decay = true;
 
   std::uint64_t numel() const {
     std::uint64_t count = 1;

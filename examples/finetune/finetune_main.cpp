@@ -3,15 +3,17 @@
 //
 //   strata-finetune --config examples/configs/finetune_nvme.toml --steps 150
 //
-// Prints where the state lives, one progress line per step (loss, tokens/s, where the step's time
-// went, NVMe traffic), periodic validation losses and a summary.
+// Prints where the state lives, one progress line per step (loss, learning rate, tokens/s, where
+// the step's time went, NVMe traffic), periodic validation losses and a summary.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <string>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -58,6 +60,20 @@ strata::tiers::DeviceKind device_kind(const std::string& name) {
   return strata::tiers::DeviceKind::kHost;
 }
 
+// "adamw, lr 0.0003, warm-up 10 steps, cosine decay to 3e-05 at step 100".
+std::string describe_optimizer(const strata::runtime::OptimizerConfig& optimizer) {
+  namespace runtime = strata::runtime;
+  std::string text =
+      fmt::format("{}, lr {:g}, weight decay {:g} (matrices and embeddings)",
+                  runtime::to_string(optimizer.type), optimizer.lr, optimizer.weight_decay);
+  if (optimizer.warmup_steps > 0) text += fmt::format(", warm-up {} steps", optimizer.warmup_steps);
+  if (optimizer.schedule != runtime::LrScheduleKind::kConstant) {
+    text += fmt::format(", {} decay to {:g} at step {}", runtime::to_string(optimizer.schedule),
+                        optimizer.min_lr, optimizer.lr_decay_steps);
+  }
+  return text;
+}
+
 int run(const Options& options) {
   namespace runtime = strata::runtime;
   runtime::Config config;
@@ -92,6 +108,7 @@ int run(const Options& options) {
         config.tiers.nvme.paths.empty() ? std::string("no paths")
                                         : config.tiers.nvme.paths.front());
   }
+  if (lead) std::cout << "  optimizer: " << describe_optimizer(config.optimizer) << "\n";
   if (!plan.fits()) {
     std::cerr << runtime::render_plan_text(plan, config);
     return 3;
@@ -121,6 +138,17 @@ int run(const Options& options) {
       std::cout << fmt::format("  resumed at step {} from the NVMe store\n",
                                trainer.engine().step_count());
     }
+    const runtime::OptimizerConfig& optimizer = config.optimizer;
+    const std::uint64_t last_step = trainer.engine().step_count() + options.steps;
+    if (optimizer.schedule != runtime::LrScheduleKind::kConstant &&
+        last_step > optimizer.lr_decay_steps) {
+      std::cout << fmt::format(
+          "  note: the run ends at step {}, past [optimizer] lr_decay_steps = {}: its last {} "
+          "steps use min_lr {:g}\n",
+          last_step, optimizer.lr_decay_steps,
+          last_step - std::max(optimizer.lr_decay_steps, trainer.engine().step_count()),
+          optimizer.min_lr);
+    }
   }
 
   const double initial_val = trainer.validation_loss();
@@ -141,11 +169,13 @@ int run(const Options& options) {
     nvme_written += report.optimizer.nvme.written_bytes;
     if (lead) {
       std::cout << fmt::format(
-          "step {:4} | loss {:.4f} | {:6.0f} tok/s | {:.2f} s: compute {:.2f}, gather wait {:.2f}, "
-          "grads {:.2f}, optimizer {:.2f} (io wait {:.2f}, adam {:.2f}) | nvme r {} w {}{}\n",
-          report.step, report.loss, report.tokens * config.run.ranks / report.total_s,
-          report.total_s, report.compute_s, report.gather_wait_s, report.grads_s,
-          report.optimizer.step_s, report.optimizer.io_wait_s, report.optimizer.adam_s,
+          "step {:4} | loss {:.4f} | lr {:.3g} | {:6.0f} tok/s | {:.2f} s: compute {:.2f}, gather "
+          "wait {:.2f}, grads {:.2f}, optimizer {:.2f} (io wait {:.2f}, adam {:.2f}) | nvme r {} w "
+          "{}{}\n",
+          report.step, report.loss, report.optimizer.lr,
+          report.tokens * config.run.ranks / report.total_s, report.total_s, report.compute_s,
+          report.gather_wait_s, report.grads_s, report.optimizer.step_s, report.optimizer.io_wait_s,
+          report.optimizer.adam_s,
           format_decimal_bytes(static_cast<double>(report.optimizer.nvme.read_bytes)),
           format_decimal_bytes(static_cast<double>(report.optimizer.nvme.written_bytes)),
           report.optimizer.skipped ? " | SKIPPED (non-finite gradients)" : "");

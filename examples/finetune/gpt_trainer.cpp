@@ -25,6 +25,7 @@ runtime::UnitSpec to_engine_unit(const gpt::UnitSpec& unit) {
     runtime::TensorSpec engine_tensor;
     engine_tensor.name = tensor.name;
     engine_tensor.shape.assign(tensor.shape.begin(), tensor.shape.end());
+    engine_tensor.weight_decay = tensor.weight_decay;
     switch (tensor.init) {
       case gpt::InitKind::kNormal:
         engine_tensor.init = runtime::TensorInit::normal(tensor.init_std);

@@ -14,7 +14,10 @@ constexpr float kInitStd = 0.02f;
 
 void add_tensor(UnitSpec& unit, std::string name, std::vector<std::size_t> shape, InitKind init,
                 float init_std = 0.0f) {
-  TensorSpec spec{std::move(name), std::move(shape), init, init_std, unit.numel};
+  // Every tensor of rank >= 2 is a matrix or an embedding; the vectors are biases and LayerNorm
+  // parameters, which weight decay would only pull towards zero (or a gain of 0).
+  const bool weight_decay = shape.size() >= 2;
+  TensorSpec spec{std::move(name), std::move(shape), init, init_std, unit.numel, weight_decay};
   unit.numel += spec.numel();
   unit.tensors.push_back(std::move(spec));
 }

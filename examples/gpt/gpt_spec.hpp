@@ -28,6 +28,9 @@ struct TensorSpec {
   InitKind init = InitKind::kZeros;
   float init_std = 0.0f;   // kNormal only: N(0, init_std²)
   std::size_t offset = 0;  // elements from the start of the unit's flat buffer
+  // [optimizer] weight_decay applies (runtime::TensorSpec::weight_decay): matrices and embeddings
+  // only, never biases or LayerNorm gains and biases, as GPT-2 and nanoGPT train.
+  bool weight_decay = true;
 
   std::size_t numel() const;
 };

@@ -1,12 +1,14 @@
 // ReferenceAdamW: a plain scalar AdamW over a ParameterStore, for tests and for comparing the
 // Engine's optimizer pipeline against. Decoupled weight decay applies to matrices and embeddings
-// (tensors of rank >= 2), never to biases and LayerNorm gains, as GPT-2 training does.
+// (the tensors whose spec says weight_decay: rank >= 2), never to biases and LayerNorm gains, as
+// GPT-2 training does; the learning rate follows the same schedule as the Engine's.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "examples/gpt/parameter_store.hpp"
+#include "runtime/config.hpp"
 
 namespace strata::gpt {
 
@@ -17,7 +19,15 @@ struct AdamWOptions {
   double eps = 1e-8;
   double weight_decay = 0.1;
   double grad_clip = 1.0;  // global L2 norm; 0 disables
+  // The learning-rate schedule, as [optimizer] gives it (runtime/lr_schedule.hpp); lr is its peak.
+  std::uint64_t warmup_steps = 0;
+  runtime::LrScheduleKind schedule = runtime::LrScheduleKind::kConstant;
+  std::uint64_t lr_decay_steps = 0;
+  double min_lr = 0.0;
 };
+
+// The options an Engine with this [optimizer] section uses (AdamW, bias correction on).
+AdamWOptions adamw_options(const runtime::OptimizerConfig& optimizer);
 
 class ReferenceAdamW {
  public:
