@@ -48,7 +48,7 @@ void EngineState::optimizer_step(StepStats& stats) {
   double sum_of_squares = norm.sum_of_squares();
   if (ranks > 1) {
     std::vector<double> all(ranks);
-    comm->all_gather(
+    all_gather_host(
         comm::ConstBuffer{&sum_of_squares, sizeof(double), comm::DataType::kUint8},
         comm::MutableBuffer{all.data(), sizeof(double) * ranks, comm::DataType::kUint8});
     sum_of_squares = 0;
@@ -114,12 +114,14 @@ void EngineState::optimizer_step(StepStats& stats) {
   const std::array<Kind, 4> write_kinds = {Kind::kMaster, Kind::kExpAvg, Kind::kExpAvgSq,
                                            Kind::kParam16};
 
-  // Where `kind` of item i lives during its update: in memory, or in its pipeline buffer.
+  // Where `kind` of item i lives during its update: in memory, in the device staging (device
+  // memory the CPU does not address: stage_in / stage_out), or in its pipeline buffer.
   const auto location = [&](std::size_t i, Kind kind) -> std::byte* {
     UnitState& unit = units[items[i].unit];
     ShardHome& home = unit.home(kind);
     const SubGroup& sub = unit.groups[items[i].group];
     if (home.memory != nullptr) return home.at(sub.begin);
+    if (home.staged_on_device()) return device_staging_at(kind);
     return pipeline_buffers[i % buffers].data() + pipeline_offsets[static_cast<std::size_t>(kind)];
   };
   const auto issue_reads = [&](std::size_t i) {
@@ -147,6 +149,7 @@ void EngineState::optimizer_step(StepStats& stats) {
     reads[i].clear();
 
     UnitState& unit = units[items[i].unit];
+    stage_in(unit, items[i].group, read_kinds);
     const SubGroup& sub = unit.groups[items[i].group];
     cpu_adam::ParamSpans spans;
     spans.master = {reinterpret_cast<float*>(location(i, Kind::kMaster)), sub.numel};
@@ -172,6 +175,7 @@ void EngineState::optimizer_step(StepStats& stats) {
       std::memcpy(param_out, spans.master.data(), sub.numel * sizeof(float));
     }
     adam_s += seconds_since(adam_start);
+    stage_out(unit, items[i].group, write_kinds);
 
     if (buffers == 0) continue;
     for (Kind kind : write_kinds) {
@@ -185,6 +189,7 @@ void EngineState::optimizer_step(StepStats& stats) {
   for (auto& buffer_writes : writes) {
     for (io::Ticket& ticket : buffer_writes) wait_timed(ticket);
   }
+  if (lanes) lanes->h2d_done.wait();  // the last stage_out
 
   ++step_count;
   if (store) store->commit(step_count);
