@@ -4,12 +4,14 @@
 // real step (t_step), and prints the overlap efficiency max(t_io, t_adam) / t_step, the effective
 // NVMe bandwidth and the peak RSS. `--device cuda` (or auto on a GPU machine) runs the Engine on a
 // CudaDevice: state homed on "device" lives in GPU memory, gradients are handed over in GPU memory,
-// and the optimizer works on host/NVMe state through pinned staging (docs/design.md).
+// and the optimizer works on host/NVMe state through pinned staging (docs/design.md). Under mpirun
+// the ranks shard the state over MpiComm, or over NcclComm (bootstrapped over MPI) on CUDA.
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -22,7 +24,10 @@
 #include "cpu_adam/optimizer.hpp"
 #include "runtime/byte_size.hpp"
 #include "runtime/cli/commands.hpp"
-#include "runtime/comm/local_comm.hpp"
+#include "runtime/comm/communicator.hpp"
+#if defined(STRATA_HAVE_NCCL)
+#include "runtime/comm/nccl_comm.hpp"
+#endif
 #include "runtime/config.hpp"
 #include "runtime/engine.hpp"
 #include "tiers/device/device.hpp"
@@ -73,9 +78,9 @@ double median(std::vector<double> values) {
 
 // One Engine over `params` parameters in units of `unit_params`; steps alternate between the I/O
 // pipeline alone and the real step, so both see the same files and the same machine noise.
-Timings run_steps(const runtime::Config& config, tiers::Device& device, std::uint64_t params,
+Timings run_steps(const runtime::Config& config, tiers::Device& device,
+                  runtime::comm::Communicator& comm, std::uint64_t params,
                   std::uint64_t unit_params, std::uint32_t steps) {
-  runtime::comm::LocalComm comm;
   runtime::Engine engine(config, device, comm);
   std::vector<runtime::UnitId> units;
   for (std::uint64_t begin = 0, index = 0; begin < params; begin += unit_params, ++index) {
@@ -150,7 +155,12 @@ int run(const StepBenchOptions& options) {
     std::cerr << "strata bench step: bad config: " << error.what() << "\n";
     return kExitBadInput;
   }
+  // LocalComm, or MpiComm under mpirun (one GPU per rank on a node, by local rank).
+  std::unique_ptr<runtime::comm::Communicator> host_comm = runtime::comm::make_communicator();
   tiers::DeviceOptions device_options;
+  if (const char* local_rank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); local_rank != nullptr) {
+    device_options.index = std::atoi(local_rank);
+  }
   device_options.kind = options.device == "cuda"   ? tiers::DeviceKind::kCuda
                         : options.device == "auto" ? tiers::DeviceKind::kAuto
                                                    : tiers::DeviceKind::kHost;
@@ -169,7 +179,17 @@ int run(const StepBenchOptions& options) {
   const std::uint64_t unit_params = parse_count(options.unit_params, "--unit-params");
   for (const std::string& path : config.tiers.nvme.paths) std::filesystem::create_directories(path);
 
-  const Timings timings = run_steps(config, *device, params, unit_params, options.steps);
+  // Device collectives on CUDA across ranks: NcclComm, bootstrapped over MPI.
+  std::unique_ptr<runtime::comm::Communicator> device_comm;
+#if defined(STRATA_HAVE_NCCL)
+  if (device->kind() == tiers::DeviceKind::kCuda && host_comm->size() > 1) {
+    runtime::comm::NcclCommOptions nccl_options;
+    nccl_options.device = device_options.index;
+    device_comm = std::make_unique<runtime::comm::NcclComm>(*host_comm, nccl_options);
+  }
+#endif
+  runtime::comm::Communicator& comm = device_comm ? *device_comm : *host_comm;
+  const Timings timings = run_steps(config, *device, comm, params, unit_params, options.steps);
   const double adam_per_step = time_adam(config, params, options.steps) / options.steps;
   const double t_io = median(timings.io_s);
   const double t_step = median(timings.step_s);
