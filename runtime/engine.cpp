@@ -321,6 +321,11 @@ void EngineState::finalize() {
     if (ranks > 1 && !comm_on_device) {
       full_staging = host_pool->allocate(round_up(largest_padded * 4, kDirectIoAlignment));
     }
+    if (zero.params == Tier::kNvme) {
+      param_read_slab = host_pool->allocate_slab(
+          zero.prefetch_depth + 2,
+          round_up(largest_shard * cpu_adam::dtype_bytes(param_dtype), kDirectIoAlignment));
+    }
   }
 
   bool resumed = false;
@@ -516,9 +521,13 @@ void EngineState::start_load(tiers::UnitId id) {
         param_dtype == cpu_adam::Dtype::kFp32 ? unit.full32.data() : unit.full16.data();
     shard = gathered + unit.layout.shard_begin(rank) * param.element_bytes();
   } else {
-    unit.param_staging = host_pool->allocate(
-        round_up(unit.layout.shard_numel * param.element_bytes(), kDirectIoAlignment));
-    shard = unit.param_staging.data();
+    if (std::optional<tiers::PinnedLease> lease = param_read_slab->try_acquire()) {
+      unit.param_lease = std::move(*lease);
+    } else {
+      unit.param_buffer = host_pool->allocate(
+          round_up(unit.layout.shard_numel * param.element_bytes(), kDirectIoAlignment));
+    }
+    shard = unit.param_staging();
   }
   for (std::size_t g = 0; g < unit.groups.size(); ++g) {
     const SubGroup& sub = unit.groups[g];
@@ -556,7 +565,7 @@ void EngineState::evict(tiers::UnitId id) {
     }
   }
   unit.reads.clear();
-  unit.param_staging.reset();
+  unit.release_param_staging();
   unit.full16.reset();
   unit.full32.reset();
 }

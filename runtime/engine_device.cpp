@@ -167,7 +167,7 @@ void EngineState::finish_gather(UnitState& unit) {
   // or from device memory (device home).
   DeviceLanes& lane = *lanes;
   const std::byte* host_own = param.tier == Tier::kHost   ? param.memory
-                              : param.tier == Tier::kNvme ? unit.param_staging.data()
+                              : param.tier == Tier::kNvme ? unit.param_staging()
                                                           : nullptr;
   if (ranks > 1 && !comm_on_device) {
     // The collective runs on the host: own shard into pinned memory, all-gather into pinned
@@ -205,7 +205,7 @@ void EngineState::finish_gather(UnitState& unit) {
   }
   lane.compute.record(lane.compute_done);
   lane.compute_done.wait();
-  unit.param_staging.reset();  // the h2d copy that read it is done (compute waited for it)
+  unit.release_param_staging();  // the h2d copy that read it is done (compute waited for it)
 }
 
 void EngineState::reduce_grads(UnitState& unit, std::span<const float> full_grads) {

@@ -60,8 +60,18 @@ struct UnitState {
   tiers::DeviceBuffer full32;  // padded numel fp32: what GatheredUnit views
   std::vector<tiers::StoreRead> reads;  // NVMe parameter reads in flight
   // Staged device memory with parameters on NVMe: pinned memory the reads land in, copied to the
-  // device by wait_load.
-  tiers::PinnedBuffer param_staging;
+  // device by wait_load. A lease of EngineState::param_read_slab, or (more loads in flight than
+  // the slab holds, when the schedule changes) a one-off buffer.
+  tiers::PinnedLease param_lease;
+  tiers::PinnedBuffer param_buffer;
+
+  std::byte* param_staging() const {
+    return param_lease ? param_lease.data() : param_buffer.data();
+  }
+  void release_param_staging() {
+    param_lease.reset();
+    param_buffer.reset();
+  }
 
   ShardHome& home(Kind kind) { return *homes[static_cast<std::size_t>(kind)]; }
   bool has(Kind kind) const { return homes[static_cast<std::size_t>(kind)].has_value(); }
@@ -164,6 +174,7 @@ struct EngineState final : tiers::ResidencyClient {
   std::array<std::uint64_t, kKindCount> device_staging_offsets{};
   tiers::PinnedBuffer shard_staging;
   tiers::PinnedBuffer full_staging;
+  std::optional<tiers::PinnedSlab> param_read_slab;  // params on NVMe: prefetch_depth + 2 shards
 
   // Statistics since the last step.
   double io_wait_s = 0;
