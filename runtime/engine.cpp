@@ -236,6 +236,7 @@ void EngineState::finalize() {
       device_staging_offsets[static_cast<std::size_t>(kind)] = device_staging_bytes;
       device_staging_bytes += round_up(largest_group * element_bytes, kDirectIoAlignment);
     }
+    device_staging_bytes *= 2;  // two slots: the optimizer stages one while it updates the other
     staged_path_bytes = device_staging_bytes + round_up(largest_shard * 4, kDirectIoAlignment);
     if (ranks > 1 && !comm_on_device) {
       staged_path_bytes += round_up(largest_padded * 4, kDirectIoAlignment);
@@ -316,6 +317,7 @@ void EngineState::finalize() {
     for (auto& buffer : grad_buffers) buffer = host_pool->allocate(grad_staging_bytes / 2);
   }
   if (!device_addressable) {
+    device_staging_slot_bytes = device_staging_bytes / 2;
     if (device_staging_bytes > 0) device_staging = host_pool->allocate(device_staging_bytes);
     shard_staging = host_pool->allocate(round_up(largest_shard * 4, kDirectIoAlignment));
     if (ranks > 1 && !comm_on_device) {

@@ -9,8 +9,9 @@
 // buffers (d2h, the collective on the host, h2d).
 //
 // Everything here returns once its results are in place (gathered unit complete, gradient in its
-// home), so the caller never sees stream work in flight; stage_out is the one exception, drained
-// by the next stage_in or by the optimizer step's end.
+// home), so the caller never sees stream work in flight. The optimizer step is the exception: it
+// stages sub-groups of device-homed state in and out of two pinned slots while Adam runs, ordered
+// by one event per slot and direction, and drains them at its end (finish_staging).
 #include <algorithm>
 #include <cstring>
 
@@ -54,7 +55,9 @@ DeviceLanes::DeviceLanes(tiers::Device& device)
       compute(device.create_stream()),
       h2d_done(device.create_event()),
       d2h_done(device.create_event()),
-      compute_done(device.create_event()) {}
+      compute_done(device.create_event()),
+      staged_in{device.create_event(), device.create_event()},
+      staged_out{device.create_event(), device.create_event()} {}
 
 void EngineState::copy_to_device(tiers::DeviceSpan dst, const void* host_src) {
   if (device_addressable) {
@@ -76,38 +79,49 @@ void EngineState::copy_to_host(void* host_dst, tiers::DeviceSpan src) {
   lanes->d2h_done.wait();
 }
 
-std::byte* EngineState::device_staging_at(Kind kind) const {
+std::byte* EngineState::device_staging_at(Kind kind, std::size_t slot) const {
   STRATA_ASSERT(device_staging, "no staging for device-homed state");
-  return device_staging.data() + device_staging_offsets[static_cast<std::size_t>(kind)];
+  STRATA_ASSERT(slot < 2);
+  return device_staging.data() + slot * device_staging_slot_bytes +
+         device_staging_offsets[static_cast<std::size_t>(kind)];
 }
 
-void EngineState::stage_in(UnitState& unit, std::size_t group, std::span<const Kind> kinds) {
+void EngineState::stage_in(UnitState& unit, std::size_t group, std::size_t slot,
+                           std::span<const Kind> kinds) {
   if (!lanes) return;
-  // The previous sub-group's stage_out reads the same staging memory.
-  lanes->h2d_done.wait();
   const SubGroup& sub = unit.groups[group];
-  bool any = false;
+  // The slot's previous stage_out must have read it before it is refilled.
+  lanes->d2h.wait(lanes->staged_out[slot]);
   for (Kind kind : kinds) {
     if (!unit.has(kind) || !unit.home(kind).staged_on_device()) continue;
-    lanes->d2h.copy_to_host(device_staging_at(kind),
+    lanes->d2h.copy_to_host(device_staging_at(kind, slot),
                             unit.home(kind).device_span(sub.begin, sub.numel));
-    any = true;
   }
-  if (!any) return;
-  lanes->d2h.record(lanes->d2h_done);
-  lanes->d2h_done.wait();
+  // Recorded even with nothing copied: waiting on it also means the slot's stage_out is done, so
+  // Adam may write the slot.
+  lanes->d2h.record(lanes->staged_in[slot]);
 }
 
-void EngineState::stage_out(UnitState& unit, std::size_t group, std::span<const Kind> kinds) {
+void EngineState::wait_staged_in(std::size_t slot) {
+  if (lanes) lanes->staged_in[slot].wait();
+}
+
+void EngineState::stage_out(UnitState& unit, std::size_t group, std::size_t slot,
+                            std::span<const Kind> kinds) {
   if (!lanes) return;
   const SubGroup& sub = unit.groups[group];
   for (Kind kind : kinds) {
     if (!unit.has(kind) || !unit.home(kind).staged_on_device()) continue;
     lanes->h2d.copy_to_device(unit.home(kind).device_span(sub.begin, sub.numel),
-                              device_staging_at(kind));
+                              device_staging_at(kind, slot));
   }
-  // Waited on by the next stage_in (it refills the staging memory) or the step's end.
-  lanes->h2d.record(lanes->h2d_done);
+  lanes->h2d.record(lanes->staged_out[slot]);
+}
+
+void EngineState::finish_staging() {
+  if (!lanes) return;
+  for (tiers::Event& event : lanes->staged_in) event.wait();
+  for (tiers::Event& event : lanes->staged_out) event.wait();
 }
 
 void EngineState::all_gather_host(comm::ConstBuffer send, comm::MutableBuffer recv) {

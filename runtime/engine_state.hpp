@@ -88,6 +88,9 @@ struct DeviceLanes {
   tiers::Event h2d_done;
   tiers::Event d2h_done;
   tiers::Event compute_done;
+  // The optimizer's two staging slots: d2h into a slot done / h2d out of it done.
+  std::array<tiers::Event, 2> staged_in;
+  std::array<tiers::Event, 2> staged_out;
 };
 
 struct EngineState final : tiers::ResidencyClient {
@@ -118,10 +121,15 @@ struct EngineState final : tiers::ResidencyClient {
   // a memcpy or CPU loop when device memory is addressable, else stream work waited on.
   void copy_to_device(tiers::DeviceSpan dst, const void* host_src);
   void copy_to_host(void* host_dst, tiers::DeviceSpan src);
-  // The optimizer's device-homed sub-groups go through device_staging: in before Adam, out after.
-  void stage_in(UnitState& unit, std::size_t group, std::span<const Kind> kinds);
-  void stage_out(UnitState& unit, std::size_t group, std::span<const Kind> kinds);
-  std::byte* device_staging_at(Kind kind) const;
+  // The optimizer's device-homed sub-groups go through device_staging, two slots so the d2h of
+  // the next sub-group overlaps Adam on this one: stage_in (d2h, returns at once), wait_staged_in
+  // before Adam, stage_out (h2d, returns at once) after it, finish_staging at the step's end.
+  void stage_in(UnitState& unit, std::size_t group, std::size_t slot, std::span<const Kind> kinds);
+  void wait_staged_in(std::size_t slot);
+  void stage_out(UnitState& unit, std::size_t group, std::size_t slot, std::span<const Kind> kinds);
+  void finish_staging();
+  // Slot 0 doubles as the staging of read_group / write_group_sync (outside the step).
+  std::byte* device_staging_at(Kind kind, std::size_t slot = 0) const;
   // A collective on host buffers over any backend (staged through device memory for NcclComm).
   void all_gather_host(comm::ConstBuffer send, comm::MutableBuffer recv);
   // The unit's gather once its NVMe reads are done: own shard, all-gather, cast to fp32.
@@ -170,7 +178,8 @@ struct EngineState final : tiers::ResidencyClient {
   // Staged path only (pinned): one sub-group of every device-homed kind for the optimizer and
   // read_group / write_group_sync; one gradient shard in fp32; and, for collectives on the host,
   // one padded unit in fp32.
-  tiers::PinnedBuffer device_staging;
+  tiers::PinnedBuffer device_staging;  // two slots of device_staging_slot_bytes
+  std::uint64_t device_staging_slot_bytes = 0;
   std::array<std::uint64_t, kKindCount> device_staging_offsets{};
   tiers::PinnedBuffer shard_staging;
   tiers::PinnedBuffer full_staging;

@@ -109,7 +109,7 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
     if (zero.grads == Tier::kDevice) per_element += grad_bytes;
     if (zero.params == Tier::kDevice) per_element += param_bytes;
     const std::uint64_t group = std::min<std::uint64_t>(zero.sub_group_size, optimizer_shard);
-    std::uint64_t bytes = group * per_element + unit_shard * 4 + (n > 1 ? unit * 4 : 0);
+    std::uint64_t bytes = 2 * group * per_element + unit_shard * 4 + (n > 1 ? unit * 4 : 0);
     if (zero.params == Tier::kNvme) bytes += (zero.prefetch_depth + 2) * unit_shard * param_bytes;
     plan.buffers.push_back(
         {"pinned staging of the CUDA data path (device-homed sub-groups, a gradient shard, a "

@@ -121,7 +121,7 @@ void EngineState::optimizer_step(StepStats& stats) {
     ShardHome& home = unit.home(kind);
     const SubGroup& sub = unit.groups[items[i].group];
     if (home.memory != nullptr) return home.at(sub.begin);
-    if (home.staged_on_device()) return device_staging_at(kind);
+    if (home.staged_on_device()) return device_staging_at(kind, i % 2);
     return pipeline_buffers[i % buffers].data() + pipeline_offsets[static_cast<std::size_t>(kind)];
   };
   const auto issue_reads = [&](std::size_t i) {
@@ -149,7 +149,13 @@ void EngineState::optimizer_step(StepStats& stats) {
     reads[i].clear();
 
     UnitState& unit = units[items[i].unit];
-    stage_in(unit, items[i].group, read_kinds);
+    // Device-homed state: this sub-group's d2h was issued a sub-group ago; the next one's starts
+    // now, into the other slot, and overlaps Adam on this one.
+    if (i == 0) stage_in(unit, items[i].group, 0, read_kinds);
+    wait_staged_in(i % 2);
+    if (i + 1 < items.size()) {
+      stage_in(units[items[i + 1].unit], items[i + 1].group, (i + 1) % 2, read_kinds);
+    }
     const SubGroup& sub = unit.groups[items[i].group];
     cpu_adam::ParamSpans spans;
     spans.master = {reinterpret_cast<float*>(location(i, Kind::kMaster)), sub.numel};
@@ -175,7 +181,7 @@ void EngineState::optimizer_step(StepStats& stats) {
       std::memcpy(param_out, spans.master.data(), sub.numel * sizeof(float));
     }
     adam_s += seconds_since(adam_start);
-    stage_out(unit, items[i].group, write_kinds);
+    stage_out(unit, items[i].group, i % 2, write_kinds);
 
     if (buffers == 0) continue;
     for (Kind kind : write_kinds) {
@@ -189,7 +195,7 @@ void EngineState::optimizer_step(StepStats& stats) {
   for (auto& buffer_writes : writes) {
     for (io::Ticket& ticket : buffer_writes) wait_timed(ticket);
   }
-  if (lanes) lanes->h2d_done.wait();  // the last stage_out
+  finish_staging();
 
   ++step_count;
   if (store) store->commit(step_count);
