@@ -36,7 +36,7 @@ budget = "16GiB"
 budget = "16GiB"
 [tiers.nvme]
 paths = ["$bench_dir/nvme"]
-budget = "64GiB"
+budget = "8GiB"
 [zero]
 stage = 3
 params = "device"
