@@ -204,7 +204,8 @@ std::vector<float> gather_unit(EngineState& state, UnitState& unit) {
   std::vector<float> shard = state.read_shard_fp32(unit, Kind::kMaster);
   std::vector<float> full(unit.layout.padded_numel);
   if (state.ranks > 1) {
-    state.comm->all_gather(std::span<const float>(shard), std::span<float>(full));
+    state.all_gather_host(comm::ConstBuffer::of(std::span<const float>(shard)),
+                          comm::MutableBuffer::of(std::span<float>(full)));
   } else {
     full = std::move(shard);
   }
@@ -363,8 +364,8 @@ void save_checkpoint(EngineState& state, const std::filesystem::path& requested)
   });
   std::vector<std::uint64_t> all_checksums(checksums.size() * state.ranks);
   if (state.ranks > 1) {
-    comm.all_gather(std::span<const std::uint64_t>(checksums),
-                    std::span<std::uint64_t>(all_checksums));
+    state.all_gather_host(comm::ConstBuffer::of(std::span<const std::uint64_t>(checksums)),
+                          comm::MutableBuffer::of(std::span<std::uint64_t>(all_checksums)));
   } else {
     all_checksums = checksums;
   }

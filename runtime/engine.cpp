@@ -54,18 +54,6 @@ cpu_adam::Dtype to_cpu_dtype(DType dtype) {
   return cpu_adam::Dtype::kFp32;
 }
 
-comm::DataType to_comm_dtype(cpu_adam::Dtype dtype) {
-  switch (dtype) {
-    case cpu_adam::Dtype::kFp32:
-      return comm::DataType::kFp32;
-    case cpu_adam::Dtype::kBf16:
-      return comm::DataType::kBf16;
-    case cpu_adam::Dtype::kFp16:
-      return comm::DataType::kFp16;
-  }
-  return comm::DataType::kFp32;
-}
-
 Tier home_tier(const Config& config, Kind kind) {
   switch (kind) {
     case Kind::kParam16:
@@ -91,11 +79,19 @@ constexpr std::array<Kind, kKindCount> kAllKinds = {Kind::kParam16, Kind::kGrad,
 EngineState::EngineState(const Config& config_in, tiers::Device& device_in,
                          comm::Communicator& comm_in, const EngineOptions& options_in)
     : config(config_in), options(options_in), device(&device_in), comm(&comm_in) {
-  if (device->kind() != tiers::DeviceKind::kHost) {
-    throw std::invalid_argument(
-        "the Engine runs on the host device for now; its CUDA path (kernels on device views, "
-        "NCCL gathers) is the multi-rank issue's work: set [tiers.device] kind = \"host\"");
+  // The data path (runtime/engine_device.cpp): the CPU addresses device memory only when it is
+  // host memory and the staged path was not asked for.
+  device_addressable = device->kind() == tiers::DeviceKind::kHost &&
+                       options.device_access == EngineOptions::DeviceAccess::kAuto;
+  const bool comm_takes_device = comm->buffer_memory() == comm::BufferMemory::kDevice;
+  if (comm_takes_device && device->kind() != tiers::DeviceKind::kCuda) {
+    throw std::invalid_argument(fmt::format(
+        "the {} communicator takes CUDA device memory, but the Engine's device is '{}': use "
+        "LocalComm/MpiComm with the host device, or a CUDA device",
+        comm->backend_name(), device->name()));
   }
+  comm_on_device = comm_takes_device || device_addressable;
+  if (!device_addressable) lanes = std::make_unique<DeviceLanes>(*device);
   if (options.grad_accumulation == 0) throw std::invalid_argument("grad_accumulation must be >= 1");
   rank = static_cast<std::uint32_t>(comm->rank());
   ranks = static_cast<std::uint32_t>(comm->size());
@@ -223,6 +219,35 @@ void EngineState::finalize() {
       zero.grads == Tier::kNvme
           ? 2 * round_up(largest_shard * cpu_adam::dtype_bytes(grad_dtype), kDirectIoAlignment)
           : 0;
+  // The staged data path (runtime/engine_device.cpp): pinned memory between the device and the
+  // CPU: a sub-group of each device-homed kind, a gradient shard in fp32, a padded unit in fp32
+  // when collectives run on the host, and the NVMe parameter reads of the units being loaded.
+  std::uint64_t device_staging_bytes = 0;
+  std::uint64_t staged_path_bytes = 0;
+  if (!device_addressable) {
+    for (Kind kind : kAllKinds) {
+      if (!kind_needed(config.optimizer.type, kind) || home_tier(config, kind) != Tier::kDevice) {
+        continue;
+      }
+      const std::uint64_t element_bytes = kind == Kind::kParam16
+                                              ? cpu_adam::dtype_bytes(param_dtype)
+                                          : kind == Kind::kGrad ? cpu_adam::dtype_bytes(grad_dtype)
+                                                                : 4;
+      device_staging_offsets[static_cast<std::size_t>(kind)] = device_staging_bytes;
+      device_staging_bytes += round_up(largest_group * element_bytes, kDirectIoAlignment);
+    }
+    device_staging_bytes *= 2;  // two slots: the optimizer stages one while it updates the other
+    staged_path_bytes = device_staging_bytes + round_up(largest_shard * 4, kDirectIoAlignment);
+    if (ranks > 1 && !comm_on_device) {
+      staged_path_bytes += round_up(largest_padded * 4, kDirectIoAlignment);
+    }
+    if (zero.params == Tier::kNvme) {
+      // At most the prefetched units and the one being acquired are loading at once.
+      staged_path_bytes +=
+          (zero.prefetch_depth + 2) *
+          round_up(largest_shard * cpu_adam::dtype_bytes(param_dtype), kDirectIoAlignment);
+    }
+  }
 
   // The budgets, checked before anything is allocated.
   const std::uint64_t unit_bytes_max =
@@ -238,13 +263,16 @@ void EngineState::finalize() {
         format_binary_bytes(device_need),
         format_binary_bytes(device_need - device->budget_bytes())));
   }
-  const std::uint64_t host_need = host_state + pipeline_bytes + grad_staging_bytes;
+  const std::uint64_t host_need =
+      host_state + pipeline_bytes + grad_staging_bytes + staged_path_bytes;
   if (host_need > config.tiers.host.budget_bytes) {
     throw std::runtime_error(fmt::format(
-        "[tiers.host] budget {} is too small: host-homed state {} + NVMe staging {} = {} (short by "
-        "{}); raise the budget, lower [zero] sub_group_size or buffer_count, or home state on nvme",
+        "[tiers.host] budget {} is too small: host-homed state {} + NVMe staging {} + device "
+        "staging {} = {} (short by {}); raise the budget, lower [zero] sub_group_size or "
+        "buffer_count, or home state on nvme",
         format_binary_bytes(config.tiers.host.budget_bytes), format_binary_bytes(host_state),
-        format_binary_bytes(pipeline_bytes + grad_staging_bytes), format_binary_bytes(host_need),
+        format_binary_bytes(pipeline_bytes + grad_staging_bytes),
+        format_binary_bytes(staged_path_bytes), format_binary_bytes(host_need),
         format_binary_bytes(host_need - config.tiers.host.budget_bytes)));
   }
 
@@ -275,7 +303,7 @@ void EngineState::finalize() {
       const std::uint64_t bytes = home.numel * home.element_bytes();
       if (home.tier == Tier::kDevice) {
         home.device = device->allocate(bytes);
-        home.memory = home.device.data();
+        if (device_addressable) home.memory = home.device.data();
       } else if (home.tier == Tier::kHost) {
         home.host = host_pool->allocate(bytes);
         home.memory = home.host.data();
@@ -287,6 +315,19 @@ void EngineState::finalize() {
   }
   if (grad_staging_bytes > 0) {
     for (auto& buffer : grad_buffers) buffer = host_pool->allocate(grad_staging_bytes / 2);
+  }
+  if (!device_addressable) {
+    device_staging_slot_bytes = device_staging_bytes / 2;
+    if (device_staging_bytes > 0) device_staging = host_pool->allocate(device_staging_bytes);
+    shard_staging = host_pool->allocate(round_up(largest_shard * 4, kDirectIoAlignment));
+    if (ranks > 1 && !comm_on_device) {
+      full_staging = host_pool->allocate(round_up(largest_padded * 4, kDirectIoAlignment));
+    }
+    if (zero.params == Tier::kNvme) {
+      param_read_slab = host_pool->allocate_slab(
+          zero.prefetch_depth + 2,
+          round_up(largest_shard * cpu_adam::dtype_bytes(param_dtype), kDirectIoAlignment));
+    }
   }
 
   bool resumed = false;
@@ -321,12 +362,18 @@ void EngineState::finalize() {
   if (resumed) {
     step_count = *store->committed_step();
     // Parameters homed in memory are derived from the committed master weights.
+    std::vector<std::byte> bytes;
     for (UnitState& unit : units) {
       ShardHome& param = unit.home(Kind::kParam16);
       if (param.tier == Tier::kNvme) continue;
       const std::vector<float> master = read_shard_fp32(unit, Kind::kMaster);
-      cpu_adam::convert(cpu_adam::ConstTypedSpan(std::span<const float>(master)),
-                        cpu_adam::TypedSpan(param.memory, param.numel, param.dtype), *arena);
+      for (std::size_t g = 0; g < unit.groups.size(); ++g) {
+        const SubGroup& sub = unit.groups[g];
+        bytes.resize(sub.numel * param.element_bytes());
+        cpu_adam::convert(std::span<const float>(master).subspan(sub.begin, sub.numel),
+                          cpu_adam::TypedSpan(bytes.data(), sub.numel, param.dtype), *arena);
+        write_group_sync(unit, Kind::kParam16, g, bytes);
+      }
     }
   } else {
     initialise_fresh();
@@ -408,6 +455,12 @@ void EngineState::write_group_sync(UnitState& unit, Kind kind, std::size_t group
     std::memcpy(home.at(sub.begin), data.data(), data.size());
     return;
   }
+  if (home.staged_on_device()) {  // through its pinned staging (free outside the optimizer step)
+    std::byte* staging = device_staging_at(kind);
+    std::memcpy(staging, data.data(), data.size());
+    copy_to_device(home.device_span(sub.begin, sub.numel), staging);
+    return;
+  }
   // Outside the optimizer step the first pipeline buffer is free: no allocation beyond the budget
   // the plan checked (it holds a sub-group of every kind homed on NVMe, so one kind fits).
   std::byte* staging = pipeline_buffers.front().data();
@@ -422,6 +475,12 @@ void EngineState::read_group(UnitState& unit, Kind kind, std::size_t group,
   STRATA_ASSERT(out.size() == sub.numel * home.element_bytes(), "group size mismatch");
   if (home.memory != nullptr) {
     std::memcpy(out.data(), home.at(sub.begin), out.size());
+    return;
+  }
+  if (home.staged_on_device()) {
+    std::byte* staging = device_staging_at(kind);
+    copy_to_host(staging, home.device_span(sub.begin, sub.numel));
+    std::memcpy(out.data(), staging, out.size());
     return;
   }
   std::byte* staging = pipeline_buffers.front().data();
@@ -455,11 +514,23 @@ void EngineState::start_load(tiers::UnitId id) {
   }
   ShardHome& param = unit.home(Kind::kParam16);
   if (param.tier != Tier::kNvme) return;
-  // Read this rank's shard straight into its place in the gathered buffer (the host device's
-  // memory is host memory, 4 KiB aligned; the shard offset is a multiple of 4 KiB).
-  std::byte* gathered =
-      param_dtype == cpu_adam::Dtype::kFp32 ? unit.full32.data() : unit.full16.data();
-  std::byte* shard = gathered + unit.layout.shard_begin(rank) * param.element_bytes();
+  // Read this rank's shard straight into its place in the gathered buffer when the CPU addresses
+  // device memory (the host device's memory is 4 KiB aligned; the shard offset is a multiple of
+  // 4 KiB), else into pinned staging that finish_gather copies to the device.
+  std::byte* shard = nullptr;
+  if (device_addressable) {
+    std::byte* gathered =
+        param_dtype == cpu_adam::Dtype::kFp32 ? unit.full32.data() : unit.full16.data();
+    shard = gathered + unit.layout.shard_begin(rank) * param.element_bytes();
+  } else {
+    if (std::optional<tiers::PinnedLease> lease = param_read_slab->try_acquire()) {
+      unit.param_lease = std::move(*lease);
+    } else {
+      unit.param_buffer = host_pool->allocate(
+          round_up(unit.layout.shard_numel * param.element_bytes(), kDirectIoAlignment));
+    }
+    shard = unit.param_staging();
+  }
   for (std::size_t g = 0; g < unit.groups.size(); ++g) {
     const SubGroup& sub = unit.groups[g];
     unit.reads.push_back(store->read(
@@ -480,25 +551,7 @@ void EngineState::wait_load(tiers::UnitId id) {
   for (tiers::StoreRead& read : unit.reads) wait_timed(read);
   unit.reads.clear();
   Tracer::Scope scope(options.tracer, TraceTrack::kCopies, "gather " + unit.spec.name);
-  ShardHome& param = unit.home(Kind::kParam16);
-  const std::uint64_t shard_bytes = unit.layout.shard_numel * param.element_bytes();
-  std::byte* gathered =
-      param_dtype == cpu_adam::Dtype::kFp32 ? unit.full32.data() : unit.full16.data();
-  std::byte* own = gathered + unit.layout.shard_begin(rank) * param.element_bytes();
-  if (param.tier != Tier::kNvme) std::memcpy(own, param.memory, shard_bytes);
-  if (ranks > 1) {
-    std::memcpy(gather_send_scratch.data(), own, shard_bytes);
-    comm->all_gather(
-        comm::ConstBuffer{gather_send_scratch.data(), unit.layout.shard_numel,
-                          to_comm_dtype(param_dtype)},
-        comm::MutableBuffer{gathered, unit.layout.padded_numel, to_comm_dtype(param_dtype)});
-  }
-  if (param_dtype != cpu_adam::Dtype::kFp32) {
-    cpu_adam::convert(
-        cpu_adam::ConstTypedSpan(unit.full16.data(), unit.layout.padded_numel, param_dtype),
-        cpu_adam::TypedSpan(unit.full32.data(), unit.layout.padded_numel, cpu_adam::Dtype::kFp32),
-        *arena);
-  }
+  finish_gather(unit);
 }
 
 void EngineState::write_back(tiers::UnitId) {
@@ -514,6 +567,7 @@ void EngineState::evict(tiers::UnitId id) {
     }
   }
   unit.reads.clear();
+  unit.release_param_staging();
   unit.full16.reset();
   unit.full32.reset();
 }
@@ -620,62 +674,7 @@ void Engine::reduce_grads(UnitId id, std::span<const float> full_grads) {
                     unit.spec.name, unit.grad_calls + 1, s.options.grad_accumulation));
   }
   Tracer::Scope scope(s.options.tracer, TraceTrack::kCopies, "reduce_grads " + unit.spec.name);
-  auto* full = reinterpret_cast<float*>(s.grad_full_scratch.data());
-  auto* shard = reinterpret_cast<float*>(s.grad_shard_scratch.data());
-  std::memcpy(full, full_grads.data(), full_grads.size_bytes());
-  std::fill(full + layout.numel, full + layout.padded_numel, 0.0f);
-  if (s.ranks > 1) {
-    s.comm->reduce_scatter(std::span<const float>(full, layout.padded_numel),
-                           std::span<float>(shard, layout.shard_numel), comm::ReduceOp::kAvg);
-  } else {
-    shard = full;
-  }
-  detail::ShardHome& home = unit.home(Kind::kGrad);
-  const bool accumulate = unit.grad_calls > 0;
-  const bool last = unit.grad_calls + 1 == s.options.grad_accumulation;
-  ++unit.grad_calls;
-
-  if (home.memory != nullptr) {
-    if (accumulate) {  // fp32 storage when accumulating
-      auto* stored = reinterpret_cast<float*>(home.memory);
-      for (std::uint64_t i = 0; i < layout.shard_numel; ++i) stored[i] += shard[i];
-    } else {
-      cpu_adam::convert(std::span<const float>(shard, layout.shard_numel),
-                        cpu_adam::TypedSpan(home.memory, home.numel, home.dtype), *s.arena);
-    }
-    if (last) s.norm.add(cpu_adam::ConstTypedSpan(home.memory, home.numel, home.dtype), *s.arena);
-    return;
-  }
-  // NVMe: through a pinned staging buffer (two, alternating, so one can be written while the next
-  // unit's gradient is prepared).
-  const std::size_t index = s.next_grad_buffer;
-  s.next_grad_buffer = 1 - s.next_grad_buffer;
-  for (io::Ticket& ticket : s.grad_buffer_writes[index]) s.wait_timed(ticket);
-  s.grad_buffer_writes[index].clear();
-  std::byte* staging = s.grad_buffers[index].data();
-  const std::uint64_t bytes = home.numel * home.element_bytes();
-  if (accumulate) {
-    for (std::size_t g = 0; g < unit.groups.size(); ++g) {
-      const SubGroup& sub = unit.groups[g];
-      tiers::StoreRead read =
-          s.store->read(home.extents[g], std::span(staging + sub.begin * 4, sub.numel * 4));
-      s.wait_timed(read);
-    }
-    auto* stored = reinterpret_cast<float*>(staging);
-    for (std::uint64_t i = 0; i < layout.shard_numel; ++i) stored[i] += shard[i];
-  } else {
-    cpu_adam::convert(std::span<const float>(shard, layout.shard_numel),
-                      cpu_adam::TypedSpan(staging, home.numel, home.dtype), *s.arena);
-  }
-  if (last) s.norm.add(cpu_adam::ConstTypedSpan(staging, home.numel, home.dtype), *s.arena);
-  for (std::size_t g = 0; g < unit.groups.size(); ++g) {
-    const SubGroup& sub = unit.groups[g];
-    const std::uint64_t element_bytes = home.element_bytes();
-    s.grad_buffer_writes[index].push_back(s.store->write(
-        home.extents[g], std::span<const std::byte>(staging + sub.begin * element_bytes,
-                                                    sub.numel * element_bytes)));
-  }
-  static_cast<void>(bytes);
+  s.reduce_grads(unit, full_grads);
 }
 
 StepStats Engine::step() {
@@ -719,7 +718,6 @@ void Engine::set_master(UnitId id, std::span<const float> full_values) {
   }
 }
 
-
 void Engine::set_optimizer_compute(EngineOptions::OptimizerCompute compute) {
   state_->options.optimizer_compute = compute;
 }
@@ -749,7 +747,8 @@ std::vector<float> Engine::gather_master(UnitId id) {
   std::vector<float> shard = s.read_shard_fp32(unit, Kind::kMaster);
   std::vector<float> full(unit.layout.padded_numel);
   if (s.ranks > 1) {
-    s.comm->all_gather(std::span<const float>(shard), std::span<float>(full));
+    s.all_gather_host(comm::ConstBuffer::of(std::span<const float>(shard)),
+                      comm::MutableBuffer::of(std::span<float>(full)));
   } else {
     full = shard;
   }

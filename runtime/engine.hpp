@@ -63,6 +63,13 @@ struct EngineOptions {
   // When set, the Engine records its work (gathers, gradient moves, NVMe waits, optimizer
   // sub-groups) on this timeline; it must outlive the Engine.
   Tracer* tracer = nullptr;
+  // How the Engine reaches device memory. kAuto: directly (memcpy, CPU loops, collectives in
+  // place) when the device's memory is host memory (the host device), else through the device's
+  // streams and events, with collectives staged through pinned host buffers unless the
+  // Communicator takes device memory (NcclComm). kStaged (tests only): the staged path on any
+  // device, so the host device runs exactly the code CUDA runs; results are bitwise the same.
+  enum class DeviceAccess : std::uint8_t { kAuto, kStaged };
+  DeviceAccess device_access = DeviceAccess::kAuto;
   // Tests only: injects I/O faults into the NVMe store's I/O engine (io/fault_injector.hpp).
   io::FaultInjector* faults = nullptr;
 };
@@ -87,7 +94,8 @@ struct StepStats {
 };
 
 // The full tensors of one unit, gathered for compute. Views are fp32 in device memory (host memory
-// on the host device). Destroying the handle releases the unit (it may stay cached).
+// on the host device; CUDA device pointers on a CudaDevice), complete when gather() returns.
+// Destroying the handle releases the unit (it may stay cached).
 class GatheredUnit {
  public:
   GatheredUnit(GatheredUnit&& other) noexcept;
@@ -124,7 +132,8 @@ class Engine {
   void finalize();
 
   GatheredUnit gather(UnitId unit);
-  // `full_grads`: the unit's gradient, numel fp32 values in tensor order, in device memory.
+  // `full_grads`: the unit's gradient, numel fp32 values in tensor order, in device memory
+  // (a CUDA device pointer on a CudaDevice), complete when called; it may be reused on return.
   // Reduce-scatters it (average over ranks) into this rank's gradient shard on its home tier,
   // summed in fp32 over the micro-batches of the step.
   void reduce_grads(UnitId unit, std::span<const float> full_grads);

@@ -102,6 +102,20 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
     plan.buffers.push_back(
         {"2 gradient shard write buffers", Tier::kHost, 2 * unit_shard * grad_bytes});
   }
+  if (config.tiers.device.kind == DeviceKind::kCuda) {
+    // The Engine's CUDA data path (docs/design.md): pinned staging between GPU memory and the CPU
+    // (a unit for collectives on the host counted even where NcclComm makes it unneeded).
+    std::uint64_t per_element = zero.optimizer == Tier::kDevice ? optimizer_bytes : 0;
+    if (zero.grads == Tier::kDevice) per_element += grad_bytes;
+    if (zero.params == Tier::kDevice) per_element += param_bytes;
+    const std::uint64_t group = std::min<std::uint64_t>(zero.sub_group_size, optimizer_shard);
+    std::uint64_t bytes = 2 * group * per_element + unit_shard * 4 + (n > 1 ? unit * 4 : 0);
+    if (zero.params == Tier::kNvme) bytes += (zero.prefetch_depth + 2) * unit_shard * param_bytes;
+    plan.buffers.push_back(
+        {"pinned staging of the CUDA data path (device-homed sub-groups, a gradient shard, a "
+         "unit for collectives on the host, NVMe parameter reads)",
+         Tier::kHost, bytes});
+  }
   for (const BufferRow& buffer : plan.buffers)
     tier_row(plan, buffer.tier).buffer_bytes += buffer.bytes;
 

@@ -69,7 +69,7 @@ void EngineState::optimizer_step(StepStats& stats) {
   double sum_of_squares = norm.sum_of_squares();
   if (ranks > 1) {
     std::vector<double> all(ranks);
-    comm->all_gather(
+    all_gather_host(
         comm::ConstBuffer{&sum_of_squares, sizeof(double), comm::DataType::kUint8},
         comm::MutableBuffer{all.data(), sizeof(double) * ranks, comm::DataType::kUint8});
     sum_of_squares = 0;
@@ -134,12 +134,14 @@ void EngineState::optimizer_step(StepStats& stats) {
   const std::array<Kind, 4> write_kinds = {Kind::kMaster, Kind::kExpAvg, Kind::kExpAvgSq,
                                            Kind::kParam16};
 
-  // Where `kind` of item i lives during its update: in memory, or in its pipeline buffer.
+  // Where `kind` of item i lives during its update: in memory, in the device staging (device
+  // memory the CPU does not address: stage_in / stage_out), or in its pipeline buffer.
   const auto location = [&](std::size_t i, Kind kind) -> std::byte* {
     UnitState& unit = units[items[i].unit];
     ShardHome& home = unit.home(kind);
     const SubGroup& sub = unit.groups[items[i].group];
     if (home.memory != nullptr) return home.at(sub.begin);
+    if (home.staged_on_device()) return device_staging_at(kind, i % 2);
     return pipeline_buffers[i % buffers].data() + pipeline_offsets[static_cast<std::size_t>(kind)];
   };
   const auto issue_reads = [&](std::size_t i) {
@@ -167,6 +169,13 @@ void EngineState::optimizer_step(StepStats& stats) {
     reads[i].clear();
 
     UnitState& unit = units[items[i].unit];
+    // Device-homed state: this sub-group's d2h was issued a sub-group ago; the next one's starts
+    // now, into the other slot, and overlaps Adam on this one.
+    if (i == 0) stage_in(unit, items[i].group, 0, read_kinds);
+    wait_staged_in(i % 2);
+    if (i + 1 < items.size()) {
+      stage_in(units[items[i + 1].unit], items[i + 1].group, (i + 1) % 2, read_kinds);
+    }
     const SubGroup& sub = unit.groups[items[i].group];
     cpu_adam::ParamSpans spans;
     spans.master = {reinterpret_cast<float*>(location(i, Kind::kMaster)), sub.numel};
@@ -204,6 +213,7 @@ void EngineState::optimizer_step(StepStats& stats) {
       std::memcpy(param_out, spans.master.data(), sub.numel * sizeof(float));
     }
     adam_s += seconds_since(adam_start);
+    stage_out(unit, items[i].group, i % 2, write_kinds);
 
     if (buffers == 0) continue;
     for (Kind kind : write_kinds) {
@@ -217,6 +227,7 @@ void EngineState::optimizer_step(StepStats& stats) {
   for (auto& buffer_writes : writes) {
     for (io::Ticket& ticket : buffer_writes) wait_timed(ticket);
   }
+  finish_staging();
 
   ++step_count;
   if (store) store->commit(step_count);

@@ -50,7 +50,7 @@ for target in "${fuzz_targets[@]}"; do
 done
 
 STRATA_FORCE_NVME=1 ctest --preset ci -j "$jobs" --output-on-failure \
-  -R '^(Engine\.|AllTiers/EnginePlacement|Finetune\.|engine_mpi)' |
+  -R '^(Engine\.|AllTiers/EnginePlacement|Paths/EngineAccess|Finetune\.|engine_mpi)' |
   tail -n 3
 
 ctest --preset ci -j "$jobs"

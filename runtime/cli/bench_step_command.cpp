@@ -2,12 +2,16 @@
 // the config says (typically on NVMe). In one run it times the I/O pipeline alone (t_io: the same
 // reads and writes with no arithmetic), Adam alone over sub-groups held in memory (t_adam), and the
 // real step (t_step), and prints the overlap efficiency max(t_io, t_adam) / t_step, the effective
-// NVMe bandwidth and the peak RSS.
+// NVMe bandwidth and the peak RSS. `--device cuda` (or auto on a GPU machine) runs the Engine on a
+// CudaDevice: state homed on "device" lives in GPU memory, gradients are handed over in GPU memory,
+// and the optimizer works on host/NVMe state through pinned staging (docs/design.md). Under mpirun
+// the ranks shard the state over MpiComm, or over NcclComm (bootstrapped over MPI) on CUDA.
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -20,7 +24,10 @@
 #include "cpu_adam/optimizer.hpp"
 #include "runtime/byte_size.hpp"
 #include "runtime/cli/commands.hpp"
-#include "runtime/comm/local_comm.hpp"
+#include "runtime/comm/communicator.hpp"
+#if defined(STRATA_HAVE_NCCL)
+#include "runtime/comm/nccl_comm.hpp"
+#endif
 #include "runtime/config.hpp"
 #include "runtime/engine.hpp"
 #include "tiers/device/device.hpp"
@@ -33,6 +40,7 @@ struct StepBenchOptions {
   std::string params = "1e8";
   std::string unit_params = "16e6";
   std::uint32_t steps = 2;
+  std::string device = "host";
   bool json = false;
 };
 
@@ -70,30 +78,33 @@ double median(std::vector<double> values) {
 
 // One Engine over `params` parameters in units of `unit_params`; steps alternate between the I/O
 // pipeline alone and the real step, so both see the same files and the same machine noise.
-Timings run_steps(const runtime::Config& config, std::uint64_t params, std::uint64_t unit_params,
-                  std::uint32_t steps) {
-  tiers::DeviceOptions device_options;
-  device_options.kind = tiers::DeviceKind::kHost;
-  device_options.budget_bytes = config.tiers.device.budget_bytes;
-  auto device = tiers::make_device(device_options);
-  runtime::comm::LocalComm comm;
-  runtime::Engine engine(config, *device, comm);
+Timings run_steps(const runtime::Config& config, tiers::Device& device,
+                  runtime::comm::Communicator& comm, std::uint64_t params,
+                  std::uint64_t unit_params, std::uint32_t steps) {
+  runtime::Engine engine(config, device, comm);
   std::vector<runtime::UnitId> units;
   for (std::uint64_t begin = 0, index = 0; begin < params; begin += unit_params, ++index) {
     const std::uint64_t count = std::min(unit_params, params - begin);
     units.push_back(engine.add_unit(
         {fmt::format("unit{}", index), {{"w", {count}, runtime::TensorInit::zeros()}}}));
   }
+  // Gradients as a model would hand them over: in the device's memory (taken from the budget
+  // before finalize, which gives the gathered units what is left).
+  tiers::DeviceBuffer grads = device.allocate(std::min(unit_params, params) * sizeof(float));
+  {
+    tiers::Stream stream = device.create_stream();
+    stream.fill(grads.span(), 1e-3f);
+    stream.synchronize();
+  }
   engine.finalize();
-  std::vector<float> grads;
   Timings timings;
   using Compute = runtime::EngineOptions::OptimizerCompute;
   for (std::uint32_t step = 0; step < 2 * steps; ++step) {
     const bool real = step % 2 == 1;
     engine.set_optimizer_compute(real ? Compute::kRun : Compute::kSkip);
     for (runtime::UnitId unit : units) {
-      grads.assign(engine.unit_numel(unit), 1e-3f);
-      engine.reduce_grads(unit, grads);
+      engine.reduce_grads(
+          unit, std::span<const float>(grads.span().as<float>(), engine.unit_numel(unit)));
     }
     const runtime::StepStats stats = engine.step();
     (real ? timings.step_s : timings.io_s).push_back(stats.step_s);
@@ -144,12 +155,41 @@ int run(const StepBenchOptions& options) {
     std::cerr << "strata bench step: bad config: " << error.what() << "\n";
     return kExitBadInput;
   }
-  config.tiers.device.kind = runtime::DeviceKind::kHost;
+  // LocalComm, or MpiComm under mpirun (one GPU per rank on a node, by local rank).
+  std::unique_ptr<runtime::comm::Communicator> host_comm = runtime::comm::make_communicator();
+  tiers::DeviceOptions device_options;
+  if (const char* local_rank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); local_rank != nullptr) {
+    device_options.index = std::atoi(local_rank);
+  }
+  device_options.kind = options.device == "cuda"   ? tiers::DeviceKind::kCuda
+                        : options.device == "auto" ? tiers::DeviceKind::kAuto
+                                                   : tiers::DeviceKind::kHost;
+  device_options.budget_bytes = config.tiers.device.budget_bytes;
+  std::unique_ptr<tiers::Device> device;
+  try {
+    device = tiers::make_device(device_options);
+  } catch (const std::exception& error) {
+    std::cerr << "strata bench step: --device " << options.device << ": " << error.what() << "\n";
+    return kExitBadInput;
+  }
+  config.tiers.device.kind = device->kind() == tiers::DeviceKind::kCuda
+                                 ? runtime::DeviceKind::kCuda
+                                 : runtime::DeviceKind::kHost;
   const std::uint64_t params = parse_count(options.params, "--params");
   const std::uint64_t unit_params = parse_count(options.unit_params, "--unit-params");
   for (const std::string& path : config.tiers.nvme.paths) std::filesystem::create_directories(path);
 
-  const Timings timings = run_steps(config, params, unit_params, options.steps);
+  // Device collectives on CUDA across ranks: NcclComm, bootstrapped over MPI.
+  std::unique_ptr<runtime::comm::Communicator> device_comm;
+#if defined(STRATA_HAVE_NCCL)
+  if (device->kind() == tiers::DeviceKind::kCuda && host_comm->size() > 1) {
+    runtime::comm::NcclCommOptions nccl_options;
+    nccl_options.device = device_options.index;
+    device_comm = std::make_unique<runtime::comm::NcclComm>(*host_comm, nccl_options);
+  }
+#endif
+  runtime::comm::Communicator& comm = device_comm ? *device_comm : *host_comm;
+  const Timings timings = run_steps(config, *device, comm, params, unit_params, options.steps);
   const double adam_per_step = time_adam(config, params, options.steps) / options.steps;
   const double t_io = median(timings.io_s);
   const double t_step = median(timings.step_s);
@@ -160,6 +200,7 @@ int run(const StepBenchOptions& options) {
 
   if (options.json) {
     nlohmann::json out = {{"params", params},
+                          {"device", device->name()},
                           {"steps", options.steps},
                           {"t_io_s", t_io},
                           {"t_adam_s", adam_per_step},
@@ -173,15 +214,15 @@ int run(const StepBenchOptions& options) {
     return 0;
   }
   std::cout << fmt::format(
-      "strata bench step: {} parameters, {} step(s) of each kind, params {} / grads {} / optimizer "
-      "{}\n"
+      "strata bench step: {} parameters on device {}, {} step(s) of each kind, params {} / grads "
+      "{} / optimizer {}\n"
       "  t_io   {:8.3f} s  (median step with the arithmetic off: the I/O pipeline alone)\n"
       "  t_adam {:8.3f} s  (Adam over the same elements in memory)\n"
       "  t_step {:8.3f} s  (median real step)\n"
       "  overlap efficiency max(t_io, t_adam) / t_step = {:.2f}\n"
       "  NVMe: {} moved within a step, {:.2f} GB/s effective\n"
       "  peak RSS {} (host budget {})\n",
-      params, options.steps, runtime::to_string(config.zero.params),
+      params, device->name(), options.steps, runtime::to_string(config.zero.params),
       runtime::to_string(config.zero.grads), runtime::to_string(config.zero.optimizer), t_io,
       adam_per_step, t_step, overlap, runtime::format_decimal_bytes(bytes_per_step), nvme_gb_per_s,
       runtime::format_binary_bytes(rss),
@@ -202,6 +243,8 @@ void add_bench_step_command(CLI::App& bench) {
       ->add_option("--steps", options->steps,
                    "steps of each kind, alternating I/O-only and real (default 2)")
       ->check(CLI::Range(1u, 1000u));
+  command->add_option("--device", options->device, "host (default), cuda or auto")
+      ->check(CLI::IsMember({"host", "cuda", "auto"}));
   command->add_flag("--json", options->json, "print one JSON object");
   command->callback([options] {
     const int code = run(*options);

@@ -90,6 +90,11 @@ struct Chunk {
 };
 Chunk chunk_of(std::size_t total, int size, int rank);
 
+// Which memory a backend's collectives read and write: host memory (LocalComm, MpiComm) or the
+// device's memory (NcclComm). A caller holding data in the other kind stages it through a copy
+// (the Engine: d2h into pinned host buffers, the collective on the host, h2d back).
+enum class BufferMemory : std::uint8_t { kHost, kDevice };
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -99,6 +104,9 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string_view backend_name() const = 0;
+  // Where the buffers of all_gather / reduce_scatter / all_reduce / broadcast must live. The
+  // scalar helpers below take host values on every backend.
+  virtual BufferMemory buffer_memory() const { return BufferMemory::kHost; }
 
   // recv.count == size() * send.count; rank r's send lands at recv[r * send.count].
   void all_gather(ConstBuffer send, MutableBuffer recv);

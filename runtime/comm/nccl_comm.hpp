@@ -49,6 +49,7 @@ class NcclComm final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string_view backend_name() const override { return "nccl"; }
+  BufferMemory buffer_memory() const override { return BufferMemory::kDevice; }
   int device() const { return device_; }
   CUstream_st* stream() const { return stream_; }
   bool poisoned() const { return !first_error_.empty(); }

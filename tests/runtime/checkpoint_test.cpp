@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <iterator>
 
 #include <fmt/format.h>
 #include <gmock/gmock.h>
@@ -188,6 +189,62 @@ TEST(Checkpoint, CorruptTruncatedOrMissingFilesAreRefused) {
   expect_load_error(target, checkpoint, "is not valid JSON");
   std::filesystem::remove(manifest);
   expect_load_error(target, checkpoint, manifest.string());
+}
+
+// Checkpoints reach device-homed state through the staged data path (the CUDA path: streams and
+// pinned staging) exactly as through the direct one: saved on one path and loaded on the other,
+// training continues bitwise as the uninterrupted run; an export on the staged path is bitwise the
+// direct path's, and an import on it gives the same masters.
+TEST(Checkpoint, StagedDevicePathSavesLoadsAndExportsLikeTheDirectPath) {
+  ScratchDir dir;
+  EngineOptions staged;
+  staged.device_access = EngineOptions::DeviceAccess::kStaged;
+  TrainedModel straight(placed(dir, Tier::kDevice, Tier::kDevice, Tier::kHost));
+  straight.train(5);
+  for (const bool save_staged : {true, false}) {
+    const std::string what =
+        save_staged ? "saved staged, loaded direct" : "saved direct, loaded staged";
+    ScratchDir save_nvme, load_nvme;
+    const std::filesystem::path checkpoint = dir.path() / "ckpt";
+    {
+      TrainedModel first(placed(save_nvme, Tier::kDevice, Tier::kDevice, Tier::kDevice),
+                         save_staged ? staged : EngineOptions{});
+      first.train(3);
+      first.engine->save(checkpoint);
+    }
+    TrainedModel second(placed(load_nvme, Tier::kDevice, Tier::kDevice, Tier::kDevice),
+                        save_staged ? EngineOptions{} : staged);
+    second.engine->load(checkpoint);
+    EXPECT_EQ(second.engine->step_count(), 3u) << what;
+    second.train(2);
+    for (std::size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(second.losses[i], straight.losses[3 + i]) << what << " step " << 3 + i;
+    }
+    expect_same_state(second.state(), straight.state(), what);
+  }
+
+  const auto read_bytes = [](const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+  };
+  ScratchDir direct_nvme, staged_nvme, import_nvme;
+  TrainedModel direct(placed(direct_nvme, Tier::kDevice, Tier::kDevice, Tier::kDevice));
+  TrainedModel on_staged(placed(staged_nvme, Tier::kDevice, Tier::kDevice, Tier::kDevice), staged);
+  direct.train(2);
+  on_staged.train(2);
+  direct.engine->export_safetensors(dir.path() / "direct.safetensors");
+  on_staged.engine->export_safetensors(dir.path() / "staged.safetensors");
+  EXPECT_EQ(read_bytes(dir.path() / "direct.safetensors"),
+            read_bytes(dir.path() / "staged.safetensors"));
+  TrainedModel imported(placed(import_nvme, Tier::kDevice, Tier::kDevice, Tier::kDevice), staged);
+  imported.engine->import_safetensors(dir.path() / "direct.safetensors");
+  for (std::size_t u = 0; u < direct.model->units().size(); ++u) {
+    const std::vector<float> want = direct.engine->gather_master(direct.model->units()[u]);
+    const std::vector<float> got = imported.engine->gather_master(imported.model->units()[u]);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "unit " << u;
+  }
+  EXPECT_EQ(imported.model->train_step(*imported.engine), direct.model->train_step(*direct.engine));
 }
 
 TEST(Checkpoint, SafetensorsExportImportRoundTrips) {

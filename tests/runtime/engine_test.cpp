@@ -1,7 +1,9 @@
 // Proves the Engine's central invariant: offloading changes where bytes live, not the mathematics.
 // A small MLP trained for several steps gives bitwise identical parameters, optimizer state and
 // losses for every tier placement, prefetch depth, buffer count and thread count; it matches an
-// independent dense fp32 AdamW; and it runs within a host budget far below the model state.
+// independent dense fp32 AdamW; and it runs within a host budget far below the model state. Each
+// placement also runs on the staged data path (EngineOptions::DeviceAccess::kStaged: the code CUDA
+// runs, every device access through streams and events) and must match the direct path bitwise.
 #include "runtime/engine.hpp"
 
 #include <cmath>
@@ -100,36 +102,49 @@ TEST(Engine, TrainingLowersTheLoss) {
   EXPECT_LT(result.losses.back(), 0.7f * result.losses.front());
 }
 
-// Every placement of params, grads and optimizer state on device / host / NVMe.
-class EnginePlacement : public ::testing::TestWithParam<std::tuple<Tier, Tier, Tier>> {};
+using Access = EngineOptions::DeviceAccess;
+EngineOptions with_access(Access access, EngineOptions options = {}) {
+  options.device_access = access;
+  return options;
+}
+std::string access_name(Access access) {
+  return access == Access::kStaged ? "staged" : "direct";
+}
+
+// Every placement of params, grads and optimizer state on device / host / NVMe, on the direct and
+// the staged data path; the reference is all on the device, direct.
+class EnginePlacement : public ::testing::TestWithParam<std::tuple<Tier, Tier, Tier, Access>> {};
 
 TEST_P(EnginePlacement, IsBitwiseIdenticalToAllOnDevice) {
   ScratchDir reference_dir;
   const RunResult reference = train(base_config(reference_dir));
   ScratchDir dir;
   Config config = base_config(dir);
-  std::tie(config.zero.params, config.zero.grads, config.zero.optimizer) = GetParam();
-  const RunResult result = train(config);
+  std::tie(config.zero.params, config.zero.grads, config.zero.optimizer, std::ignore) = GetParam();
+  const Access access = std::get<3>(GetParam());
+  const RunResult result = train(config, kSteps, with_access(access));
   const bool on_nvme = config.zero.params == Tier::kNvme || config.zero.grads == Tier::kNvme ||
                        config.zero.optimizer == Tier::kNvme;
   if (!nvme_forced()) {
     EXPECT_EQ(result.nvme_bytes > 0, on_nvme) << "NVMe traffic " << result.nvme_bytes;
   }
-  expect_bitwise_equal(
-      reference, result,
-      fmt::format("params {}, grads {}, optimizer {}", to_string(config.zero.params),
-                  to_string(config.zero.grads), to_string(config.zero.optimizer)));
+  expect_bitwise_equal(reference, result,
+                       fmt::format("params {}, grads {}, optimizer {}, {} path",
+                                   to_string(config.zero.params), to_string(config.zero.grads),
+                                   to_string(config.zero.optimizer), access_name(access)));
 }
 
 INSTANTIATE_TEST_SUITE_P(
     AllTiers, EnginePlacement,
     ::testing::Combine(::testing::Values(Tier::kDevice, Tier::kHost, Tier::kNvme),
                        ::testing::Values(Tier::kDevice, Tier::kHost, Tier::kNvme),
-                       ::testing::Values(Tier::kDevice, Tier::kHost, Tier::kNvme)),
+                       ::testing::Values(Tier::kDevice, Tier::kHost, Tier::kNvme),
+                       ::testing::Values(Access::kAuto, Access::kStaged)),
     [](const auto& param_info) {
       return fmt::format(
-          "params_{}_grads_{}_optimizer_{}", to_string(std::get<0>(param_info.param)),
-          to_string(std::get<1>(param_info.param)), to_string(std::get<2>(param_info.param)));
+          "params_{}_grads_{}_optimizer_{}_{}", to_string(std::get<0>(param_info.param)),
+          to_string(std::get<1>(param_info.param)), to_string(std::get<2>(param_info.param)),
+          access_name(std::get<3>(param_info.param)));
     });
 
 // Prefetch depth, buffer count, sub-group size, persistence and thread count change nothing.
@@ -154,10 +169,13 @@ TEST(Engine, KnobsDoNotChangeTheResult) {
     config.optimizer.threads = knobs.threads;
     config.zero.sub_group_size = knobs.sub_group_size;
     config.zero.persistence_threshold = knobs.persistence_threshold;
-    expect_bitwise_equal(reference, train(config),
-                         fmt::format("prefetch {} buffers {} threads {} sub-group {} persist {}",
-                                     knobs.prefetch_depth, knobs.buffer_count, knobs.threads,
-                                     knobs.sub_group_size, knobs.persistence_threshold));
+    for (Access access : {Access::kAuto, Access::kStaged}) {
+      expect_bitwise_equal(
+          reference, train(config, kSteps, with_access(access)),
+          fmt::format("prefetch {} buffers {} threads {} sub-group {} persist {} {} path",
+                      knobs.prefetch_depth, knobs.buffer_count, knobs.threads, knobs.sub_group_size,
+                      knobs.persistence_threshold, access_name(access)));
+    }
   }
 }
 
@@ -292,7 +310,10 @@ TEST(Engine, NvmeBudgetCountsBothSlots) {
   EXPECT_NO_THROW(train(config, 1));
 }
 
-TEST(Engine, ResumesFromTheNvmeStoresCommittedStep) {
+class EngineAccess : public ::testing::TestWithParam<Access> {};
+
+TEST_P(EngineAccess, ResumesFromTheNvmeStoresCommittedStep) {
+  const Access access = GetParam();
   ScratchDir dir;
   Config config = base_config(dir);
   config.zero.params = Tier::kNvme;
@@ -302,11 +323,11 @@ TEST(Engine, ResumesFromTheNvmeStoresCommittedStep) {
   Config resume_config = base_config(resume_dir);
   resume_config.zero.params = Tier::kNvme;
   resume_config.zero.optimizer = Tier::kNvme;
-  const RunResult first_half = train(resume_config, 2);
+  const RunResult first_half = train(resume_config, 2, with_access(access));
   // A new process: resume at step 2 and train the last two steps.
   auto device = host_device(resume_config);
   comm::LocalComm comm;
-  Engine engine(resume_config, *device, comm, EngineOptions{.resume = true});
+  Engine engine(resume_config, *device, comm, with_access(access, EngineOptions{.resume = true}));
   TinyMlp model(kEngineTestWidths, 16, 7);
   model.add_units(engine);
   engine.finalize();
@@ -323,13 +344,14 @@ TEST(Engine, ResumesFromTheNvmeStoresCommittedStep) {
   static_cast<void>(first_half);
 }
 
-TEST(Engine, GradientAccumulationSumsMicroBatches) {
+// Two micro-batches, one step; checks the norm and returns the master shards.
+std::vector<std::vector<float>> accumulate_and_check(Tier grads_tier, Access access) {
   ScratchDir dir;
   Config config = base_config(dir);
-  config.zero.grads = Tier::kNvme;
+  config.zero.grads = grads_tier;
   auto device = host_device(config);
   comm::LocalComm comm;
-  Engine engine(config, *device, comm, EngineOptions{.grad_accumulation = 2});
+  Engine engine(config, *device, comm, with_access(access, EngineOptions{.grad_accumulation = 2}));
   TinyMlp model(kEngineTestWidths, 16, 7);
   model.add_units(engine);
   engine.finalize();
@@ -347,7 +369,29 @@ TEST(Engine, GradientAccumulationSumsMicroBatches) {
     }
   }
   EXPECT_NEAR(stats.grad_norm, std::sqrt(sum), 1e-5 * std::sqrt(sum));
+  std::vector<std::vector<float>> masters;
+  for (UnitId unit : model.units()) masters.push_back(engine.master_shard(unit));
+  return masters;
 }
+
+// Accumulation in fp32 on every gradient home: on the device (an accumulate kernel on the staged
+// path), in host memory and on NVMe.
+TEST_P(EngineAccess, GradientAccumulationSumsMicroBatches) {
+  const Access access = GetParam();
+  for (Tier grads : {Tier::kNvme, Tier::kDevice, Tier::kHost}) {
+    SCOPED_TRACE(fmt::format("grads on {}, {} path", to_string(grads), access_name(access)));
+    const auto masters = accumulate_and_check(grads, access);
+    const auto direct = accumulate_and_check(grads, Access::kAuto);
+    ASSERT_EQ(masters.size(), direct.size());
+    for (std::size_t u = 0; u < masters.size(); ++u) {
+      EXPECT_EQ(std::memcmp(masters[u].data(), direct[u].data(), masters[u].size() * 4), 0)
+          << "unit " << u << " differs from the direct path";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, EngineAccess, ::testing::Values(Access::kAuto, Access::kStaged),
+                         [](const auto& param_info) { return access_name(param_info.param); });
 
 }  // namespace
 }  // namespace strata::runtime

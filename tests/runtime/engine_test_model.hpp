@@ -1,16 +1,19 @@
 // A small model for the Engine's tests: an MLP (linear layers with tanh between them, one unit per
 // layer) regressing fixed random targets with a mean-squared-error loss, forward and backward in
-// plain fp32 loops over the Engine's gathered views.
+// plain fp32 loops over the Engine's gathered views. On a device whose memory the CPU does not
+// address (CUDA), set_device() makes it copy the views to the host and the gradients to the device.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <random>
 #include <span>
 #include <vector>
 
 #include "runtime/engine.hpp"
+#include "tiers/device/device.hpp"
 
 namespace strata::runtime::testing {
 
@@ -25,6 +28,12 @@ class TinyMlp {
     targets_.resize(static_cast<std::size_t>(batch_) * widths_.back());
     for (float& x : inputs_) x = normal(random);
     for (float& y : targets_) y = 0.5f * normal(random);
+  }
+
+  // Gathered views and gradients live in `device`'s memory, reached through its streams.
+  void set_device(tiers::Device& device) {
+    device_ = &device;
+    stream_.emplace(device.create_stream());
   }
 
   void add_units(Engine& engine) {
@@ -51,8 +60,9 @@ class TinyMlp {
     activations.push_back(inputs_);
     for (std::size_t l = 0; l < layers; ++l) {
       GatheredUnit unit = engine.gather(units_[l]);
-      activations.push_back(linear(unit.tensor("w"), unit.tensor("b"), activations[l], widths_[l],
-                                   widths_[l + 1], l + 1 < layers));
+      std::vector<float> w_storage, b_storage;
+      activations.push_back(linear(view(unit, "w", w_storage), view(unit, "b", b_storage),
+                                   activations[l], widths_[l], widths_[l + 1], l + 1 < layers));
     }
     const std::vector<float>& out = activations[layers];
     float loss = 0;
@@ -77,7 +87,8 @@ class TinyMlp {
       }
       std::vector<float> grads(static_cast<std::size_t>(in) * outw + outw, 0.0f);
       std::vector<float> grad_in(static_cast<std::size_t>(batch_) * in, 0.0f);
-      const std::span<const float> w = unit.tensor("w");
+      std::vector<float> w_storage;
+      const std::span<const float> w = view(unit, "w", w_storage);
       for (std::uint32_t n = 0; n < batch_; ++n) {
         for (std::uint32_t o = 0; o < outw; ++o) {
           const float g = grad_out[n * outw + o];
@@ -89,7 +100,7 @@ class TinyMlp {
         }
       }
       if (before_reduce) before_reduce(grads);
-      engine.reduce_grads(units_[l], grads);
+      reduce(engine, units_[l], grads);
       if (grad_sink) (*grad_sink)[l] = grads;
       grad_out = std::move(grad_in);
     }
@@ -99,6 +110,30 @@ class TinyMlp {
   const std::vector<UnitId>& units() const { return units_; }
 
  private:
+  std::span<const float> view(const GatheredUnit& unit, std::string_view name,
+                              std::vector<float>& storage) {
+    const std::span<const float> tensor = unit.tensor(name);
+    if (device_ == nullptr) return tensor;
+    storage.resize(tensor.size());
+    stream_->copy_to_host(
+        storage.data(),
+        {reinterpret_cast<std::byte*>(const_cast<float*>(tensor.data())), tensor.size_bytes()});
+    stream_->synchronize();
+    return storage;
+  }
+
+  void reduce(Engine& engine, UnitId unit, const std::vector<float>& grads) {
+    if (device_ == nullptr) {
+      engine.reduce_grads(unit, grads);
+      return;
+    }
+    const std::uint64_t bytes = grads.size() * sizeof(float);
+    tiers::DeviceBuffer buffer = device_->allocate(bytes);
+    stream_->copy_to_device(buffer.span(), grads.data());
+    stream_->synchronize();
+    engine.reduce_grads(unit, std::span<const float>(buffer.span().as<float>(), grads.size()));
+  }
+
   std::vector<float> linear(std::span<const float> w, std::span<const float> b,
                             const std::vector<float>& x, std::uint32_t in, std::uint32_t out,
                             bool activation) const {
@@ -119,6 +154,8 @@ class TinyMlp {
   std::vector<float> inputs_;
   std::vector<float> targets_;
   std::vector<UnitId> units_;
+  tiers::Device* device_ = nullptr;
+  std::optional<tiers::Stream> stream_;
 };
 
 }  // namespace strata::runtime::testing

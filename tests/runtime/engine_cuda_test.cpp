@@ -1,0 +1,133 @@
+// Proves the Engine trains on a real CudaDevice (parameters and gradients in GPU memory, the
+// optimizer on the host or NVMe through pinned staging) and gives bitwise the parameters of the
+// host device; skips, saying why, where no GPU is usable.
+#include <cstring>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "runtime/comm/local_comm.hpp"
+#include "runtime/engine.hpp"
+#include "tests/io/io_test_support.hpp"
+#include "tests/runtime/engine_test_model.hpp"
+#include "tiers/device/device.hpp"
+#if defined(STRATA_HAVE_NCCL)
+#include "runtime/comm/nccl_comm.hpp"
+#endif
+
+namespace strata::runtime {
+namespace {
+
+using io::testing::ScratchDir;
+using testing::TinyMlp;
+
+const std::vector<std::uint32_t> kWidths = {24, 72, 40, 8};
+constexpr int kSteps = 4;
+
+Config cuda_config(const ScratchDir& dir, Tier params, Tier grads, Tier optimizer) {
+  Config config = parse_config(R"(
+[tiers.device]
+budget = "256MiB"
+[tiers.host]
+budget = "64MiB"
+[zero]
+stage = 3
+sub_group_size = 2048
+[optimizer]
+type = "adamw"
+lr = 1e-2
+weight_decay = 0.01
+grad_clip = 0.5
+)");
+  config.tiers.nvme.paths = {dir.path().string()};
+  config.zero.params = params;
+  config.zero.grads = grads;
+  config.zero.optimizer = optimizer;
+  return config;
+}
+
+// Trains kSteps on `kind` with `comm` (nullptr: LocalComm); returns every unit's master shard.
+std::vector<std::vector<float>> train_on(tiers::DeviceKind kind, const Config& config,
+                                         comm::Communicator* comm = nullptr) {
+  tiers::DeviceOptions options;
+  options.kind = kind;
+  options.budget_bytes = config.tiers.device.budget_bytes;
+  auto device = tiers::make_device(options);
+  comm::LocalComm local;
+  Engine engine(config, *device, comm != nullptr ? *comm : local);
+  TinyMlp model(kWidths, 16, /*data_seed=*/7);
+  if (kind == tiers::DeviceKind::kCuda) model.set_device(*device);
+  model.add_units(engine);
+  engine.finalize();
+  for (int step = 0; step < kSteps; ++step) {
+    model.train_step(engine);
+    EXPECT_FALSE(engine.step().skipped);
+  }
+  std::vector<std::vector<float>> masters;
+  for (UnitId unit : model.units()) masters.push_back(engine.master_shard(unit));
+  return masters;
+}
+
+void expect_same(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
+                 const std::string& what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t u = 0; u < a.size(); ++u) {
+    ASSERT_EQ(a[u].size(), b[u].size());
+    EXPECT_EQ(std::memcmp(a[u].data(), b[u].data(), a[u].size() * sizeof(float)), 0)
+        << what << ": unit " << u << " differs from the host device";
+  }
+}
+
+class EngineCuda : public ::testing::TestWithParam<std::tuple<Tier, Tier, Tier>> {
+ protected:
+  void SetUp() override {
+    const std::string reason = tiers::cuda_unavailable_reason();
+    if (!reason.empty()) GTEST_SKIP() << "no usable CUDA device: " << reason;
+  }
+};
+
+// One rank: the same casts (round to nearest even), fp32 accumulation and CPU optimizer as the host
+// device, so bitwise the same parameters.
+TEST_P(EngineCuda, TrainsBitwiseLikeTheHostDevice) {
+  const auto [params, grads, optimizer] = GetParam();
+  ScratchDir host_dir;
+  const auto host =
+      train_on(tiers::DeviceKind::kHost, cuda_config(host_dir, params, grads, optimizer));
+  ScratchDir cuda_dir;
+  const auto cuda =
+      train_on(tiers::DeviceKind::kCuda, cuda_config(cuda_dir, params, grads, optimizer));
+  expect_same(host, cuda,
+              fmt::format("params {}, grads {}, optimizer {}", to_string(params), to_string(grads),
+                          to_string(optimizer)));
+}
+
+#if defined(STRATA_HAVE_NCCL)
+// NcclComm takes device memory: the Engine hands it the gathered and gradient buffers directly.
+TEST_P(EngineCuda, TrainsWithNcclCommLikeTheHostDevice) {
+  const auto [params, grads, optimizer] = GetParam();
+  ScratchDir host_dir;
+  const auto host =
+      train_on(tiers::DeviceKind::kHost, cuda_config(host_dir, params, grads, optimizer));
+  comm::LocalComm bootstrap;
+  comm::NcclComm nccl(bootstrap);
+  ScratchDir cuda_dir;
+  const auto cuda =
+      train_on(tiers::DeviceKind::kCuda, cuda_config(cuda_dir, params, grads, optimizer), &nccl);
+  expect_same(host, cuda, "NcclComm");
+}
+#endif
+
+INSTANTIATE_TEST_SUITE_P(Placements, EngineCuda,
+                         ::testing::Values(std::tuple{Tier::kDevice, Tier::kDevice, Tier::kHost},
+                                           std::tuple{Tier::kDevice, Tier::kDevice, Tier::kDevice},
+                                           std::tuple{Tier::kDevice, Tier::kHost, Tier::kNvme},
+                                           std::tuple{Tier::kNvme, Tier::kDevice, Tier::kNvme}),
+                         [](const auto& param_info) {
+                           return fmt::format("params_{}_grads_{}_optimizer_{}",
+                                              to_string(std::get<0>(param_info.param)),
+                                              to_string(std::get<1>(param_info.param)),
+                                              to_string(std::get<2>(param_info.param)));
+                         });
+
+}  // namespace
+}  // namespace strata::runtime
