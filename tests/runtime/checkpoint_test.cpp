@@ -77,6 +77,10 @@ TEST(Checkpoint, LossScaleAndStepAreRestored) {
   const double scale = first.engine->loss_scale();
   ASSERT_EQ(scale, 8192.0);
   first.engine->save(dir.path() / "ckpt");
+  // A second Engine alive beside the first needs its own NVMe path (the store is locked per path:
+  // STRATA_FORCE_NVME=1 homes everything there).
+  ScratchDir second_dir;
+  config.tiers.nvme.paths = {second_dir.path().string()};
   TrainedModel second(config);
   EXPECT_EQ(second.engine->loss_scale(), 1024.0);
   second.engine->load(dir.path() / "ckpt");
@@ -103,7 +107,8 @@ TEST(Checkpoint, ResavingReplacesAndACrashedSaveLeavesThePreviousOne) {
   std::ofstream(dir.path() / "ckpt.tmp" / "rank00000.bin") << "partial";
   // A crash between the two renames leaves only "ckpt.old": load falls back to it.
   std::filesystem::rename(checkpoint, dir.path() / "ckpt.old");
-  TrainedModel loaded(engine_test_config(dir.path().string()));
+  ScratchDir loaded_dir;  // beside `run`, which holds dir's NVMe store
+  TrainedModel loaded(engine_test_config(loaded_dir.path().string()));
   loaded.engine->load(checkpoint);
   EXPECT_EQ(loaded.engine->step_count(), 2u);
   expect_same_state(loaded.state(), at_two, "loaded from ckpt.old");
@@ -290,7 +295,8 @@ TEST(Checkpoint, SafetensorsExportImportRoundTrips) {
   const float reference = trained.model->train_step(*trained.engine);
   EXPECT_EQ(loss, reference);
 
-  TrainedModel narrower(engine_test_config(other.path().string()), {}, {24, 72, 40, 7});
+  ScratchDir narrower_dir;  // beside `imported`, which holds other's NVMe store
+  TrainedModel narrower(engine_test_config(narrower_dir.path().string()), {}, {24, 72, 40, 7});
   try {
     narrower.engine->import_safetensors(fp32);
     FAIL() << "imported a file of another shape";
