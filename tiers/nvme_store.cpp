@@ -28,6 +28,8 @@ constexpr std::uint64_t kNoStep = ~std::uint64_t{0};
 // magic, version, rank, ranks, extent count, sequence, step, layout hash, body bytes
 constexpr std::size_t kHeaderBytes = 8 + 4 * 4 + 8 * 4;
 constexpr std::size_t kTrailerBytes = 8;
+// name length, length, has_data, slot, step, checksum; the name's bytes follow the name length.
+constexpr std::uint64_t kRecordBytesBesidesName = 2 + 8 + 1 + 1 + 8 + 8;
 
 std::uint64_t checksum(std::span<const std::byte> bytes) {
   return XXH3_64bits(bytes.data(), bytes.size());
@@ -110,10 +112,9 @@ std::variant<DecodedManifest, std::string> decode_manifest(std::span<const std::
   }
   // Every record takes at least 28 bytes: a count the body cannot hold is refused before
   // anything is allocated for it (found writing tests/fuzz/manifest_fuzz.cpp).
-  constexpr std::uint64_t kMinRecordBytes = 2 + 8 + 1 + 1 + 8 + 8;
-  if (count > (body_bytes - kHeaderBytes) / kMinRecordBytes) {
+  if (count > (body_bytes - kHeaderBytes) / kRecordBytesBesidesName) {
     return fmt::format("it claims {} extent records but its body holds at most {}", count,
-                       (body_bytes - kHeaderBytes) / kMinRecordBytes);
+                       (body_bytes - kHeaderBytes) / kRecordBytesBesidesName);
   }
   manifest.records.resize(count);
   for (DecodedManifest::Record& record : manifest.records) {
@@ -162,7 +163,8 @@ NvmeStore::NvmeStore(io::Engine& engine, const NvmeStoreOptions& options,
     }
   }
   std::uint64_t manifest_body = kHeaderBytes + kTrailerBytes;
-  for (const Extent& extent : extents_) manifest_body += 2 + extent.spec.name.size() + 26;
+  for (const Extent& extent : extents_)
+    manifest_body += kRecordBytesBesidesName + extent.spec.name.size();
   manifest_bytes_ = round_up(manifest_body, kDirectIoAlignment);
 
   for (const auto& dir : options_.paths) {

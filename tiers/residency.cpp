@@ -153,29 +153,24 @@ bool ResidencyManager::make_room(std::uint64_t bytes, std::optional<std::uint64_
   while (stats_.resident_bytes + bytes > options_.budget_bytes) {
     std::optional<UnitId> victim;
     std::uint64_t victim_distance = 0;
-    for (UnitId unit = 0; unit < units_.size(); ++unit) {
-      const Unit& entry = units_[unit];
-      if (entry.state == State::kAbsent || entry.users > 0 || entry.persistent) continue;
-      // A prefetch whose I/O is still in flight is evicted only by a demand load (below).
-      if (entry.state == State::kLoading && !client_->load_complete(unit)) continue;
-      const std::uint64_t distance = next_use_distance(unit);
-      if (!victim || better_victim(unit, distance, *victim, victim_distance)) {
-        victim = unit;
-        victim_distance = distance;
-      }
-    }
-    if (!victim && !needed_at) {
-      // A demand load may wait for a prefetch in flight and evict it.
+    // A prefetch whose I/O is still in flight is evicted only by a demand load, and only when
+    // nothing else can go (it then waits for that prefetch).
+    const auto pick_victim = [&](bool take_in_flight) {
       for (UnitId unit = 0; unit < units_.size(); ++unit) {
         const Unit& entry = units_[unit];
-        if (entry.state != State::kLoading || entry.users > 0 || entry.persistent) continue;
+        if (entry.state == State::kAbsent || entry.users > 0 || entry.persistent) continue;
+        if (!take_in_flight && entry.state == State::kLoading && !client_->load_complete(unit)) {
+          continue;
+        }
         const std::uint64_t distance = next_use_distance(unit);
         if (!victim || better_victim(unit, distance, *victim, victim_distance)) {
           victim = unit;
           victim_distance = distance;
         }
       }
-    }
+    };
+    pick_victim(false);
+    if (!victim && !needed_at) pick_victim(true);
     if (!victim) return false;
     // A prefetch never evicts what is needed sooner than what it loads.
     if (needed_at && victim_distance != kNever && victim_distance <= *needed_at) return false;
