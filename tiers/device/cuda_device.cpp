@@ -132,16 +132,7 @@ class CudaStream final : public detail::StreamImpl {
     report(cudaStreamSynchronize(stream_), "cudaStreamSynchronize", device_index_);  // drain
     report(cudaStreamDestroy(stream_), "cudaStreamDestroy", device_index_);
     std::lock_guard lock(slot_->mutex);
-    if (slot_->error) {
-      try {
-        std::rethrow_exception(slot_->error);
-      } catch (const std::exception& error) {
-        std::fprintf(stderr, "strata: CUDA stream destroyed with an unreported error: %s\n",
-                     error.what());
-      } catch (...) {
-        std::fprintf(stderr, "strata: CUDA stream destroyed with an unreported error\n");
-      }
-    }
+    detail::report_uncollected_error("CUDA", slot_->error);
   }
   CudaStream(const CudaStream&) = delete;
   CudaStream& operator=(const CudaStream&) = delete;

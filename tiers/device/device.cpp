@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
+
 #include "base/assert.hpp"
 #include "base/units.hpp"
 #include "tiers/device/host_device.hpp"
@@ -198,6 +200,19 @@ void Event::reset() noexcept {
 }
 
 // ---- Stream ---------------------------------------------------------------------------------
+
+void detail::report_uncollected_error(const char* stream_kind,
+                                      const std::exception_ptr& error) noexcept {
+  if (!error) return;
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "strata: %s stream destroyed with an unreported error: %s\n", stream_kind,
+                 e.what());
+  } catch (...) {
+    std::fprintf(stderr, "strata: %s stream destroyed with an unreported error\n", stream_kind);
+  }
+}
 
 Stream::Stream(Device& device, std::unique_ptr<detail::StreamImpl> impl)
     : device_(&device), impl_(std::move(impl)) {

@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -130,6 +131,10 @@ class StreamImpl {
   virtual void wait(EventImpl& event) = 0;
   virtual void synchronize() = 0;
 };
+
+// For a StreamImpl's destructor: an error no synchronize() collected is printed on stderr rather
+// than lost, naming the kind of stream ("CUDA", "HostDevice"). Nothing is printed without one.
+void report_uncollected_error(const char* stream_kind, const std::exception_ptr& error) noexcept;
 
 }  // namespace detail
 

@@ -85,16 +85,7 @@ class HostStream final : public detail::StreamImpl {
     }
     work_available_.notify_one();
     worker_.join();
-    if (error_) {
-      try {
-        std::rethrow_exception(error_);
-      } catch (const std::exception& error) {
-        std::fprintf(stderr, "strata: HostDevice stream destroyed with an unreported error: %s\n",
-                     error.what());
-      } catch (...) {
-        std::fprintf(stderr, "strata: HostDevice stream destroyed with an unreported error\n");
-      }
-    }
+    detail::report_uncollected_error("HostDevice", error_);
   }
 
   HostStream(const HostStream&) = delete;
