@@ -144,9 +144,8 @@ void stream_bound(const ParamSpans& spans, tbb::task_arena& arena, const ExecOpt
 
 std::size_t bytes_per_element(Algorithm algorithm, Dtype grad_dtype,
                               std::optional<Dtype> param_out_dtype) {
-  const std::size_t state_arrays = algorithm == Algorithm::kAdamW || algorithm == Algorithm::kAdam
-                                       ? 3
-                                       : 2;  // Adagrad, Lion: master + one moment
+  const std::size_t state_arrays = 1 + std::size_t{uses_exp_avg(algorithm)} +
+                                   std::size_t{uses_exp_avg_sq(algorithm)};  // master + moments
   return state_arrays * 2 * sizeof(float) + dtype_bytes(grad_dtype) +
          (param_out_dtype ? dtype_bytes(*param_out_dtype) : 0);
 }
