@@ -15,6 +15,7 @@
 #include "runtime/comm/local_comm.hpp"
 #include "tests/examples/tiny_finetune_config.hpp"
 #include "tests/io/io_test_support.hpp"
+#include "tests/runtime/engine_test_config.hpp"
 #include "tiers/device/device.hpp"
 
 namespace strata::examples {
@@ -55,10 +56,7 @@ enum class ReferenceDecay { kAsSpecified, kEveryTensor };
 // Trains the Engine and the reference side by side; returns how far apart they ended.
 Comparison compare(const runtime::Config& config, ReferenceDecay decay) {
   gpt::set_blas_threads(1);
-  tiers::DeviceOptions device_options;
-  device_options.kind = tiers::DeviceKind::kHost;
-  device_options.budget_bytes = config.tiers.device.budget_bytes;
-  auto device = tiers::make_device(device_options);
+  auto device = runtime::testing::host_device(config);
   runtime::comm::LocalComm comm;
   GptTrainer trainer(config, *device, comm, {});
 
