@@ -1,7 +1,7 @@
 // strata-finetune: fine-tunes a GPT-2-architecture model on byte-level text through strata's
 // ZeRO-3 Engine, with parameters, gradients and optimizer state where the TOML config puts them.
 //
-//   strata-finetune --config examples/configs/finetune_nvme.toml --steps 150
+//   strata-finetune --config examples/configs/params_optimizer_nvme.toml --steps 40
 //
 // Prints where the state lives, one progress line per step (loss, learning rate, tokens/s, where
 // the step's time went, NVMe traffic), periodic validation losses and a summary.

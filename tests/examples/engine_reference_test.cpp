@@ -13,7 +13,9 @@
 #include "examples/gpt/parameter_store.hpp"
 #include "examples/gpt/reference_adamw.hpp"
 #include "runtime/comm/local_comm.hpp"
+#include "tests/examples/tiny_finetune_config.hpp"
 #include "tests/io/io_test_support.hpp"
+#include "tests/runtime/engine_test_config.hpp"
 #include "tiers/device/device.hpp"
 
 namespace strata::examples {
@@ -23,24 +25,11 @@ using io::testing::ScratchDir;
 
 constexpr int kSteps = 6;
 
-// 4,096-element sub-groups: the block units' sub-groups straddle decayed and undecayed tensors.
+// The tiny run's 4,096-element sub-groups: the block units' sub-groups straddle decayed and
+// undecayed tensors.
 runtime::Config reference_config(const ScratchDir& dir) {
-  runtime::Config config = runtime::parse_config(R"(
-[model]
-layers = 2
-d_model = 32
-heads = 2
-seq_len = 32
-micro_batch = 4
-[tiers.device]
-kind = "host"
-budget = "256MiB"
-[tiers.host]
-budget = "64MiB"
-[zero]
-sub_group_size = 4096
-[optimizer]
-lr = 3e-3
+  // The tiny run's [optimizer] goes on with betas, decay, clipping and the schedule; fp32 state.
+  runtime::Config config = testing::tiny_finetune_config(dir, R"(
 betas = [0.9, 0.95]
 weight_decay = 0.1
 grad_clip = 1.0
@@ -52,7 +41,6 @@ min_lr = 3e-4
 params = "fp32"
 grads = "fp32"
 )");
-  config.tiers.nvme.paths = {dir.path().string()};
   config.zero.optimizer = runtime::Tier::kNvme;  // sub-groups stream through the pipeline buffers
   return config;
 }
@@ -68,10 +56,7 @@ enum class ReferenceDecay { kAsSpecified, kEveryTensor };
 // Trains the Engine and the reference side by side; returns how far apart they ended.
 Comparison compare(const runtime::Config& config, ReferenceDecay decay) {
   gpt::set_blas_threads(1);
-  tiers::DeviceOptions device_options;
-  device_options.kind = tiers::DeviceKind::kHost;
-  device_options.budget_bytes = config.tiers.device.budget_bytes;
-  auto device = tiers::make_device(device_options);
+  auto device = runtime::testing::host_device(config);
   runtime::comm::LocalComm comm;
   GptTrainer trainer(config, *device, comm, {});
 

@@ -12,6 +12,7 @@
 #include "examples/gpt/gpt_model.hpp"
 #include "examples/gpt/parameter_store.hpp"
 #include "runtime/comm/local_comm.hpp"
+#include "tests/examples/tiny_finetune_config.hpp"
 #include "tests/io/io_test_support.hpp"
 #include "tests/runtime/engine_test_config.hpp"
 #include "tiers/device/device.hpp"
@@ -24,24 +25,7 @@ using runtime::testing::host_device;
 
 runtime::Config tiny_config(const ScratchDir& dir, runtime::Tier params, runtime::Tier grads,
                             runtime::Tier optimizer) {
-  runtime::Config config = runtime::parse_config(R"(
-[model]
-layers = 2
-d_model = 32
-heads = 2
-seq_len = 32
-micro_batch = 4
-[tiers.device]
-kind = "host"
-budget = "256MiB"
-[tiers.host]
-budget = "64MiB"
-[zero]
-sub_group_size = 4096
-[optimizer]
-lr = 3e-3
-)");
-  config.tiers.nvme.paths = {dir.path().string()};
+  runtime::Config config = testing::tiny_finetune_config(dir);
   config.zero.params = params;
   config.zero.grads = grads;
   config.zero.optimizer = optimizer;
