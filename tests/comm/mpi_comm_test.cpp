@@ -83,6 +83,17 @@ std::uint64_t bits_of(T value) {
   return bits;
 }
 
+// Element i of `got` is bitwise the rank-order reduction of element `first + i`.
+template <CommElement T>
+void expect_reduced(std::span<const T> got, std::size_t first, int salt, ReduceOp op, int ranks) {
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const T expected = expected_reduction<T>(first + i, salt, op, ranks);
+    ASSERT_TRUE(same_bits(got[i], expected))
+        << to_string(op) << " count " << got.size() << " element " << i << ": got bits "
+        << bits_of(got[i]) << ", expected " << bits_of(expected);
+  }
+}
+
 const std::size_t kCounts[] = {0, 1, 3, 5, 513, 4099};
 
 template <typename T>
@@ -138,12 +149,7 @@ TYPED_TEST(MpiCommTypedTest, ReduceScatterMatchesTheRankOrderReference) {
       std::vector<T> recv(count);
       comm.reduce_scatter(std::span<const T>(send), std::span<T>(recv), op);
       const std::size_t own = static_cast<std::size_t>(comm.rank()) * count;
-      for (std::size_t i = 0; i < count; ++i) {
-        const T expected = expected_reduction<T>(own + i, 3, op, comm.size());
-        ASSERT_TRUE(same_bits(recv[i], expected))
-            << to_string(op) << " count " << count << " element " << i << ": got bits "
-            << bits_of(recv[i]) << ", expected " << bits_of(expected);
-      }
+      ASSERT_NO_FATAL_FAILURE(expect_reduced<T>(recv, own, 3, op, comm.size()));
     }
   }
 }
@@ -156,12 +162,7 @@ TYPED_TEST(MpiCommTypedTest, AllReduceMatchesTheRankOrderReferenceOnEveryRank) {
       std::vector<T> data(count);
       for (std::size_t i = 0; i < count; ++i) data[i] = element<T>(comm.rank(), i, 4);
       comm.all_reduce(std::span<T>(data), op);
-      for (std::size_t i = 0; i < count; ++i) {
-        const T expected = expected_reduction<T>(i, 4, op, comm.size());
-        ASSERT_TRUE(same_bits(data[i], expected))
-            << to_string(op) << " count " << count << " element " << i << ": got bits "
-            << bits_of(data[i]) << ", expected " << bits_of(expected);
-      }
+      ASSERT_NO_FATAL_FAILURE(expect_reduced<T>(data, 0, 4, op, comm.size()));
     }
   }
 }

@@ -59,14 +59,17 @@ TEST(FuzzRegression, ManifestRecordCountBeyondItsBodyIsRefusedBeforeAllocating) 
 }
 
 TEST(FuzzRegression, ConfigCorpusParsesOrThrows) {
+  int parsed = 0;
   for (const auto& entry : std::filesystem::directory_iterator(kCorpus / "config")) {
     const std::vector<std::uint8_t> bytes = read_all(entry.path());
     try {
       runtime::parse_config(
           std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+      ++parsed;
     } catch (const std::exception&) {
     }
   }
+  EXPECT_GE(parsed, 1) << "the committed configs of the corpus must parse";
 }
 
 TEST(FuzzRegression, ManifestCorpusDecodesOrGivesAReason) {
@@ -81,6 +84,7 @@ TEST(FuzzRegression, ManifestCorpusDecodesOrGivesAReason) {
 }
 
 TEST(FuzzRegression, SafetensorsCorpusParsesOrThrows) {
+  int parsed = 0;
   for (const auto& entry : std::filesystem::directory_iterator(kCorpus / "safetensors")) {
     try {
       const runtime::SafetensorsFile file = runtime::SafetensorsFile::read(entry.path());
@@ -89,9 +93,11 @@ TEST(FuzzRegression, SafetensorsCorpusParsesOrThrows) {
         values.resize((tensor.end - tensor.begin) / runtime::dtype_bytes(tensor.dtype));
         file.read_fp32(tensor, values);
       }
+      ++parsed;
     } catch (const runtime::SafetensorsError&) {
     }
   }
+  EXPECT_GE(parsed, 1) << "the committed safetensors files of the corpus must parse";
 }
 
 }  // namespace

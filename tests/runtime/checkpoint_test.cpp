@@ -34,6 +34,30 @@ Config placed(const ScratchDir& dir, Tier params, Tier grads, Tier optimizer) {
   return config;
 }
 
+// `second` loads `checkpoint` (saved after 3 steps) and trains 2 more: the same losses and final
+// state as `straight`, trained 5 steps without a break.
+void expect_continues_like(TrainedModel& second, const std::filesystem::path& checkpoint,
+                           TrainedModel& straight, const std::string& what) {
+  second.engine->load(checkpoint);
+  EXPECT_EQ(second.engine->step_count(), 3u) << what;
+  second.train(2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(second.losses[i], straight.losses[3 + i]) << what << " step " << 3 + i;
+  }
+  expect_same_state(second.state(), straight.state(), what);
+}
+
+// Every unit's gathered master is bitwise the same in both runs.
+void expect_same_masters(TrainedModel& got_run, TrainedModel& want_run) {
+  ASSERT_EQ(got_run.model->units().size(), want_run.model->units().size());
+  for (std::size_t u = 0; u < want_run.model->units().size(); ++u) {
+    const std::vector<float> want = want_run.engine->gather_master(want_run.model->units()[u]);
+    const std::vector<float> got = got_run.engine->gather_master(got_run.model->units()[u]);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "unit " << u;
+  }
+}
+
 TEST(Checkpoint, SaveLoadContinueIsBitwiseTheUninterruptedRun) {
   ScratchDir dir;
   struct Case {
@@ -55,13 +79,7 @@ TEST(Checkpoint, SaveLoadContinueIsBitwiseTheUninterruptedRun) {
       first.engine->save(checkpoint);
     }
     TrainedModel second(placed(load_nvme, c.load_params, Tier::kHost, c.load_optimizer));
-    second.engine->load(checkpoint);
-    EXPECT_EQ(second.engine->step_count(), 3u) << what;
-    second.train(2);
-    for (std::size_t i = 0; i < 2; ++i) {
-      EXPECT_EQ(second.losses[i], straight.losses[3 + i]) << what << " step " << 3 + i;
-    }
-    expect_same_state(second.state(), straight.state(), what);
+    expect_continues_like(second, checkpoint, straight, what);
   }
 }
 
@@ -219,13 +237,7 @@ TEST(Checkpoint, StagedDevicePathSavesLoadsAndExportsLikeTheDirectPath) {
     }
     TrainedModel second(placed(load_nvme, Tier::kDevice, Tier::kDevice, Tier::kDevice),
                         save_staged ? EngineOptions{} : staged);
-    second.engine->load(checkpoint);
-    EXPECT_EQ(second.engine->step_count(), 3u) << what;
-    second.train(2);
-    for (std::size_t i = 0; i < 2; ++i) {
-      EXPECT_EQ(second.losses[i], straight.losses[3 + i]) << what << " step " << 3 + i;
-    }
-    expect_same_state(second.state(), straight.state(), what);
+    expect_continues_like(second, checkpoint, straight, what);
   }
 
   const auto read_bytes = [](const std::filesystem::path& path) {
@@ -243,12 +255,7 @@ TEST(Checkpoint, StagedDevicePathSavesLoadsAndExportsLikeTheDirectPath) {
             read_bytes(dir.path() / "staged.safetensors"));
   TrainedModel imported(placed(import_nvme, Tier::kDevice, Tier::kDevice, Tier::kDevice), staged);
   imported.engine->import_safetensors(dir.path() / "direct.safetensors");
-  for (std::size_t u = 0; u < direct.model->units().size(); ++u) {
-    const std::vector<float> want = direct.engine->gather_master(direct.model->units()[u]);
-    const std::vector<float> got = imported.engine->gather_master(imported.model->units()[u]);
-    ASSERT_EQ(got.size(), want.size());
-    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "unit " << u;
-  }
+  expect_same_masters(imported, direct);
   EXPECT_EQ(imported.model->train_step(*imported.engine), direct.model->train_step(*direct.engine));
 }
 
@@ -282,11 +289,8 @@ TEST(Checkpoint, SafetensorsExportImportRoundTrips) {
   TrainedModel imported(config);
   imported.engine->import_safetensors(fp32);
   EXPECT_EQ(imported.engine->step_count(), 0u);
-  for (std::size_t u = 0; u < trained.model->units().size(); ++u) {
-    const std::vector<float> want = trained.engine->gather_master(trained.model->units()[u]);
-    const std::vector<float> got = imported.engine->gather_master(imported.model->units()[u]);
-    ASSERT_EQ(got.size(), want.size());
-    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "unit " << u;
+  expect_same_masters(imported, trained);
+  for (std::size_t u = 0; u < imported.model->units().size(); ++u) {
     const std::vector<float> moments = imported.engine->state_shard(u, "exp_avg");
     for (float m : moments) ASSERT_EQ(m, 0.0f);
   }

@@ -9,6 +9,7 @@
 #include "runtime/comm/local_comm.hpp"
 #include "runtime/engine.hpp"
 #include "tests/io/io_test_support.hpp"
+#include "tests/runtime/engine_test_config.hpp"
 #include "tests/runtime/engine_test_model.hpp"
 #include "tiers/device/device.hpp"
 #if defined(STRATA_HAVE_NCCL)
@@ -21,25 +22,12 @@ namespace {
 using io::testing::ScratchDir;
 using testing::TinyMlp;
 
-const std::vector<std::uint32_t> kWidths = {24, 72, 40, 8};
 constexpr int kSteps = 4;
 
+// The Engine tests' config with a 256 MiB device budget (train_on picks the device kind).
 Config cuda_config(const ScratchDir& dir, Tier params, Tier grads, Tier optimizer) {
-  Config config = parse_config(R"(
-[tiers.device]
-budget = "256MiB"
-[tiers.host]
-budget = "64MiB"
-[zero]
-stage = 3
-sub_group_size = 2048
-[optimizer]
-type = "adamw"
-lr = 1e-2
-weight_decay = 0.01
-grad_clip = 0.5
-)");
-  config.tiers.nvme.paths = {dir.path().string()};
+  Config config = testing::engine_test_config(dir.path().string());
+  config.tiers.device.budget_bytes = 256ull << 20;
   config.zero.params = params;
   config.zero.grads = grads;
   config.zero.optimizer = optimizer;
@@ -55,7 +43,7 @@ std::vector<std::vector<float>> train_on(tiers::DeviceKind kind, const Config& c
   auto device = tiers::make_device(options);
   comm::LocalComm local;
   Engine engine(config, *device, comm != nullptr ? *comm : local);
-  TinyMlp model(kWidths, 16, /*data_seed=*/7);
+  TinyMlp model(testing::kEngineTestWidths, 16, /*data_seed=*/7);
   if (kind == tiers::DeviceKind::kCuda) model.set_device(*device);
   model.add_units(engine);
   engine.finalize();
