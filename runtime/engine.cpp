@@ -13,6 +13,7 @@
 #include "io/make_engine.hpp"
 #include "runtime/byte_size.hpp"
 #include "runtime/checkpoint.hpp"
+#include "runtime/dtype_conversion.hpp"
 #include "runtime/engine_state.hpp"
 #include "runtime/param_init.hpp"
 #include "runtime/preflight.hpp"
@@ -41,18 +42,6 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 namespace {
-
-cpu_adam::Dtype to_cpu_dtype(DType dtype) {
-  switch (dtype) {
-    case DType::kFp32:
-      return cpu_adam::Dtype::kFp32;
-    case DType::kBf16:
-      return cpu_adam::Dtype::kBf16;
-    case DType::kFp16:
-      return cpu_adam::Dtype::kFp16;
-  }
-  return cpu_adam::Dtype::kFp32;
-}
 
 Tier home_tier(const Config& config, Kind kind) {
   switch (kind) {
@@ -105,10 +94,10 @@ EngineState::EngineState(const Config& config_in, tiers::Device& device_in,
       config.tiers.nvme.paths = {std::string(tmp != nullptr && tmp[0] != '\0' ? tmp : "/tmp")};
     }
   }
-  param_dtype = to_cpu_dtype(config.precision.params);
+  param_dtype = to_cpu_adam_dtype(config.precision.params);
   // Accumulating over micro-batches keeps the gradient shard in fp32 (no rounding per addition).
-  grad_dtype =
-      options.grad_accumulation > 1 ? cpu_adam::Dtype::kFp32 : to_cpu_dtype(config.precision.grads);
+  grad_dtype = options.grad_accumulation > 1 ? cpu_adam::Dtype::kFp32
+                                             : to_cpu_adam_dtype(config.precision.grads);
   const bool fp16 =
       config.precision.params == DType::kFp16 || config.precision.grads == DType::kFp16;
   loss_scale = fp16 ? config.precision.loss_scale : 1.0;
