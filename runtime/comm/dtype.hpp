@@ -11,8 +11,6 @@
 #include <span>
 #include <string_view>
 
-#include "runtime/config.hpp"
-
 namespace strata::runtime::comm {
 
 enum class DataType : std::uint8_t { kFp32, kBf16, kFp16, kUint8, kUint64 };
