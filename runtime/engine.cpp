@@ -13,6 +13,7 @@
 #include "io/make_engine.hpp"
 #include "runtime/byte_size.hpp"
 #include "runtime/checkpoint.hpp"
+#include "runtime/dtype_conversion.hpp"
 #include "runtime/engine_state.hpp"
 #include "runtime/param_init.hpp"
 #include "runtime/preflight.hpp"
@@ -41,18 +42,6 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 namespace {
-
-cpu_adam::Dtype to_cpu_dtype(DType dtype) {
-  switch (dtype) {
-    case DType::kFp32:
-      return cpu_adam::Dtype::kFp32;
-    case DType::kBf16:
-      return cpu_adam::Dtype::kBf16;
-    case DType::kFp16:
-      return cpu_adam::Dtype::kFp16;
-  }
-  return cpu_adam::Dtype::kFp32;
-}
 
 Tier home_tier(const Config& config, Kind kind) {
   switch (kind) {
@@ -105,10 +94,10 @@ EngineState::EngineState(const Config& config_in, tiers::Device& device_in,
       config.tiers.nvme.paths = {std::string(tmp != nullptr && tmp[0] != '\0' ? tmp : "/tmp")};
     }
   }
-  param_dtype = to_cpu_dtype(config.precision.params);
+  param_dtype = to_cpu_adam_dtype(config.precision.params);
   // Accumulating over micro-batches keeps the gradient shard in fp32 (no rounding per addition).
-  grad_dtype =
-      options.grad_accumulation > 1 ? cpu_adam::Dtype::kFp32 : to_cpu_dtype(config.precision.grads);
+  grad_dtype = options.grad_accumulation > 1 ? cpu_adam::Dtype::kFp32
+                                             : to_cpu_adam_dtype(config.precision.grads);
   const bool fp16 =
       config.precision.params == DType::kFp16 || config.precision.grads == DType::kFp16;
   loss_scale = fp16 ? config.precision.loss_scale : 1.0;
@@ -170,6 +159,12 @@ void EngineState::finalize() {
   std::uint64_t largest_shard = 0;
   std::uint64_t largest_group = 0;
   std::vector<tiers::ExtentSpec> extents;
+  // A kind's element type: parameters and gradients as configured, optimizer state in fp32.
+  const auto dtype_of = [&](Kind kind) {
+    return kind == Kind::kParam16 ? param_dtype
+           : kind == Kind::kGrad  ? grad_dtype
+                                  : cpu_adam::Dtype::kFp32;
+  };
   for (UnitState& unit : units) {
     unit.layout = make_unit_layout(unit.spec, ranks);
     unit.groups = make_sub_groups(unit.layout.shard_numel, zero.sub_group_size);
@@ -180,9 +175,7 @@ void EngineState::finalize() {
       if (!kind_needed(config.optimizer.type, kind)) continue;
       ShardHome home;
       home.tier = home_tier(config, kind);
-      home.dtype = kind == Kind::kParam16 ? param_dtype
-                   : kind == Kind::kGrad  ? grad_dtype
-                                          : cpu_adam::Dtype::kFp32;
+      home.dtype = dtype_of(kind);
       home.numel = unit.layout.shard_numel;
       const std::uint64_t bytes = home.numel * home.element_bytes();
       if (home.tier == Tier::kDevice) device_state += bytes;
@@ -207,9 +200,7 @@ void EngineState::finalize() {
     const bool on_nvme =
         kind_needed(config.optimizer.type, kind) && home_tier(config, kind) == Tier::kNvme;
     if (!on_nvme) continue;
-    const std::uint64_t element_bytes = kind == Kind::kParam16 ? cpu_adam::dtype_bytes(param_dtype)
-                                        : kind == Kind::kGrad  ? cpu_adam::dtype_bytes(grad_dtype)
-                                                               : 4;
+    const std::uint64_t element_bytes = cpu_adam::dtype_bytes(dtype_of(kind));
     pipeline_offsets[static_cast<std::size_t>(kind)] = pipeline_buffer_bytes;
     pipeline_buffer_bytes += round_up(largest_group * element_bytes, kDirectIoAlignment);
   }
@@ -229,10 +220,7 @@ void EngineState::finalize() {
       if (!kind_needed(config.optimizer.type, kind) || home_tier(config, kind) != Tier::kDevice) {
         continue;
       }
-      const std::uint64_t element_bytes = kind == Kind::kParam16
-                                              ? cpu_adam::dtype_bytes(param_dtype)
-                                          : kind == Kind::kGrad ? cpu_adam::dtype_bytes(grad_dtype)
-                                                                : 4;
+      const std::uint64_t element_bytes = cpu_adam::dtype_bytes(dtype_of(kind));
       device_staging_offsets[static_cast<std::size_t>(kind)] = device_staging_bytes;
       device_staging_bytes += round_up(largest_group * element_bytes, kDirectIoAlignment);
     }

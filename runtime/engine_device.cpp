@@ -17,37 +17,10 @@
 
 #include "base/assert.hpp"
 #include "cpu_adam/cast.hpp"
+#include "runtime/dtype_conversion.hpp"
 #include "runtime/engine_state.hpp"
 
 namespace strata::runtime::detail {
-
-namespace {
-
-tiers::DType device_dtype(cpu_adam::Dtype dtype) {
-  switch (dtype) {
-    case cpu_adam::Dtype::kFp32:
-      return tiers::DType::kFloat32;
-    case cpu_adam::Dtype::kBf16:
-      return tiers::DType::kBFloat16;
-    case cpu_adam::Dtype::kFp16:
-      return tiers::DType::kFloat16;
-  }
-  return tiers::DType::kFloat32;
-}
-
-comm::DataType comm_dtype(cpu_adam::Dtype dtype) {
-  switch (dtype) {
-    case cpu_adam::Dtype::kFp32:
-      return comm::DataType::kFp32;
-    case cpu_adam::Dtype::kBf16:
-      return comm::DataType::kBf16;
-    case cpu_adam::Dtype::kFp16:
-      return comm::DataType::kFp16;
-  }
-  return comm::DataType::kFp32;
-}
-
-}  // namespace
 
 DeviceLanes::DeviceLanes(tiers::Device& device)
     : h2d(device.create_stream()),
@@ -158,7 +131,7 @@ void EngineState::finish_gather(UnitState& unit) {
   const std::uint64_t padded_bytes = layout.padded_numel * element_bytes;
   tiers::DeviceBuffer& gathered = param_dtype == cpu_adam::Dtype::kFp32 ? unit.full32 : unit.full16;
   const std::uint64_t own_offset = layout.shard_begin(rank) * element_bytes;
-  const comm::DataType wire = comm_dtype(param_dtype);
+  const comm::DataType wire = to_comm_dtype(param_dtype);
 
   if (device_addressable) {
     std::byte* own = gathered.data() + own_offset;
@@ -215,7 +188,7 @@ void EngineState::finish_gather(UnitState& unit) {
   lane.compute.wait(lane.h2d_done);
   if (param_dtype != cpu_adam::Dtype::kFp32) {
     lane.compute.cast(unit.full32.span(0, layout.padded_numel * 4), tiers::DType::kFloat32,
-                      unit.full16.span(0, padded_bytes), device_dtype(param_dtype));
+                      unit.full16.span(0, padded_bytes), to_device_dtype(param_dtype));
   }
   lane.compute.record(lane.compute_done);
   lane.compute_done.wait();
@@ -293,7 +266,7 @@ void EngineState::reduce_grads(UnitState& unit, std::span<const float> full_grad
     if (accumulate) {  // fp32 storage when accumulating
       lane.compute.accumulate(stored, device_shard, tiers::DType::kFloat32);
     } else {
-      lane.compute.cast(stored, device_dtype(home.dtype), device_shard, tiers::DType::kFloat32);
+      lane.compute.cast(stored, to_device_dtype(home.dtype), device_shard, tiers::DType::kFloat32);
     }
     lane.compute.record(lane.compute_done);
     if (!last) {

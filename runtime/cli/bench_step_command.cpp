@@ -45,17 +45,11 @@ struct StepBenchOptions {
 };
 
 std::uint64_t parse_count(const std::string& text, const char* option) {
-  double value = 0;
-  std::size_t used = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || !(value >= 1) || value > 1e13 || value != std::floor(value)) {
+  const std::optional<std::uint64_t> count = parse_whole_count(text, 1e13);
+  if (!count) {
     throw CLI::ValidationError(option, fmt::format("\"{}\" is not a whole count (e.g. 1e9)", text));
   }
-  return static_cast<std::uint64_t>(value);
+  return *count;
 }
 
 std::uint64_t peak_rss_bytes() {
@@ -148,13 +142,10 @@ double time_adam(const runtime::Config& config, std::uint64_t params, std::uint3
 }
 
 int run(const StepBenchOptions& options) {
-  runtime::Config config;
-  try {
-    config = runtime::load_config(options.config_path);
-  } catch (const runtime::ConfigError& error) {
-    std::cerr << "strata bench step: bad config: " << error.what() << "\n";
-    return kExitBadInput;
-  }
+  std::optional<runtime::Config> loaded =
+      load_config_or_report(options.config_path, "strata bench step");
+  if (!loaded) return kExitBadInput;
+  runtime::Config& config = *loaded;
   // LocalComm, or MpiComm under mpirun (one GPU per rank on a node, by local rank).
   std::unique_ptr<runtime::comm::Communicator> host_comm = runtime::comm::make_communicator();
   tiers::DeviceOptions device_options;

@@ -2,12 +2,27 @@
 // CLI11 app; a failing command throws CLI::RuntimeError with its exit code (2: bad input).
 #pragma once
 
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
 #include <CLI/CLI.hpp>
+
+#include "runtime/config.hpp"
 
 namespace strata::cli {
 
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitDoesNotFit = 3;
+
+// The config at `path`; on a bad one prints "<command>: bad config: <why>" to stderr and returns
+// nullopt (the caller exits with kExitBadInput).
+std::optional<runtime::Config> load_config_or_report(const std::string& path,
+                                                     std::string_view command);
+
+// A whole count written as a number ("7.5e9", "1000000") between 1 and `max`; nullopt otherwise.
+std::optional<std::uint64_t> parse_whole_count(const std::string& text, double max);
 
 void add_plan_command(CLI::App& app);
 void add_bench_device_command(CLI::App& bench);

@@ -1,5 +1,4 @@
 // `strata plan CONFIG`: the per-rank memory plan, printed before anything is allocated.
-#include <cmath>
 #include <iostream>
 #include <string>
 
@@ -20,31 +19,21 @@ struct PlanOptions {
 };
 
 int run_plan(const PlanOptions& options) {
-  runtime::Config config;
-  try {
-    config = runtime::load_config(options.config_path);
-  } catch (const runtime::ConfigError& error) {
-    std::cerr << "strata plan: bad config: " << error.what() << "\n";
-    return kExitBadInput;
-  }
+  const std::optional<runtime::Config> loaded =
+      load_config_or_report(options.config_path, "strata plan");
+  if (!loaded) return kExitBadInput;
+  const runtime::Config& config = *loaded;
   runtime::PlanInputs inputs;
   inputs.params = config.parameter_count();
   inputs.ranks = options.ranks != 0 ? options.ranks : config.run.ranks;
   if (!options.params.empty()) {
-    double value = 0;
-    std::size_t used = 0;
-    try {
-      value = std::stod(options.params, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != options.params.size() || !(value >= 1.0) || value > 1e15 ||
-        value != std::floor(value)) {
+    const std::optional<std::uint64_t> params = parse_whole_count(options.params, 1e15);
+    if (!params) {
       std::cerr << "strata plan: --params: \"" << options.params
                 << "\" is not a whole parameter count between 1 and 1e15 (e.g. 7.5e9)\n";
       return kExitBadInput;
     }
-    inputs.params = static_cast<std::uint64_t>(value);
+    inputs.params = *params;
   }
 
   const runtime::MemoryPlan plan = runtime::make_memory_plan(config, inputs);

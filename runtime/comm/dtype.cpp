@@ -52,19 +52,6 @@ std::size_t element_bytes(DataType dtype) {
   return 0;
 }
 
-DataType data_type_of(DType dtype) {
-  switch (dtype) {
-    case DType::kFp32:
-      return DataType::kFp32;
-    case DType::kBf16:
-      return DataType::kBf16;
-    case DType::kFp16:
-      return DataType::kFp16;
-  }
-  STRATA_ASSERT(false, "unknown DType");
-  return DataType::kFp32;
-}
-
 bool is_valid_reduction(DataType dtype, ReduceOp op) {
   const bool integer = dtype == DataType::kUint8 || dtype == DataType::kUint64;
   return !(integer && op == ReduceOp::kAvg);

@@ -11,8 +11,6 @@
 #include <span>
 #include <string_view>
 
-#include "runtime/config.hpp"
-
 namespace strata::runtime::comm {
 
 enum class DataType : std::uint8_t { kFp32, kBf16, kFp16, kUint8, kUint64 };
@@ -21,7 +19,6 @@ enum class ReduceOp : std::uint8_t { kSum, kAvg, kMax };
 std::string_view to_string(DataType dtype);
 std::string_view to_string(ReduceOp op);
 std::size_t element_bytes(DataType dtype);
-DataType data_type_of(DType dtype);  // the config's precision -> the wire type
 // kAvg is defined for floating types only; kSum on integers wraps modulo 2^bits.
 bool is_valid_reduction(DataType dtype, ReduceOp op);
 
