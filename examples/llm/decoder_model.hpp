@@ -1,0 +1,135 @@
+// DecoderModel: the decoder of Llama / Mistral / Qwen2 / GPT-2 (hf_config.hpp) in fp32 on the host
+// (OpenBLAS), forward and backward one ZeRO-3 unit at a time over parameters it does not own, and
+// incremental decoding with a KV cache. The caller (an Engine-driven trainer, or a plain host
+// store in tests and strata-generate) hands each call the unit's full tensors:
+//
+//   model.set_batch(tokens, sequence_tokens, loss_weights);
+//   for u in 0 .. unit_count-1:   model.forward_unit(u, params(u), shared(u));
+//   loss = model.loss();
+//   for u in unit_count-1 .. 0:   model.backward_unit(u, params(u), grads(u), shared(u));
+//
+// Units, in forward order (tensor names are Hugging Face's, `hf_name` in full):
+//   0            "embed"      model.embed_tokens.weight [vocab, hidden]
+//                             (GPT-2: transformer.wte.weight [vocab, d], transformer.wpe.weight [n_positions, d])
+//   1 .. layers  "layers.{i}" input_layernorm.weight, self_attn.{q,k,v}_proj.weight (+ .bias: Qwen2),
+//                             self_attn.o_proj.weight, post_attention_layernorm.weight,
+//                             mlp.{gate,up,down}_proj.weight  (HF [out, in] layout: y = x·Wᵀ)
+//                             (GPT-2: ln_1.{weight,bias}, attn.c_attn.{weight,bias},
+//                              attn.c_proj.{weight,bias}, ln_2.{weight,bias}, mlp.c_fc.{weight,bias},
+//                              mlp.c_proj.{weight,bias}; Conv1D [in, out] layout: y = x·W + b)
+//   layers + 1   "head"       model.norm.weight (+ lm_head.weight [vocab, hidden] when untied)
+//                             (GPT-2: transformer.ln_f.{weight,bias}; the head is always tied)
+// A tied head reads the embedding unit's parameters: pass them as `shared` (reads_embedding).
+// Weight decay: matrices and embeddings only, never norms or biases.
+//
+// Gradients: backward_unit overwrites every gradient span of the unit; with a tied head the
+// embedding unit's gradient arrives complete (lookup part + head part) at the embedding unit.
+// Activation checkpointing (DecoderOptions): each layer keeps only its input and recomputes its
+// forward inside backward_unit; results are bitwise the same as without it.
+// Threading: one thread drives a model; matrix products use OpenBLAS's threads. Results are
+// bitwise reproducible for a fixed OpenBLAS thread count. Misuse of the call order trips
+// STRATA_ASSERT; bad tokens are std::out_of_range naming the position.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "examples/llm/hf_config.hpp"
+#include "runtime/unit_spec.hpp"
+
+namespace strata::llm {
+
+struct TensorSpec {
+  std::string name;     // within the unit, e.g. "self_attn.q_proj.weight"
+  std::string hf_name;  // the checkpoint's name, e.g. "model.layers.3.self_attn.q_proj.weight"
+  std::vector<std::size_t> shape;  // as the checkpoint stores it (row-major)
+  runtime::TensorInit init;        // for training from scratch (tests, benchmarks)
+  bool weight_decay = true;
+  std::size_t offset = 0;  // elements from the start of the unit's flat buffer
+
+  std::size_t numel() const;
+};
+
+enum class UnitKind : std::uint8_t { kEmbedding, kLayer, kHead };
+
+struct UnitSpec {
+  std::string name;  // "embed", "layers.{i}", "head"
+  UnitKind kind = UnitKind::kLayer;
+  std::uint32_t layer = 0;  // kLayer only
+  std::vector<TensorSpec> tensors;
+  std::size_t numel = 0;
+  bool reads_embedding = false;  // the tied head
+};
+
+// The units of `config`, in forward order. Throws HfConfigError for an impossible shape.
+std::vector<UnitSpec> decoder_units(const HfConfig& config);
+// What the Engine registers for a unit (names within the unit, shapes, inits, decay flags).
+runtime::UnitSpec engine_unit(const UnitSpec& unit);
+// Splits a unit's flat buffer into one span per tensor, in spec order.
+std::vector<std::span<const float>> split_unit(const UnitSpec& unit, std::span<const float> flat);
+std::vector<std::span<float>> split_unit(const UnitSpec& unit, std::span<float> flat);
+
+struct DecoderOptions {
+  std::uint32_t seq_len = 128;     // positions per training sequence (inputs; targets shift by 1)
+  std::uint32_t micro_batch = 1;   // sequences per batch
+  bool activation_checkpointing = false;
+};
+
+using UnitParams = std::span<const std::span<const float>>;
+using UnitGrads = std::span<const std::span<float>>;
+
+class DecoderModel {
+ public:
+  // Throws HfConfigError when seq_len exceeds max_position_embeddings (or, for Mistral, is
+  // longer than the sliding window and the window is not implemented).
+  DecoderModel(const HfConfig& config, const DecoderOptions& options);
+  ~DecoderModel();
+  DecoderModel(DecoderModel&&) noexcept;
+  DecoderModel& operator=(DecoderModel&&) noexcept;
+
+  const HfConfig& config() const;
+  const DecoderOptions& options() const;
+  const std::vector<UnitSpec>& units() const;
+  std::size_t unit_count() const;
+  std::size_t parameter_count() const;
+  std::size_t activation_bytes() const;
+
+  // Starts a batch: `tokens` holds whole sequences of `sequence_tokens` tokens each (inputs and
+  // the shifted targets: 2 .. seq_len + 1; 0 means seq_len + 1), at most micro_batch of them.
+  // `loss_weights` (empty: all 1) has one weight per predicted target, sequences × (sequence_tokens
+  // - 1): 0 leaves a target out of the loss (prompt tokens, padding), 1 counts it.
+  void set_batch(std::span<const std::int32_t> tokens, std::size_t sequence_tokens = 0,
+                 std::span<const float> loss_weights = {});
+  void forward_unit(std::size_t unit, UnitParams params, UnitParams shared = {});
+  // Weighted mean next-token cross-entropy (nats) over the batch; prepares backward.
+  double loss();
+  // Sum of the weighted per-token losses and the sum of the weights (strata-eval's totals).
+  double loss_sum() const;
+  double loss_weight() const;
+  void backward_unit(std::size_t unit, UnitParams params, UnitGrads grads, UnitParams shared = {});
+  // Logits [sequences · (sequence_tokens - 1) × vocab] of the last forward.
+  std::span<const float> logits() const;
+
+  // Incremental decoding of one sequence with a KV cache (strata-generate):
+  //   model.start_decoding(max_positions);
+  //   model.feed(prompt);  for u: model.decode_unit(u, params(u), shared(u));  logits = next_logits();
+  //   model.feed({token}); for u: ...                                            (and so on)
+  void start_decoding(std::size_t max_positions);
+  void feed(std::span<const std::int32_t> tokens);
+  void decode_unit(std::size_t unit, UnitParams params, UnitParams shared = {});
+  std::span<const float> next_logits() const;  // [vocab], for the last fed token
+  std::size_t decoded_positions() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// OpenBLAS worker threads for every matrix product in the process (0: all hardware threads).
+void set_blas_threads(std::uint32_t threads);
+
+}  // namespace strata::llm
