@@ -1,0 +1,61 @@
+// Files for checkpoint I/O: a read-only file read by byte range (pread), so a loader touches only
+// the bytes it needs, and an output file written sequentially then renamed into place.
+// Errors are runtime::FileError naming the operation, the path and (for reads) offset and length.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+
+namespace strata::llm {
+
+// Move-only; closes its descriptor quietly.
+class ReadOnlyFile {
+ public:
+  static ReadOnlyFile open(const std::filesystem::path& path);
+  ReadOnlyFile(ReadOnlyFile&& other) noexcept;
+  ReadOnlyFile& operator=(ReadOnlyFile&& other) noexcept;
+  ReadOnlyFile(const ReadOnlyFile&) = delete;
+  ReadOnlyFile& operator=(const ReadOnlyFile&) = delete;
+  ~ReadOnlyFile();
+
+  const std::filesystem::path& path() const { return path_; }
+  std::uint64_t size_bytes() const { return size_bytes_; }
+  // Exactly out.size() bytes from `offset` (short reads are resumed; EOF before the end throws).
+  void read_exact(std::uint64_t offset, std::span<std::byte> out) const;
+
+ private:
+  ReadOnlyFile(std::filesystem::path path, int fd, std::uint64_t size_bytes);
+  std::filesystem::path path_;
+  int fd_ = -1;
+  std::uint64_t size_bytes_ = 0;
+};
+
+// Written at `path` + ".tmp", made visible under `path` by commit() (fsync, rename, fsync of the
+// directory). Destroyed without commit, the temporary is removed.
+class OutputFile {
+ public:
+  static OutputFile create(const std::filesystem::path& path);
+  OutputFile(OutputFile&& other) noexcept;
+  OutputFile& operator=(OutputFile&& other) = delete;
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+  ~OutputFile();
+
+  void write(std::span<const std::byte> bytes);
+  std::uint64_t written_bytes() const { return written_bytes_; }
+  void commit();
+
+ private:
+  OutputFile(std::filesystem::path path, std::filesystem::path temporary, int fd);
+  std::filesystem::path path_;
+  std::filesystem::path temporary_;
+  int fd_ = -1;
+  std::uint64_t written_bytes_ = 0;
+};
+
+// A whole small file (config.json, an index) as text.
+std::string read_text_file(const std::filesystem::path& path);
+
+}  // namespace strata::llm

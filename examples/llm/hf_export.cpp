@@ -1,0 +1,165 @@
+#include "examples/llm/hf_export.hpp"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "base/assert.hpp"
+#include "examples/gpt/half_float.hpp"
+#include "examples/llm/hf_checkpoint.hpp"
+#include "examples/llm/safetensors_header.hpp"
+
+namespace strata::llm {
+namespace {
+
+// Elements converted per write: bounds the conversion buffer whatever the tensor's size.
+constexpr std::size_t kChunkElements = 1 << 16;
+
+std::string shard_file_name(std::size_t shard, std::size_t shards) {
+  if (shards == 1) return kSingleFileName;
+  return fmt::format("model-{:05}-of-{:05}.safetensors", shard + 1, shards);
+}
+
+bool is_weight_file(const std::string& name) {
+  if (name == kSingleFileName || name == kIndexFileName) return true;
+  return name.starts_with("model-") && name.find("-of-") != std::string::npos &&
+         name.ends_with(".safetensors");
+}
+
+// The shard's header, padded with spaces to a multiple of 8 bytes as transformers writes it.
+std::string shard_header(const ShardPlan& plan, std::size_t shard, runtime::DType dtype) {
+  nlohmann::ordered_json header;
+  header["__metadata__"] = {{"format", "pt"}};
+  for (const PlannedTensor& tensor : plan.tensors) {
+    if (tensor.shard != shard) continue;
+    header[tensor.name] = {{"dtype", safetensors_dtype_name(dtype)},
+                           {"shape", tensor.shape},
+                           {"data_offsets", {tensor.begin_bytes, tensor.end_bytes}}};
+  }
+  std::string text = header.dump();
+  text.resize((text.size() + 7) / 8 * 8, ' ');
+  return text;
+}
+
+void write_converted(OutputFile& file, std::span<const float> values, runtime::DType dtype) {
+  if (dtype == runtime::DType::kFp32) {
+    file.write(std::as_bytes(values));
+    return;
+  }
+  std::vector<std::uint16_t> halves;
+  for (std::size_t begin = 0; begin < values.size(); begin += kChunkElements) {
+    const std::span<const float> chunk =
+        values.subspan(begin, std::min(kChunkElements, values.size() - begin));
+    halves.resize(chunk.size());
+    for (std::size_t i = 0; i < chunk.size(); ++i) {
+      halves[i] = dtype == runtime::DType::kBf16 ? gpt::detail::float_to_bf16(chunk[i])
+                                                 : gpt::detail::float_to_fp16(chunk[i]);
+    }
+    file.write(std::as_bytes(std::span<const std::uint16_t>(halves)));
+  }
+}
+
+}  // namespace
+
+const std::vector<std::string>& model_side_files() {
+  static const std::vector<std::string> kFiles = {
+      "config.json",         "generation_config.json", "tokenizer.json",
+      "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+      "vocab.json",          "merges.txt",             "added_tokens.json"};
+  return kFiles;
+}
+
+void prepare_export_folder(const std::filesystem::path& source_dir,
+                           const std::filesystem::path& out_dir) {
+  if (!std::filesystem::exists(source_dir / "config.json")) {
+    throw CheckpointError((source_dir / "config.json").string() +
+                          ": missing (the export copies it)");
+  }
+  std::filesystem::create_directories(out_dir);
+  if (std::filesystem::equivalent(source_dir, out_dir)) {
+    throw CheckpointError("export folder " + out_dir.string() +
+                          " is the model folder it reads from; choose another");
+  }
+  for (const std::string& name : model_side_files()) {
+    if (!std::filesystem::exists(source_dir / name)) continue;
+    std::filesystem::copy_file(source_dir / name, out_dir / name,
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+}
+
+ShardPlan plan_shards(const std::vector<UnitSpec>& units, const ExportOptions& options) {
+  ShardPlan plan;
+  const std::uint32_t width = runtime::dtype_bytes(options.dtype);
+  std::size_t shard = 0;
+  std::uint64_t used = 0;
+  for (const UnitSpec& unit : units) {
+    for (const TensorSpec& spec : unit.tensors) {
+      const std::uint64_t bytes = std::uint64_t{spec.numel()} * width;
+      if (used > 0 && used + bytes > options.max_shard_bytes) {
+        ++shard;
+        used = 0;
+      }
+      plan.tensors.push_back({stored_name(spec.hf_name, options.gpt2_prefix_stripped), spec.shape,
+                              shard, used, used + bytes});
+      used += bytes;
+      plan.total_bytes += bytes;
+    }
+  }
+  const std::size_t shards = plan.tensors.empty() ? 1 : shard + 1;
+  for (std::size_t s = 0; s < shards; ++s) plan.file_names.push_back(shard_file_name(s, shards));
+  return plan;
+}
+
+HfExportWriter::HfExportWriter(const std::filesystem::path& out_dir, std::vector<UnitSpec> units,
+                               const ExportOptions& options)
+    : out_dir_(out_dir), units_(std::move(units)), options_(options) {
+  std::filesystem::create_directories(out_dir_);
+  for (const auto& entry : std::filesystem::directory_iterator(out_dir_)) {
+    if (is_weight_file(entry.path().filename().string())) std::filesystem::remove(entry.path());
+  }
+  plan_ = plan_shards(units_, options_);
+}
+
+HfExportWriter::~HfExportWriter() = default;
+
+void HfExportWriter::open_shard(std::size_t shard) {
+  if (shard_) shard_->commit();
+  shard_ = std::make_unique<OutputFile>(OutputFile::create(out_dir_ / plan_.file_names[shard]));
+  const std::string header = shard_header(plan_, shard, options_.dtype);
+  const std::uint64_t length = header.size();
+  shard_->write(std::as_bytes(std::span<const std::uint64_t>(&length, 1)));
+  shard_->write(std::as_bytes(std::span<const char>(header)));
+  open_index_ = shard;
+}
+
+void HfExportWriter::write_unit(std::size_t index, std::span<const float> values) {
+  STRATA_ASSERT(index == next_unit_, "units must be exported in order");
+  const UnitSpec& unit = units_[index];
+  STRATA_ASSERT(values.size() == unit.numel);
+  for (const TensorSpec& spec : unit.tensors) {
+    const PlannedTensor& planned = plan_.tensors[next_tensor_++];
+    if (open_index_ != planned.shard) open_shard(planned.shard);
+    write_converted(*shard_, values.subspan(spec.offset, spec.numel()), options_.dtype);
+  }
+  ++next_unit_;
+}
+
+void HfExportWriter::finish() {
+  STRATA_ASSERT(next_unit_ == units_.size(), "finish() before the last unit");
+  if (!shard_) open_shard(0);  // a model without tensors still gets its (empty) file
+  shard_->commit();
+  shard_.reset();
+  if (plan_.file_names.size() == 1) return;
+  nlohmann::json index;
+  index["metadata"] = {{"total_size", plan_.total_bytes}};
+  index["weight_map"] = nlohmann::json::object();
+  for (const PlannedTensor& tensor : plan_.tensors) {
+    index["weight_map"][tensor.name] = plan_.file_names[tensor.shard];
+  }
+  const std::string text = index.dump(2) + "\n";
+  OutputFile file = OutputFile::create(out_dir_ / kIndexFileName);
+  file.write(std::as_bytes(std::span<const char>(text)));
+  file.commit();
+}
+
+}  // namespace strata::llm

@@ -1,0 +1,208 @@
+#include "examples/llm/llm_trainer.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "examples/llm/hf_checkpoint.hpp"
+#include "examples/llm/training_data.hpp"
+#include "examples/llm/weights_loader.hpp"
+#include "runtime/comm/communicator.hpp"
+#include "tiers/device/device.hpp"
+
+namespace strata::llm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::vector<std::span<const float>> views_of(const runtime::GatheredUnit& unit) {
+  std::vector<std::span<const float>> views;
+  for (std::size_t i = 0; i < unit.tensor_count(); ++i) views.push_back(unit.tensor(i));
+  return views;
+}
+
+std::int32_t eos_of(const HfConfig& config, const Tokenizer& tokenizer) {
+  if (!config.eos_token_ids.empty()) return config.eos_token_ids.front();
+  if (const auto eos = tokenizer.eos_id()) return *eos;
+  throw DataError(config.source.string() +
+                  ": no eos_token_id, and the tokenizer names no eos token: documents cannot "
+                  "be separated");
+}
+
+}  // namespace
+
+LlmTrainer::LlmTrainer(const runtime::Config& config, tiers::Device& device,
+                       runtime::comm::Communicator& comm, const LlmTrainerOptions& options)
+    : config_(config), comm_(&comm), options_(options) {
+  if (device.kind() != tiers::DeviceKind::kHost) {
+    throw std::invalid_argument(
+        "the Hugging Face decoder computes on the host: run with the host device (--device host)");
+  }
+  hf_config_ = read_hf_config(options.model_dir / "config.json");
+  tokenizer_.emplace(Tokenizer::load(options.model_dir));
+  DecoderOptions decoder_options;
+  decoder_options.seq_len = options.seq_len;
+  decoder_options.micro_batch = options.micro_batch;
+  decoder_options.activation_checkpointing = options.activation_checkpointing;
+  model_ = std::make_unique<DecoderModel>(hf_config_, decoder_options);
+
+  const DataSource source{&*tokenizer_, hf_config_.family, eos_of(hf_config_, *tokenizer_)};
+  const TokenStream stream = read_training_data(options.data, source);
+  data_tokens_ = stream.size();
+  if (stream.size() < 2) {
+    throw DataError("the training data holds " + std::to_string(stream.size()) +
+                    " token(s); at least 2 are needed");
+  }
+  data_ = std::make_unique<DataLoader>(
+      pack_windows(stream, std::size_t{options.seq_len} + 1, source.eos_id), options.micro_batch,
+      config.run.seed, static_cast<std::uint32_t>(comm.size()),
+      static_cast<std::uint32_t>(comm.rank()));
+
+  std::optional<HfCheckpoint> checkpoint;
+  if (options.load_weights) {
+    checkpoint.emplace(HfCheckpoint::open(options.model_dir));
+    checkpoint->check(model_->units());  // before anything is allocated
+    gpt2_prefix_stripped_ = checkpoint->gpt2_prefix_stripped();
+  }
+  runtime::EngineOptions engine_options;
+  engine_options.grad_accumulation = options.grad_accumulation;
+  engine_options.resume = options.resume;
+  engine_options.tracer = options.tracer;
+  engine_ = std::make_unique<runtime::Engine>(config, device, comm, engine_options);
+  std::size_t largest = 0;
+  for (const UnitSpec& unit : model_->units()) {
+    units_.push_back(engine_->add_unit(engine_unit(unit)));
+    largest = std::max(largest, unit.numel);
+  }
+  engine_->finalize();
+  grads_.resize(largest);
+  // A resumed run continues from the store's weights, not the folder's.
+  if (checkpoint && engine_->step_count() == 0) {
+    load_units(*checkpoint, model_->units(), comm,
+               [this](std::size_t unit, std::span<const float> values) {
+                 engine_->set_master(units_[unit], values);
+               });
+  }
+}
+
+LlmTrainer::~LlmTrainer() = default;
+
+double LlmTrainer::forward(const Batch& batch, LlmStepReport* report) {
+  model_->set_batch(batch.tokens, data_->window_tokens(), batch.weights);
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    const auto wait_start = Clock::now();
+    runtime::GatheredUnit unit = engine_->gather(units_[u]);
+    std::optional<runtime::GatheredUnit> embedding;
+    if (model_->units()[u].reads_embedding) embedding.emplace(engine_->gather(units_[0]));
+    const auto compute_start = Clock::now();
+    if (report != nullptr) report->gather_wait_s += since(wait_start);
+    const std::vector<std::span<const float>> views = views_of(unit);
+    std::vector<std::span<const float>> shared;
+    if (embedding) shared = views_of(*embedding);
+    {
+      runtime::Tracer::Scope scope(options_.tracer, runtime::TraceTrack::kCompute,
+                                   "forward " + model_->units()[u].name);
+      model_->forward_unit(u, views, shared);
+    }
+    if (report != nullptr) report->compute_s += since(compute_start);
+  }
+  return model_->loss();
+}
+
+void LlmTrainer::backward(LlmStepReport& report, float gradient_scale) {
+  for (std::size_t u = units_.size(); u-- > 0;) {
+    const UnitSpec& spec = model_->units()[u];
+    const auto wait_start = Clock::now();
+    runtime::GatheredUnit unit = engine_->gather(units_[u]);
+    std::optional<runtime::GatheredUnit> embedding;
+    if (spec.reads_embedding) embedding.emplace(engine_->gather(units_[0]));
+    const auto compute_start = Clock::now();
+    report.gather_wait_s += since(wait_start);
+    const std::vector<std::span<const float>> views = views_of(unit);
+    std::vector<std::span<const float>> shared;
+    if (embedding) shared = views_of(*embedding);
+    const std::span<float> grads = std::span<float>(grads_).first(spec.numel);
+    {
+      runtime::Tracer::Scope scope(options_.tracer, runtime::TraceTrack::kCompute,
+                                   "backward " + spec.name);
+      const std::vector<std::span<float>> grad_views = split_unit(spec, grads);
+      model_->backward_unit(u, views, grad_views, shared);
+      if (gradient_scale != 1.0f) {
+        for (float& g : grads) g *= gradient_scale;
+      }
+    }
+    report.compute_s += since(compute_start);
+    embedding.reset();
+    const auto grads_start = Clock::now();
+    engine_->reduce_grads(units_[u], grads);
+    report.grads_s += since(grads_start);
+  }
+}
+
+LlmStepReport LlmTrainer::train_step() {
+  const auto start = Clock::now();
+  LlmStepReport report;
+  const std::uint32_t micro_batches = options_.grad_accumulation;
+  // Summed over micro-batches: 1/micro_batches gives the mean; the loss scale (fp16) is divided
+  // out again by the Engine.
+  const float scale = static_cast<float>(engine_->loss_scale() / micro_batches);
+  const std::uint64_t first_index = engine_->step_count() * micro_batches;
+  for (std::uint32_t m = 0; m < micro_batches; ++m) {
+    data_->train_batch(first_index + m, batch_);
+    report.loss += forward(batch_, &report) / micro_batches;
+    backward(report, scale);
+    report.tokens += batch_.sequences * (data_->window_tokens() - 1);
+  }
+  {
+    runtime::Tracer::Scope scope(options_.tracer, runtime::TraceTrack::kOptimizer, "step");
+    report.optimizer = engine_->step();
+  }
+  report.step = report.optimizer.step;
+  report.total_s = since(start);
+  return report;
+}
+
+double LlmTrainer::validation_loss() {
+  const std::size_t batches =
+      std::min<std::size_t>(std::max<std::uint32_t>(1, options_.eval_batches),
+                            data_->validation_batch_count());
+  double loss_sum = 0;
+  double weight_sum = 0;
+  for (std::size_t b = 0; b < batches; ++b) {
+    data_->validation_batch(b, batch_);
+    forward(batch_, nullptr);
+    loss_sum += model_->loss_sum();
+    weight_sum += model_->loss_weight();
+  }
+  return weight_sum > 0 ? loss_sum / weight_sum : 0.0;
+}
+
+void LlmTrainer::export_hf(const std::filesystem::path& out_dir, const ExportOptions& options) {
+  ExportOptions resolved = options;
+  resolved.gpt2_prefix_stripped = gpt2_prefix_stripped_;
+  std::optional<HfExportWriter> writer;
+  if (comm_->rank() == 0) {
+    prepare_export_folder(options_.model_dir, out_dir);
+    writer.emplace(out_dir, model_->units(), resolved);
+  }
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    const std::vector<float> values = engine_->gather_master(units_[u]);
+    if (writer) writer->write_unit(u, values);
+  }
+  if (writer) writer->finish();
+  comm_->barrier();
+}
+
+void describe_model_for_plan(const HfConfig& hf_config, runtime::Config& config) {
+  config.model.params = hf_config.parameter_count();
+  config.model.layers = hf_config.num_layers;
+  config.model.d_model = hf_config.hidden_size;
+  config.model.heads = hf_config.num_heads;
+  config.model.vocab = hf_config.vocab_size;
+  config.model.tied_head = hf_config.tie_word_embeddings;
+}
+
+}  // namespace strata::llm
