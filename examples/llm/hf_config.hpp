@@ -65,6 +65,9 @@ struct HfConfig {
   // Mistral's sliding window: each position attends to at most this many positions (itself
   // included). Absent or null: full causal attention.
   std::optional<std::uint32_t> sliding_window;
+  // Standard deviation of the normal initialiser for matrices and embeddings (training from
+  // scratch only; a checkpoint brings its own values).
+  double initializer_range = 0.02;
 
   TensorDType torch_dtype = TensorDType::kFp32;
   std::vector<std::int32_t> bos_token_ids;  // config.json may give one id or a list
