@@ -1,7 +1,10 @@
 // strata-finetune: fine-tunes a GPT-2-architecture model on byte-level text through strata's
-// ZeRO-3 Engine, with parameters, gradients and optimizer state where the TOML config puts them.
+// ZeRO-3 Engine, with parameters, gradients and optimizer state where the TOML config puts them;
+// with --model, a Hugging Face model folder (Llama, Mistral, Qwen2, GPT-2) on text / JSONL data,
+// exported back as a folder transformers loads (hf_finetune.hpp).
 //
 //   strata-finetune --config examples/configs/params_optimizer_nvme.toml --steps 40
+//   strata-finetune --model HF_DIR --data FILE_OR_DIR... --config TIERS.toml --steps N --export OUT
 //
 // Prints where the state lives, one progress line per step (loss, learning rate, tokens/s, where
 // the step's time went, NVMe traffic), periodic validation losses and a summary.
@@ -13,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -20,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "examples/finetune/gpt_trainer.hpp"
+#include "examples/finetune/hf_finetune.hpp"
 #include "examples/gpt/gpt_model.hpp"
 #include "runtime/byte_size.hpp"
 #include "runtime/comm/communicator.hpp"
@@ -44,7 +49,13 @@ struct Options {
   std::vector<std::string> data;
   std::string init;
   std::string export_path;
-  std::string export_dtype = "fp32";
+  std::string export_dtype;  // default: fp32 (built-in GPT), bf16 (--model)
+  std::string model;
+  std::optional<std::uint32_t> seq_len;
+  std::optional<std::uint32_t> micro_batch;
+  std::optional<std::uint32_t> grad_accumulation;
+  bool activation_checkpointing = false;
+  std::string max_shard_size = "5GB";
   std::string trace;
   std::string summary_json;
   std::uint32_t eval_every = 25;
@@ -74,6 +85,47 @@ std::string describe_optimizer(const strata::runtime::OptimizerConfig& optimizer
   return text;
 }
 
+strata::runtime::DType export_dtype_of(const std::string& name) {
+  namespace runtime = strata::runtime;
+  return name == "bf16" ? runtime::DType::kBf16
+         : name == "fp16" ? runtime::DType::kFp16
+                          : runtime::DType::kFp32;
+}
+
+// --model: the Hugging Face path; the GPT-only flags are refused rather than ignored.
+int run_model(const Options& options, const strata::runtime::Config& config) {
+  if (!options.init.empty() || !options.trace.empty() || options.device != "host") {
+    std::cerr << "strata-finetune: --model takes its weights from the folder and computes on the "
+                 "host: --init, --trace and --device cuda/auto apply to the built-in GPT only\n";
+    return 2;
+  }
+  const std::optional<std::uint64_t> max_shard =
+      strata::runtime::parse_byte_size(options.max_shard_size);
+  if (!max_shard || *max_shard == 0) {
+    std::cerr << "strata-finetune: --max-shard-size: \"" << options.max_shard_size
+              << "\" is not a size (e.g. 5GB, 500MiB)\n";
+    return 2;
+  }
+  strata::examples::HfFinetuneOptions hf;
+  hf.model_dir = options.model;
+  hf.data = options.data;
+  if (hf.data.empty()) hf.data = {"/usr/share/common-licenses"};
+  hf.steps = options.steps;
+  hf.seq_len = options.seq_len;
+  hf.micro_batch = options.micro_batch;
+  hf.grad_accumulation = options.grad_accumulation;
+  hf.activation_checkpointing = options.activation_checkpointing;
+  hf.export_dir = options.export_path;
+  hf.export_dtype = export_dtype_of(options.export_dtype.empty() ? "bf16" : options.export_dtype);
+  hf.max_shard_bytes = *max_shard;
+  hf.eval_every = options.eval_every;
+  hf.eval_batches = options.eval_batches;
+  hf.blas_threads = options.blas_threads;
+  hf.resume = options.resume;
+  hf.summary_json = options.summary_json;
+  return strata::examples::run_hf_finetune(config, hf);
+}
+
 int run(const Options& options) {
   namespace runtime = strata::runtime;
   runtime::Config config;
@@ -83,6 +135,7 @@ int run(const Options& options) {
     std::cerr << "strata-finetune: bad config: " << error.what() << "\n";
     return 2;
   }
+  if (!options.model.empty()) return run_model(options, config);
   std::unique_ptr<runtime::comm::Communicator> comm = runtime::comm::make_communicator();
   const bool lead = comm->rank() == 0;
   config.run.ranks = static_cast<std::uint32_t>(comm->size());
@@ -192,10 +245,7 @@ int run(const Options& options) {
   if (options.eval_every == 0) final_val = trainer.validation_loss();
 
   if (!options.export_path.empty()) {
-    const runtime::DType dtype = options.export_dtype == "bf16"   ? runtime::DType::kBf16
-                                 : options.export_dtype == "fp16" ? runtime::DType::kFp16
-                                                                  : runtime::DType::kFp32;
-    trainer.export_weights(options.export_path, dtype);
+    trainer.export_weights(options.export_path, export_dtype_of(options.export_dtype));
     if (lead) std::cout << "  exported " << options.export_path << "\n";
   }
   const double tokens_per_s = train_seconds > 0 ? static_cast<double>(tokens) / train_seconds : 0;
@@ -241,11 +291,30 @@ int main(int argc, char** argv) {
   app.add_option("--steps", options.steps, "optimizer steps (default 100)")
       ->check(CLI::Range(1u, 10'000'000u));
   app.add_option("--data", options.data,
-                 "text files or directories (default: /usr/share/common-licenses)");
+                 "text files or directories (default: /usr/share/common-licenses); with "
+                 "--model also *.jsonl ({\"text\"}, {\"prompt\", \"completion\"}, "
+                 "{\"messages\"})");
   app.add_option("--init", options.init, "starting weights (safetensors)");
-  app.add_option("--export", options.export_path, "write the trained weights (safetensors)");
-  app.add_option("--export-dtype", options.export_dtype, "fp32, bf16 or fp16 (default fp32)")
+  app.add_option("--export", options.export_path,
+                 "write the trained weights (safetensors; with --model: a model folder)");
+  app.add_option("--export-dtype", options.export_dtype,
+                 "fp32, bf16 or fp16 (default fp32; with --model bf16)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--model", options.model,
+                 "Hugging Face model folder (Llama, Mistral, Qwen2, GPT-2) to fine-tune instead "
+                 "of the built-in GPT");
+  app.add_option("--seq-len", options.seq_len, "--model: tokens per sequence (default [model])")
+      ->check(CLI::Range(1u, 1u << 20));
+  app.add_option("--micro-batch", options.micro_batch,
+                 "--model: sequences per micro-batch (default [model])")
+      ->check(CLI::Range(1u, 1u << 16));
+  app.add_option("--grad-accumulation", options.grad_accumulation,
+                 "--model: micro-batches per step (default [model])")
+      ->check(CLI::Range(1u, 1u << 16));
+  app.add_flag("--activation-checkpointing", options.activation_checkpointing,
+               "--model: recompute each layer's forward in backward");
+  app.add_option("--max-shard-size", options.max_shard_size,
+                 "--model: largest exported safetensors shard (default 5GB)");
   app.add_option("--trace", options.trace, "write a Chrome trace (chrome://tracing, Perfetto)");
   app.add_option("--summary-json", options.summary_json, "write a JSON summary");
   app.add_option("--eval-every", options.eval_every, "validation every N steps (0: at the end)");

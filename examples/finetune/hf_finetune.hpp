@@ -1,0 +1,38 @@
+// `strata-finetune --model HF_DIR`: fine-tunes a Hugging Face model folder through the ZeRO-3
+// Engine (examples/llm/llm_trainer.hpp) with the TOML's [tiers], [zero], [optimizer] and
+// [precision]; sequence length, micro-batch and accumulation from [model] unless the command line
+// gives them. Prints the plan, one progress line per step, validation losses and a summary, then
+// exports a folder transformers loads.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/config.hpp"
+
+namespace strata::examples {
+
+struct HfFinetuneOptions {
+  std::string model_dir;
+  std::vector<std::string> data;
+  std::uint32_t steps = 100;
+  std::optional<std::uint32_t> seq_len;
+  std::optional<std::uint32_t> micro_batch;
+  std::optional<std::uint32_t> grad_accumulation;
+  bool activation_checkpointing = false;
+  std::string export_dir;
+  runtime::DType export_dtype = runtime::DType::kBf16;
+  std::uint64_t max_shard_bytes = 5'000'000'000;
+  std::uint32_t eval_every = 25;  // 0: only at the start and the end
+  std::uint32_t eval_batches = 4;
+  std::uint32_t blas_threads = 0;
+  bool resume = false;
+  std::string summary_json;
+};
+
+// The process exit code: 0, 2 (bad config), 3 (does not fit).
+int run_hf_finetune(runtime::Config config, const HfFinetuneOptions& options);
+
+}  // namespace strata::examples
