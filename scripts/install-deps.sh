@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin libopenblas-dev
   fio clang libclang-rt-14-dev
+  python3-torch
 )
 
 missing=()
