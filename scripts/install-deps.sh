@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package that strata's build, tests, examples and benchmarks need.
+# Installs every Debian 12 package that strata's build, tests, examples and benchmarks need, then
+# the npm packages of the tokenizer tests' reference (scripts/install-npm-test-deps.sh).
 # Idempotent: installs only what is missing, and runs `apt-get update` at most once.
 set -euo pipefail
 
@@ -11,6 +12,7 @@ packages=(
   libopenmpi-dev openmpi-bin libopenblas-dev
   fio clang libclang-rt-14-dev
   python3-torch
+  libpcre2-dev libicu-dev libsentencepiece-dev nodejs
 )
 
 missing=()
@@ -20,14 +22,28 @@ for p in "${packages[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
-fi
-
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-echo "install-deps: installing ${missing[*]}"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "install-deps: done"
+updated=0
+apt_install() {
+  if [ "$updated" -eq 0 ]; then
+    $sudo apt-get update -qq
+    updated=1
+  fi
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+else
+  echo "install-deps: installing ${missing[*]}"
+  apt_install "${missing[@]}"
+  echo "install-deps: done"
+fi
+# Debian's nodejs comes without npm (its own package); NodeSource's nodejs bundles it, and Debian's
+# npm would conflict with that one, so npm is installed only when no npm is on PATH.
+if ! command -v npm >/dev/null 2>&1; then
+  echo "install-deps: installing npm"
+  apt_install npm
+fi
+"$(dirname "$0")/install-npm-test-deps.sh"

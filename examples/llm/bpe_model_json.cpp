@@ -12,15 +12,23 @@ TokenIds read_vocab(const JsonLocation& vocab) {
   if (!vocab.node().is_object()) vocab.fail("expected an object of token: id");
   TokenIds ids;
   ids.reserve(vocab.node().size());
+  // Locations are built only for a bad entry: a vocabulary has 10^5 of them.
   for (const auto& [token, value] : vocab.node().items()) {
-    const std::int64_t id = vocab.at(token).integer();
+    if (!value.is_number_integer()) vocab.at(token).integer();  // throws, naming the entry
+    const auto id = value.get<std::int64_t>();
     if (id < 0 || id >= kMaxTokenId) vocab.at(token).fail("id " + std::to_string(id) + " out of range");
     ids.emplace(token, static_cast<std::int32_t>(id));
   }
   return ids;
 }
 
-std::pair<std::string, std::string> read_merge(const JsonLocation& merge) {
+std::pair<std::string, std::string> read_merge(const nlohmann::json& node,
+                                               const JsonLocation& merges, std::size_t index) {
+  // The common, well-formed entries without building a location.
+  if (node.is_array() && node.size() == 2 && node[0].is_string() && node[1].is_string()) {
+    return {node[0].get<std::string>(), node[1].get<std::string>()};
+  }
+  const JsonLocation merge = merges.at(index);
   if (merge.node().is_array()) {
     if (merge.array_size() != 2) merge.fail("a merge pair has exactly two tokens");
     return {merge.at(std::size_t{0}).string(), merge.at(std::size_t{1}).string()};
@@ -56,7 +64,9 @@ std::unique_ptr<BpeModel> make_bpe_model(const JsonLocation& model) {
   const JsonLocation merges_spec = model.at("merges");
   std::vector<std::pair<std::string, std::string>> merges;
   merges.reserve(merges_spec.array_size());
-  for (std::size_t i = 0; i < merges_spec.array_size(); ++i) merges.push_back(read_merge(merges_spec.at(i)));
+  for (std::size_t i = 0; i < merges_spec.array_size(); ++i) {
+    merges.push_back(read_merge(merges_spec.node()[i], merges_spec, i));
+  }
   BpeOptions options;
   options.unk_token = model.optional_string("unk_token");
   options.fuse_unk = model.boolean_or("fuse_unk", false);

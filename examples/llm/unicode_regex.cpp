@@ -30,8 +30,9 @@ std::string pcre2_message(int error_code) {
 }  // namespace
 
 UnicodeRegex::UnicodeRegex(std::string_view pattern, PatternSyntax syntax) {
-  std::uint32_t options = PCRE2_UTF | PCRE2_UCP;
-  if (syntax == PatternSyntax::kLiteral) options |= PCRE2_LITERAL;
+  // PCRE2_LITERAL admits no UCP (a literal has no classes for it to change).
+  const std::uint32_t options =
+      syntax == PatternSyntax::kLiteral ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP;
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),

@@ -1,0 +1,121 @@
+// Proves strata's Tokenizer gives exactly the Hugging Face tokenizers library's ids (with and
+// without special tokens), decodes and vocabulary on real GPT-2, Llama 3 and Llama 2 vocabularies,
+// over a corpus of multilingual text, code, whitespace runs, digits, emoji, contractions, special
+// tokens and invalid UTF-8; the reference is that library itself, run by make_reference.mjs.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "examples/llm/tokenizer.hpp"
+#include "tests/examples/llm/tokenizer_test_support.hpp"
+
+namespace strata::llm {
+namespace {
+
+namespace fs = std::filesystem;
+using test_support::from_hex;
+using test_support::to_hex;
+
+const fs::path kReferenceDir = STRATA_LLM_TOKENIZER_TEST_DIR;
+
+struct ReferenceCase {
+  const char* name;
+  // Byte-level without a prefix space and without a normalizer is lossless: decode(encode(x)) == x.
+  bool round_trips;
+};
+
+std::string skip_reason() {
+  const std::string node = STRATA_NODE_EXECUTABLE;
+  if (node.empty() || !fs::exists(node)) {
+    return "node not found (Debian package nodejs); the reference is the Hugging Face tokenizers "
+           "library's Node binding";
+  }
+  if (!fs::exists(kReferenceDir / "node_modules/@anush008/tokenizers") ||
+      !fs::exists(kReferenceDir / "node_modules/llama3-tokenizer-js")) {
+    return "the npm reference packages are not installed: run scripts/install-npm-test-deps.sh";
+  }
+  return {};
+}
+
+// Runs the reference for one tokenizer; returns its folder (tokenizer.json, expected.json).
+fs::path make_reference(const std::string& name) {
+  const fs::path out = test_support::scratch_dir("tokenizer-reference-" + name);
+  std::string command = STRATA_NODE_EXECUTABLE;
+  for (const std::string& argument : {(kReferenceDir / "make_reference.mjs").string(), out.string()}) {
+    command += " '";
+    command += argument;
+    command += "'";
+  }
+  command += " ";
+  command += name;
+  const int status = std::system(command.c_str());
+  if (status != 0) throw std::runtime_error("reference failed (" + std::to_string(status) + "): " + command);
+  return out / name;
+}
+
+std::vector<std::int32_t> ids_of(const nlohmann::json& array) {
+  return array.get<std::vector<std::int32_t>>();
+}
+
+class HfReference : public ::testing::TestWithParam<ReferenceCase> {};
+
+TEST_P(HfReference, IdsAndDecodesEqualTheLibrary) {
+  if (const std::string reason = skip_reason(); !reason.empty()) GTEST_SKIP() << reason;
+  const ReferenceCase param = GetParam();
+  const fs::path dir = make_reference(param.name);
+  const nlohmann::json expected = nlohmann::json::parse(test_support::read_file(dir / "expected.json"));
+  const Tokenizer tokenizer = Tokenizer::from_tokenizer_json(dir / "tokenizer.json");
+
+  EXPECT_EQ(tokenizer.vocab_size(), expected["vocab_size"].get<std::size_t>());
+  for (const auto& [token, id] : expected["token_ids"].items()) {
+    const auto ours = tokenizer.token_to_id(token);
+    if (id.is_null()) {
+      EXPECT_FALSE(ours.has_value()) << token;
+    } else {
+      EXPECT_EQ(ours, id.get<std::int32_t>()) << token;
+    }
+  }
+  std::size_t compared = 0;
+  std::size_t round_trips = 0;
+  for (const nlohmann::json& item : expected["cases"]) {
+    const std::string input = from_hex(item["input_hex"].get<std::string>());
+    SCOPED_TRACE("input (hex) " + item["input_hex"].get<std::string>() + ": '" + input + "'");
+    const std::vector<std::int32_t> ids = tokenizer.encode(input);
+    ASSERT_EQ(ids, ids_of(item["ids"])) << "HF's tokens: " << item["tokens"].dump();
+    const std::vector<std::int32_t> with_special = tokenizer.encode(input, true);
+    EXPECT_EQ(with_special, ids_of(item["ids_with_special"]));
+    EXPECT_EQ(to_hex(tokenizer.decode(ids)), item["decoded_hex"].get<std::string>());
+    EXPECT_EQ(to_hex(tokenizer.decode(with_special, true)),
+              item["decoded_skip_special_hex"].get<std::string>());
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      EXPECT_EQ(tokenizer.id_to_token(ids[i]), item["id_tokens"][i].get<std::string>());
+    }
+    ++compared;
+    const bool valid_utf8 = item["decoded_hex"].get<std::string>().find("efbfbd") ==
+                                std::string::npos;  // no U+FFFD in HF's decode
+    if (param.round_trips && valid_utf8) {
+      EXPECT_EQ(tokenizer.decode(ids), input) << "decode(encode(x)) != x";
+      ++round_trips;
+    }
+  }
+  EXPECT_GE(compared, 60U);
+  std::printf("[ reference ] %s: %zu strings identical to Hugging Face tokenizers "
+              "(ids, ids with special tokens, tokens, decode, decode skipping special); "
+              "%zu round trips\n", param.name, compared, round_trips);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Vocabularies, HfReference,
+    ::testing::Values(ReferenceCase{"gpt2", true}, ReferenceCase{"gpt2_prefix_space", false},
+                      ReferenceCase{"llama3", true}, ReferenceCase{"qwen2_style", false},
+                      ReferenceCase{"llama2", false}, ReferenceCase{"llama2_metaspace", false}),
+    [](const ::testing::TestParamInfo<ReferenceCase>& param_info) {
+      return std::string(param_info.param.name);
+    });
+
+}  // namespace
+}  // namespace strata::llm
