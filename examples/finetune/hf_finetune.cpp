@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "examples/llm/llm_trainer.hpp"
+#include "examples/llm/model_plan.hpp"
 #include "runtime/byte_size.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/memory_plan.hpp"

@@ -196,13 +196,4 @@ void LlmTrainer::export_hf(const std::filesystem::path& out_dir, const ExportOpt
   comm_->barrier();
 }
 
-void describe_model_for_plan(const HfConfig& hf_config, runtime::Config& config) {
-  config.model.params = hf_config.parameter_count();
-  config.model.layers = hf_config.num_layers;
-  config.model.d_model = hf_config.hidden_size;
-  config.model.heads = hf_config.num_heads;
-  config.model.vocab = hf_config.vocab_size;
-  config.model.tied_head = hf_config.tie_word_embeddings;
-}
-
 }  // namespace strata::llm

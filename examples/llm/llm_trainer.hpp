@@ -99,8 +99,4 @@ class LlmTrainer {
   Batch batch_;
 };
 
-// The parameter count and shapes of a model folder as `strata plan` and the memory plan want
-// them: [model] params, layers, d_model, heads, vocab of `config` set from config.json.
-void describe_model_for_plan(const HfConfig& hf_config, runtime::Config& config);
-
 }  // namespace strata::llm

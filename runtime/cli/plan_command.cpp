@@ -1,9 +1,15 @@
 // `strata plan CONFIG`: the per-rank memory plan, printed before anything is allocated.
+// `strata plan [CONFIG] --model DIR`: the same for a Hugging Face model folder, its parameter
+// count and largest unit from config.json (examples/llm; the program links strata_llm_model, the
+// runtime library does not).
+#include <filesystem>
 #include <iostream>
 #include <string>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "examples/llm/model_plan.hpp"
 #include "runtime/cli/commands.hpp"
 #include "runtime/config.hpp"
 #include "runtime/memory_plan.hpp"
@@ -12,17 +18,46 @@ namespace strata::cli {
 namespace {
 
 struct PlanOptions {
-  std::string config_path;
+  std::string config_path;  // empty: the defaults (only with --model)
+  std::string model_dir;
   std::string params;  // text, so that "7.5e9" is accepted
   std::uint32_t ranks = 0;
   bool json = false;
 };
 
+// [model] from a Hugging Face folder's config.json; prints the error and returns false on a bad one.
+bool apply_model(const std::string& model_dir, runtime::Config& config, nlohmann::json& described) {
+  try {
+    const llm::HfConfig hf = llm::read_hf_config(std::filesystem::path(model_dir) / "config.json");
+    llm::describe_model_for_plan(hf, config);
+    described = {{"dir", model_dir},
+                 {"architecture", hf.architecture},
+                 {"params", config.model.params},
+                 {"layers", hf.num_layers},
+                 {"hidden_size", hf.hidden_size},
+                 {"largest_unit_params", llm::largest_unit_numel(hf)}};
+    return true;
+  } catch (const std::exception& error) {
+    std::cerr << "strata plan: --model: " << error.what() << "\n";
+    return false;
+  }
+}
+
 int run_plan(const PlanOptions& options) {
-  const std::optional<runtime::Config> loaded =
-      load_config_or_report(options.config_path, "strata plan");
+  if (options.config_path.empty() && options.model_dir.empty()) {
+    std::cerr << "strata plan: give a CONFIG, --model DIR, or both\n";
+    return kExitBadInput;
+  }
+  std::optional<runtime::Config> loaded =
+      options.config_path.empty()
+          ? std::optional<runtime::Config>(runtime::parse_config("", "(default config)"))
+                                  : load_config_or_report(options.config_path, "strata plan");
   if (!loaded) return kExitBadInput;
-  const runtime::Config& config = *loaded;
+  runtime::Config& config = *loaded;
+  nlohmann::json described;
+  if (!options.model_dir.empty() && !apply_model(options.model_dir, config, described)) {
+    return kExitBadInput;
+  }
   runtime::PlanInputs inputs;
   inputs.params = config.parameter_count();
   inputs.ranks = options.ranks != 0 ? options.ranks : config.run.ranks;
@@ -38,8 +73,17 @@ int run_plan(const PlanOptions& options) {
 
   const runtime::MemoryPlan plan = runtime::make_memory_plan(config, inputs);
   if (options.json) {
-    std::cout << runtime::plan_to_json(plan, config).dump(2) << "\n";
+    nlohmann::json out = runtime::plan_to_json(plan, config);
+    if (!described.is_null()) out["model"] = described;
+    std::cout << out.dump(2) << "\n";
   } else {
+    if (!described.is_null()) {
+      std::cout << fmt::format("model: {} ({}), {} parameters, {} layers, largest unit {} "
+                               "parameters\n",
+                               options.model_dir, described["architecture"].get<std::string>(),
+                               config.model.params, described["layers"].get<std::uint32_t>(),
+                               described["largest_unit_params"].get<std::uint64_t>());
+    }
     std::cout << runtime::render_plan_text(plan, config);
   }
   return plan.fits() ? 0 : kExitDoesNotFit;
@@ -51,7 +95,9 @@ void add_plan_command(CLI::App& app) {
   auto options = std::make_shared<PlanOptions>();
   CLI::App* plan = app.add_subcommand(
       "plan", "print the per-rank memory plan (bytes per state kind per tier, I/O, communication)");
-  plan->add_option("config", options->config_path, "TOML config file")->required();
+  plan->add_option("config", options->config_path, "TOML config file (default: the defaults)");
+  plan->add_option("--model", options->model_dir,
+                   "Hugging Face model folder: parameter count and shapes from its config.json");
   plan->add_option("--params", options->params,
                    "parameter count, e.g. 7.5e9 (default: from [model])");
   plan->add_option("--ranks", options->ranks, "data-parallel ranks (default: [run] ranks)")
