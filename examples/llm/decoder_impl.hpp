@@ -103,6 +103,12 @@ struct DecoderModel::Impl {
   const float* head_matrix(UnitParams params, UnitParams shared) const;
   void check_views(std::size_t unit, UnitParams params, UnitParams shared) const;
 
+  // decoder_model.cpp
+  void forward_embedding(UnitParams p);
+  void forward_head(UnitParams p, UnitParams shared);
+  void backward_head(UnitParams p, UnitGrads g, UnitParams shared);
+  void backward_embedding(UnitGrads g);
+
   // decoder_layer.cpp
   void norm_forward(const float* weight, const float* bias, const float* x, float* y, float* mean,
                     float* rstd, std::size_t rows) const;

@@ -177,35 +177,16 @@ void DecoderModel::forward_unit(std::size_t unit, UnitParams params, UnitParams 
   STRATA_ASSERT(m.phase == Impl::Phase::kForward && unit == m.next_unit, "forward units in order");
   m.check_views(unit, params, shared);
   const UnitSpec& spec = m.units[unit];
-  const std::size_t d = m.dims.hidden;
   switch (spec.kind) {
-    case UnitKind::kEmbedding: {
-      const float* wte = params[detail::kTokenEmbedding].data();
-      float* x = m.resid[0].data();
-      for (std::size_t row = 0; row < m.rows; ++row) {
-        const float* token = wte + static_cast<std::size_t>(m.inputs[row]) * d;
-        std::copy(token, token + d, x + row * d);
-        if (m.dims.gpt2) {
-          const float* position = params[detail::kPositionEmbedding].data() + (row % m.positions) * d;
-          for (std::size_t i = 0; i < d; ++i) x[row * d + i] += position[i];
-        }
-      }
+    case UnitKind::kEmbedding:
+      m.forward_embedding(params);
       break;
-    }
     case UnitKind::kLayer:
       m.forward_layer(spec.layer, params);
       break;
-    case UnitKind::kHead: {
-      const detail::HeadLayout& h = m.head_layout;
-      m.norm_forward(params[h.norm_weight].data(),
-                     h.norm_bias == detail::kAbsent ? nullptr : params[h.norm_bias].data(),
-                     m.resid.back().data(), m.head_norm.data(), m.head_mean.data(),
-                     m.head_rstd.data(), m.rows);
-      // logits = norm·Eᵀ, E [vocab × d].
-      gemm(Transpose::kNo, Transpose::kYes, m.rows, m.dims.vocab, d, 1.0f, m.head_norm.data(), d,
-           m.head_matrix(params, shared), d, 0.0f, m.logits.data(), m.dims.vocab);
+    case UnitKind::kHead:
+      m.forward_head(params, shared);
       break;
-    }
   }
   ++m.next_unit;
 }
@@ -235,58 +216,87 @@ void DecoderModel::backward_unit(std::size_t unit, UnitParams params, UnitGrads 
   for (std::size_t i = 0; i < grads.size(); ++i) {
     STRATA_ASSERT(grads[i].size() == spec.tensors[i].numel(), "gradient span of the wrong size");
   }
-  const std::size_t d = m.dims.hidden;
   switch (spec.kind) {
-    case UnitKind::kEmbedding: {
-      std::span<float> dwte = grads[detail::kTokenEmbedding];
-      if (m.config.tie_word_embeddings) {
-        std::copy(m.tied_embedding_grad.begin(), m.tied_embedding_grad.end(), dwte.begin());
-      } else {
-        std::fill(dwte.begin(), dwte.end(), 0.0f);
-      }
-      float* dwpe = nullptr;
-      if (m.dims.gpt2) {
-        std::span<float> position_grad = grads[detail::kPositionEmbedding];
-        std::fill(position_grad.begin(), position_grad.end(), 0.0f);
-        dwpe = position_grad.data();
-      }
-      // Rows in order: a token that appears twice sums its gradients in one fixed order.
-      for (std::size_t row = 0; row < m.rows; ++row) {
-        const float* g = m.d_resid.data() + row * d;
-        float* token = dwte.data() + static_cast<std::size_t>(m.inputs[row]) * d;
-        for (std::size_t i = 0; i < d; ++i) token[i] += g[i];
-        if (dwpe != nullptr) {
-          float* position = dwpe + (row % m.positions) * d;
-          for (std::size_t i = 0; i < d; ++i) position[i] += g[i];
-        }
-      }
+    case UnitKind::kEmbedding:
+      m.backward_embedding(grads);
       break;
-    }
     case UnitKind::kLayer:
       if (m.options.activation_checkpointing) m.forward_layer(spec.layer, params);
       m.backward_layer(spec.layer, params, grads);
       break;
-    case UnitKind::kHead: {
-      const detail::HeadLayout& h = m.head_layout;
-      const float* head = m.head_matrix(params, shared);
-      float* dhead = m.config.tie_word_embeddings ? m.tied_embedding_grad.data()
-                                                  : grads[h.lm_head].data();
-      const std::size_t vocab = m.dims.vocab;
-      gemm(Transpose::kNo, Transpose::kNo, m.rows, d, vocab, 1.0f, m.dlogits.data(), vocab, head,
-           d, 0.0f, m.d_norm.data(), d);
-      gemm(Transpose::kYes, Transpose::kNo, vocab, d, m.rows, 1.0f, m.dlogits.data(), vocab,
-           m.head_norm.data(), d, 0.0f, dhead, d);
-      std::fill(m.d_resid.begin(), m.d_resid.end(), 0.0f);
-      m.norm_backward(params[h.norm_weight].data(), m.d_norm.data(), m.resid.back().data(),
-                      m.head_mean.data(), m.head_rstd.data(), m.d_resid.data(),
-                      grads[h.norm_weight].data(),
-                      h.norm_bias == detail::kAbsent ? nullptr : grads[h.norm_bias].data(),
-                      m.rows);
+    case UnitKind::kHead:
+      m.backward_head(params, grads, shared);
       break;
-    }
   }
   --m.next_unit;
   if (m.next_unit == 0) m.phase = Impl::Phase::kIdle;
+}
+
+void DecoderModel::Impl::forward_embedding(UnitParams p) {
+  const std::size_t d = dims.hidden;
+  const float* wte = p[detail::kTokenEmbedding].data();
+  float* x = resid[0].data();
+  for (std::size_t row = 0; row < rows; ++row) {
+    const float* token = wte + static_cast<std::size_t>(inputs[row]) * d;
+    std::copy(token, token + d, x + row * d);
+    if (dims.gpt2) {
+      const float* position = p[detail::kPositionEmbedding].data() + (row % positions) * d;
+      for (std::size_t i = 0; i < d; ++i) x[row * d + i] += position[i];
+    }
+  }
+}
+
+void DecoderModel::Impl::forward_head(UnitParams p, UnitParams shared) {
+  const detail::HeadLayout& h = head_layout;
+  const std::size_t d = dims.hidden;
+  norm_forward(p[h.norm_weight].data(),
+               h.norm_bias == detail::kAbsent ? nullptr : p[h.norm_bias].data(),
+               resid.back().data(), head_norm.data(), head_mean.data(), head_rstd.data(), rows);
+  // logits = norm·Eᵀ, E [vocab × d].
+  gemm(Transpose::kNo, Transpose::kYes, rows, dims.vocab, d, 1.0f, head_norm.data(), d,
+       head_matrix(p, shared), d, 0.0f, logits.data(), dims.vocab);
+}
+
+void DecoderModel::Impl::backward_head(UnitParams p, UnitGrads g, UnitParams shared) {
+  const detail::HeadLayout& h = head_layout;
+  const std::size_t d = dims.hidden;
+  const std::size_t vocab = dims.vocab;
+  // A tied head's share of the embedding gradient waits for the embedding unit's backward.
+  float* dhead = config.tie_word_embeddings ? tied_embedding_grad.data() : g[h.lm_head].data();
+  gemm(Transpose::kNo, Transpose::kNo, rows, d, vocab, 1.0f, dlogits.data(), vocab,
+       head_matrix(p, shared), d, 0.0f, d_norm.data(), d);
+  gemm(Transpose::kYes, Transpose::kNo, vocab, d, rows, 1.0f, dlogits.data(), vocab,
+       head_norm.data(), d, 0.0f, dhead, d);
+  std::fill(d_resid.begin(), d_resid.end(), 0.0f);
+  norm_backward(p[h.norm_weight].data(), d_norm.data(), resid.back().data(), head_mean.data(),
+                head_rstd.data(), d_resid.data(), g[h.norm_weight].data(),
+                h.norm_bias == detail::kAbsent ? nullptr : g[h.norm_bias].data(), rows);
+}
+
+void DecoderModel::Impl::backward_embedding(UnitGrads g) {
+  const std::size_t d = dims.hidden;
+  std::span<float> dwte = g[detail::kTokenEmbedding];
+  if (config.tie_word_embeddings) {
+    std::copy(tied_embedding_grad.begin(), tied_embedding_grad.end(), dwte.begin());
+  } else {
+    std::fill(dwte.begin(), dwte.end(), 0.0f);
+  }
+  float* dwpe = nullptr;
+  if (dims.gpt2) {
+    std::span<float> position_grad = g[detail::kPositionEmbedding];
+    std::fill(position_grad.begin(), position_grad.end(), 0.0f);
+    dwpe = position_grad.data();
+  }
+  // Rows in order: a token that appears twice sums its gradients in one fixed order.
+  for (std::size_t row = 0; row < rows; ++row) {
+    const float* grad = d_resid.data() + row * d;
+    float* token = dwte.data() + static_cast<std::size_t>(inputs[row]) * d;
+    for (std::size_t i = 0; i < d; ++i) token[i] += grad[i];
+    if (dwpe != nullptr) {
+      float* position = dwpe + (row % positions) * d;
+      for (std::size_t i = 0; i < d; ++i) position[i] += grad[i];
+    }
+  }
 }
 
 std::span<const float> DecoderModel::logits() const {

@@ -84,8 +84,9 @@ using UnitGrads = std::span<const std::span<float>>;
 
 class DecoderModel {
  public:
-  // Throws HfConfigError when seq_len exceeds max_position_embeddings (or, for Mistral, is
-  // longer than the sliding window and the window is not implemented).
+  // Throws HfConfigError when seq_len exceeds max_position_embeddings (Mistral's sliding window
+  // is implemented as a banded causal mask, so any seq_len up to that limit works), and
+  // std::invalid_argument when seq_len or micro_batch is 0. Allocates every training buffer.
   DecoderModel(const HfConfig& config, const DecoderOptions& options);
   ~DecoderModel();
   DecoderModel(DecoderModel&&) noexcept;
@@ -105,7 +106,10 @@ class DecoderModel {
   void set_batch(std::span<const std::int32_t> tokens, std::size_t sequence_tokens = 0,
                  std::span<const float> loss_weights = {});
   void forward_unit(std::size_t unit, UnitParams params, UnitParams shared = {});
-  // Weighted mean next-token cross-entropy (nats) over the batch; prepares backward.
+  // Weighted mean next-token cross-entropy (nats) over the batch; prepares backward. A batch
+  // whose weights are all 0 has loss 0 and zero gradients. set_batch throws
+  // std::invalid_argument for a token count or weight count that does not fit, or a negative or
+  // non-finite weight.
   double loss();
   // Sum of the weighted per-token losses and the sum of the weights (strata-eval's totals).
   double loss_sum() const;
@@ -118,6 +122,9 @@ class DecoderModel {
   //   model.start_decoding(max_positions);
   //   model.feed(prompt);  for u: model.decode_unit(u, params(u), shared(u));  logits = next_logits();
   //   model.feed({token}); for u: ...                                            (and so on)
+  // Allocates the KV cache and decoding buffers (std::invalid_argument beyond
+  // max_position_embeddings). feed: 1 .. remaining positions tokens (std::invalid_argument past
+  // max_positions, std::out_of_range for a token outside the vocabulary, naming its position).
   void start_decoding(std::size_t max_positions);
   void feed(std::span<const std::int32_t> tokens);
   void decode_unit(std::size_t unit, UnitParams params, UnitParams shared = {});

@@ -1,6 +1,7 @@
 // Proves DecoderModel's loss and every parameter gradient equal an independent PyTorch float64
 // implementation (decoder_reference.py) for tiny Llama (GQA, llama3 RoPE, untied), Qwen2 (q/k/v
-// biases, tied), Mistral (sliding window < seq_len) and GPT-2, with a loss mask.
+// biases, tied), Mistral (sliding window < seq_len) and GPT-2, with a loss mask; the last two
+// with activation checkpointing.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -45,6 +46,7 @@ struct Case {
   const char* config_json;
   std::uint32_t seq_len;
   std::uint32_t sequences;
+  bool activation_checkpointing;  // also checks the recomputing backward against torch
 };
 
 std::string activation_name(Activation activation) {
@@ -126,7 +128,7 @@ struct FamilyRun {
 
 FamilyRun run_strata(const Case& c, std::uint64_t seed) {
   const HfConfig config = parse_hf_config(c.config_json, std::string(c.name) + "/config.json");
-  DecoderModel model(config, {c.seq_len, c.sequences, false});
+  DecoderModel model(config, {c.seq_len, c.sequences, c.activation_checkpointing});
   const UnitBuffers params = testing::random_parameters(model.units(), seed);
   FamilyRun run{c, config, model.units(), 0.0, UnitBuffers(model.units()), scratch_directory(c.name)};
   const std::size_t sequence_tokens = c.seq_len + 1;
@@ -180,10 +182,10 @@ TEST(DecoderTorchTest, LossAndEveryGradientMatchTorchForEveryFamily) {
   constexpr std::uint64_t kSeed = 20261130;
   SCOPED_TRACE(::testing::Message() << "seed " << kSeed);
   set_blas_threads(1);
-  const Case cases[] = {{"llama_gqa_llama3_untied", testing::kTinyLlama, 12, 2},
-                        {"qwen2_bias_tied", testing::kTinyQwen2, 10, 2},
-                        {"mistral_window", testing::kTinyMistral, 11, 2},
-                        {"gpt2", testing::kTinyGpt2, 9, 3}};
+  const Case cases[] = {{"llama_gqa_llama3_untied", testing::kTinyLlama, 12, 2, false},
+                        {"qwen2_bias_tied", testing::kTinyQwen2, 10, 2, false},
+                        {"mistral_window", testing::kTinyMistral, 11, 2, true},
+                        {"gpt2", testing::kTinyGpt2, 9, 3, true}};
   std::vector<FamilyRun> runs;
   std::string command = std::string(kPython) + " " + STRATA_LLM_TORCH_REFERENCE;
   for (const Case& c : cases) {
