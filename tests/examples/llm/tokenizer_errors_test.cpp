@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,8 @@ struct ErrorCase {
   std::function<void(json&)> break_file;
   std::vector<std::string> message_parts;  // each must appear in the error
 };
+
+void PrintTo(const ErrorCase& error_case, std::ostream* out) { *out << error_case.name; }
 
 std::string load_error(const fs::path& file) {
   try {
@@ -95,6 +98,9 @@ INSTANTIATE_TEST_SUITE_P(
                   {"/pre_tokenizer/behavior", "'Sideways'"}},
         ErrorCase{"UnknownDecoder", [](json& f) { f["decoder"] = {{"type", "WordPiece"}}; },
                   {"/decoder/type", "unsupported decoder 'WordPiece'"}},
+        ErrorCase{"RobertaPostProcessor",
+                  [](json& f) { f["post_processor"] = {{"type", "RobertaProcessing"}}; },
+                  {"/post_processor/type", "unsupported post_processor 'RobertaProcessing'"}},
         ErrorCase{"TemplateWithUndeclaredToken",
                   [](json& f) { f["post_processor"]["special_tokens"] = json::object(); },
                   {"/post_processor/special_tokens/<bos>", "missing key"}},

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ struct ReferenceCase {
   // Byte-level without a prefix space and without a normalizer is lossless: decode(encode(x)) == x.
   bool round_trips;
 };
+
+// Names the case in test listings (instead of its bytes, which hold pointers).
+void PrintTo(const ReferenceCase& reference_case, std::ostream* out) { *out << reference_case.name; }
 
 std::string skip_reason() {
   const std::string node = STRATA_NODE_EXECUTABLE;
