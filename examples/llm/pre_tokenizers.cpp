@@ -94,6 +94,7 @@ void split_pieces(TextPieces& pieces, const PieceSplitter& split) {
       out.push_back(std::move(piece));
       continue;
     }
+    if (piece.text.empty()) continue;  // the library drops empty pieces; splitters may assume text
     bool first = true;
     for (std::string& part : split(std::move(piece.text), piece.at_text_start)) {
       if (part.empty()) continue;

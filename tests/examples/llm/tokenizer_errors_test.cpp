@@ -145,9 +145,23 @@ TEST(TokenizerFiles, TheTinyFileEncodesAndDecodes) {
   const std::vector<std::int32_t> ids = {4, 2, 3};
   EXPECT_EQ(tokenizer.decode(ids), "<bos> ab c");  // no decoder: joined by spaces, as HF does
   EXPECT_EQ(tokenizer.decode(ids, true), "ab c");
+  EXPECT_TRUE(tokenizer.encode("").empty());
+  EXPECT_EQ(tokenizer.encode("", true), (std::vector<std::int32_t>{4}));
   const std::vector<std::int32_t> unknown = {2, 99};
   EXPECT_THROW((void)tokenizer.decode(unknown), TokenizerError);
   EXPECT_THROW((void)tokenizer.id_to_token(99), TokenizerError);
+}
+
+TEST(TokenizerFiles, EmptyTextWithoutAddedTokensIsNoIds) {
+  const fs::path dir = test_support::scratch_dir("tiny-byte-level");
+  json file = tiny_tokenizer();
+  file["added_tokens"] = json::array();
+  file["post_processor"] = nullptr;
+  file["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+  test_support::write_file(dir / "tokenizer.json", file.dump());
+  const Tokenizer tokenizer = Tokenizer::from_tokenizer_json(dir / "tokenizer.json");
+  EXPECT_TRUE(tokenizer.encode("").empty());
+  EXPECT_EQ(tokenizer.encode("abc"), (std::vector<std::int32_t>{2, 3}));
 }
 
 TEST(TokenizerLoad, PrefersTokenizerJsonAndReadsBosEosFromTheConfigs) {
