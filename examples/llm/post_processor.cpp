@@ -9,8 +9,8 @@ PostProcessor PostProcessor::from_json(const JsonLocation& spec) {
 }
 
 void PostProcessor::append_spec(const JsonLocation& spec) {
-  const std::string type = spec.type_among(
-      {"TemplateProcessing", "ByteLevel", "Sequence"}, "post_processor");
+  const std::string type =
+      spec.type_among({"TemplateProcessing", "ByteLevel", "Sequence"}, "post_processor");
   if (type == "TemplateProcessing") {
     append_template(spec);
   } else if (type == "Sequence") {

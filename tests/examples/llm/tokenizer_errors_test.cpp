@@ -43,7 +43,9 @@ struct ErrorCase {
   std::vector<std::string> message_parts;  // each must appear in the error
 };
 
-void PrintTo(const ErrorCase& error_case, std::ostream* out) { *out << error_case.name; }
+void PrintTo(const ErrorCase& error_case, std::ostream* out) {
+  *out << error_case.name;
+}
 
 std::string load_error(const fs::path& file) {
   try {
@@ -71,9 +73,13 @@ TEST_P(BrokenTokenizerJson, IsAnErrorNamingFileAndPath) {
 INSTANTIATE_TEST_SUITE_P(
     Components, BrokenTokenizerJson,
     ::testing::Values(
-        ErrorCase{"WordPieceModel", [](json& f) { f["model"]["type"] = "WordPiece"; },
+        ErrorCase{"WordPieceModel",
+                  [](json& f) { f["model"]["type"] = "WordPiece"; },
                   {"/model/type", "unsupported model 'WordPiece'", "BPE"}},
-        ErrorCase{"UnknownNormalizer", [](json& f) { f["normalizer"] = {{"type", "NFKC"}}; },
+        ErrorCase{"UnknownNormalizer",
+                  [](json& f) {
+                    f["normalizer"] = {{"type", "NFKC"}};
+                  },
                   {"/normalizer/type", "unsupported normalizer 'NFKC'"}},
         ErrorCase{"UnknownPreTokenizerInSequence",
                   [](json& f) {
@@ -96,32 +102,46 @@ INSTANTIATE_TEST_SUITE_P(
                         R"({"type": "Split", "pattern": {"String": " "}, "behavior": "Sideways"})");
                   },
                   {"/pre_tokenizer/behavior", "'Sideways'"}},
-        ErrorCase{"UnknownDecoder", [](json& f) { f["decoder"] = {{"type", "WordPiece"}}; },
+        ErrorCase{"UnknownDecoder",
+                  [](json& f) {
+                    f["decoder"] = {{"type", "WordPiece"}};
+                  },
                   {"/decoder/type", "unsupported decoder 'WordPiece'"}},
         ErrorCase{"RobertaPostProcessor",
-                  [](json& f) { f["post_processor"] = {{"type", "RobertaProcessing"}}; },
+                  [](json& f) {
+                    f["post_processor"] = {{"type", "RobertaProcessing"}};
+                  },
                   {"/post_processor/type", "unsupported post_processor 'RobertaProcessing'"}},
         ErrorCase{"TemplateWithUndeclaredToken",
                   [](json& f) { f["post_processor"]["special_tokens"] = json::object(); },
                   {"/post_processor/special_tokens/<bos>", "missing key"}},
-        ErrorCase{"MergeOfUnknownToken", [](json& f) { f["model"]["merges"] = {"a x"}; },
+        ErrorCase{"MergeOfUnknownToken",
+                  [](json& f) { f["model"]["merges"] = {"a x"}; },
                   {"/model", "merge 0", "'x' is not in the vocabulary"}},
-        ErrorCase{"MergeThatIsNotAString", [](json& f) { f["model"]["merges"] = {42}; },
+        ErrorCase{"MergeThatIsNotAString",
+                  [](json& f) { f["model"]["merges"] = {42}; },
                   {"/model/merges/0", "expected a string"}},
-        ErrorCase{"MergeWithoutSeparator", [](json& f) { f["model"]["merges"] = {"ab"}; },
+        ErrorCase{"MergeWithoutSeparator",
+                  [](json& f) { f["model"]["merges"] = {"ab"}; },
                   {"/model/merges/0", "two tokens separated by one space"}},
-        ErrorCase{"VocabIdNotANumber", [](json& f) { f["model"]["vocab"]["c"] = "three"; },
+        ErrorCase{"VocabIdNotANumber",
+                  [](json& f) { f["model"]["vocab"]["c"] = "three"; },
                   {"/model/vocab/c", "expected an integer"}},
-        ErrorCase{"MissingVocab", [](json& f) { f["model"].erase("vocab"); },
+        ErrorCase{"MissingVocab",
+                  [](json& f) { f["model"].erase("vocab"); },
                   {"/model/vocab", "missing key"}},
-        ErrorCase{"Dropout", [](json& f) { f["model"]["dropout"] = 0.1; },
-                  {"/model/dropout", "dropout"}},
-        ErrorCase{"UnknownTokenNotInVocab", [](json& f) { f["model"]["unk_token"] = "<unk>"; },
+        ErrorCase{
+            "Dropout", [](json& f) { f["model"]["dropout"] = 0.1; }, {"/model/dropout", "dropout"}},
+        ErrorCase{"UnknownTokenNotInVocab",
+                  [](json& f) { f["model"]["unk_token"] = "<unk>"; },
                   {"/model", "unk_token '<unk>'"}},
         ErrorCase{"SingleWordAddedToken",
                   [](json& f) { f["added_tokens"][0]["single_word"] = true; },
                   {"/added_tokens/0/single_word"}},
-        ErrorCase{"Truncation", [](json& f) { f["truncation"] = {{"max_length", 8}}; },
+        ErrorCase{"Truncation",
+                  [](json& f) {
+                    f["truncation"] = {{"max_length", 8}};
+                  },
                   {"/truncation", "not supported"}}),
     [](const ::testing::TestParamInfo<ErrorCase>& param_info) {
       return std::string(param_info.param.name);
@@ -168,8 +188,9 @@ TEST(TokenizerLoad, PrefersTokenizerJsonAndReadsBosEosFromTheConfigs) {
   const fs::path dir = test_support::scratch_dir("load-order");
   test_support::write_file(dir / "tokenizer.json", tiny_tokenizer().dump());
   test_support::write_file(dir / "tokenizer.model", "not read: tokenizer.json comes first");
-  test_support::write_file(dir / "tokenizer_config.json",
-                           R"({"bos_token": {"content": "<bos>", "special": true}, "eos_token": null})");
+  test_support::write_file(
+      dir / "tokenizer_config.json",
+      R"({"bos_token": {"content": "<bos>", "special": true}, "eos_token": null})");
   test_support::write_file(dir / "special_tokens_map.json", R"({"eos_token": "c"})");
   const Tokenizer tokenizer = Tokenizer::load(dir);
   EXPECT_EQ(tokenizer.bos_id(), 4);
@@ -184,7 +205,8 @@ TEST(TokenizerLoad, AConfiguredTokenOutsideTheVocabularyIsNamed) {
     (void)Tokenizer::load(dir);
     FAIL() << "loaded with an eos_token outside the vocabulary";
   } catch (const TokenizerError& error) {
-    EXPECT_NE(std::string(error.what()).find("eos_token '</s>'"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("eos_token '</s>'"), std::string::npos)
+        << error.what();
   }
 }
 

@@ -44,7 +44,9 @@ bool has_special_token(const nlohmann::json& tokens) {
 }
 
 // Names the case in test listings (instead of its bytes, which hold pointers).
-void PrintTo(const ReferenceCase& reference_case, std::ostream* out) { *out << reference_case.name; }
+void PrintTo(const ReferenceCase& reference_case, std::ostream* out) {
+  *out << reference_case.name;
+}
 
 std::string skip_reason() {
   const std::string node = STRATA_NODE_EXECUTABLE;
@@ -63,7 +65,8 @@ std::string skip_reason() {
 fs::path make_reference(const std::string& name) {
   const fs::path out = test_support::scratch_dir("tokenizer-reference-" + name);
   std::string command = STRATA_NODE_EXECUTABLE;
-  for (const std::string& argument : {(kReferenceDir / "make_reference.mjs").string(), out.string()}) {
+  for (const std::string& argument :
+       {(kReferenceDir / "make_reference.mjs").string(), out.string()}) {
     command += " '";
     command += argument;
     command += "'";
@@ -71,7 +74,8 @@ fs::path make_reference(const std::string& name) {
   command += " ";
   command += name;
   const int status = std::system(command.c_str());
-  if (status != 0) throw std::runtime_error("reference failed (" + std::to_string(status) + "): " + command);
+  if (status != 0)
+    throw std::runtime_error("reference failed (" + std::to_string(status) + "): " + command);
   return out / name;
 }
 
@@ -85,7 +89,8 @@ TEST_P(HfReference, IdsAndDecodesEqualTheLibrary) {
   if (const std::string reason = skip_reason(); !reason.empty()) GTEST_SKIP() << reason;
   const ReferenceCase param = GetParam();
   const fs::path dir = make_reference(param.name);
-  const nlohmann::json expected = nlohmann::json::parse(test_support::read_file(dir / "expected.json"));
+  const nlohmann::json expected =
+      nlohmann::json::parse(test_support::read_file(dir / "expected.json"));
   const Tokenizer tokenizer = Tokenizer::from_tokenizer_json(dir / "tokenizer.json");
 
   EXPECT_EQ(tokenizer.vocab_size(), expected["vocab_size"].get<std::size_t>());
@@ -114,9 +119,9 @@ TEST_P(HfReference, IdsAndDecodesEqualTheLibrary) {
     }
     ++compared;
     const bool valid_utf8 = detail::is_valid_utf8(input);
-    const bool must_round_trip =
-        param.round_trip == RoundTrip::kEveryString ||
-        (param.round_trip == RoundTrip::kWithoutSpecialTokens && !has_special_token(item["tokens"]));
+    const bool must_round_trip = param.round_trip == RoundTrip::kEveryString ||
+                                 (param.round_trip == RoundTrip::kWithoutSpecialTokens &&
+                                  !has_special_token(item["tokens"]));
     if (must_round_trip && valid_utf8) {
       EXPECT_EQ(tokenizer.decode(ids), input) << "decode(encode(x)) != x";
       ++round_trips;
@@ -126,9 +131,10 @@ TEST_P(HfReference, IdsAndDecodesEqualTheLibrary) {
   if (param.round_trip != RoundTrip::kNotLossless) {
     EXPECT_GE(round_trips, 40U);
   }
-  std::printf("[ reference ] %s: %zu strings compared with Hugging Face tokenizers (ids, ids with "
-              "special tokens, tokens, decode, decode skipping special): %s; %zu round trips\n",
-              param.name, compared, HasFailure() ? "DIFFERENCES" : "all identical", round_trips);
+  std::printf(
+      "[ reference ] %s: %zu strings compared with Hugging Face tokenizers (ids, ids with "
+      "special tokens, tokens, decode, decode skipping special): %s; %zu round trips\n",
+      param.name, compared, HasFailure() ? "DIFFERENCES" : "all identical", round_trips);
 }
 
 INSTANTIATE_TEST_SUITE_P(
