@@ -144,7 +144,9 @@ INSTANTIATE_TEST_SUITE_P(
                       ReferenceCase{"llama3", RoundTrip::kEveryString},
                       ReferenceCase{"qwen2_style", RoundTrip::kNotLossless},
                       ReferenceCase{"llama2", RoundTrip::kWithoutSpecialTokens},
-                      ReferenceCase{"llama2_metaspace", RoundTrip::kNotLossless}),
+                      ReferenceCase{"llama2_metaspace", RoundTrip::kNotLossless},
+                      ReferenceCase{"gpt2_split_behaviors", RoundTrip::kNotLossless},
+                      ReferenceCase{"llama2_metaspace_split", RoundTrip::kNotLossless}),
     [](const ::testing::TestParamInfo<ReferenceCase>& param_info) {
       return std::string(param_info.param.name);
     });
