@@ -10,7 +10,9 @@ namespace strata::llm::detail {
 namespace {
 
 // Unicode White_Space (what Rust's char::is_whitespace tests), from ICU's property data.
-bool is_whitespace(char32_t code_point) { return u_isUWhiteSpace(static_cast<UChar32>(code_point)); }
+bool is_whitespace(char32_t code_point) {
+  return u_isUWhiteSpace(static_cast<UChar32>(code_point));
+}
 
 // Start of the run of whitespace characters that ends at `end` (not before `floor`).
 std::size_t whitespace_run_before(std::string_view text, std::size_t floor, std::size_t end) {

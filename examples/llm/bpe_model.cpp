@@ -44,7 +44,8 @@ BpeModel::BpeModel(TokenIds vocab, const std::vector<std::pair<std::string, std:
   if (options_.unk_token) {
     unk_id_ = token_to_id(*options_.unk_token);
     if (!unk_id_) {
-      throw std::invalid_argument("unk_token '" + *options_.unk_token + "' is not in the vocabulary");
+      throw std::invalid_argument("unk_token '" + *options_.unk_token +
+                                  "' is not in the vocabulary");
     }
   }
   merges_.reserve(merges.size());

@@ -2,8 +2,9 @@
 // character; the adjacent pair whose merge has the lowest rank is merged first, leftmost on ties,
 // until no listed merge applies -- the order of the Hugging Face implementation, which a different
 // order (e.g. merging every occurrence of a pair at once) can break on repeated characters.
-// Characters missing from the vocabulary become <0xXX> byte tokens (byte_fallback, Llama 2), else the
-// unknown token (consecutive ones fused when fuse_unk), else they are dropped, as the library does.
+// Characters missing from the vocabulary become <0xXX> byte tokens (byte_fallback, Llama 2), else
+// the unknown token (consecutive ones fused when fuse_unk), else they are dropped, as the library
+// does.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +30,8 @@ struct TransparentStringHash {
     return std::hash<std::string_view>{}(text);
   }
 };
-using TokenIds = std::unordered_map<std::string, std::int32_t, TransparentStringHash, std::equal_to<>>;
+using TokenIds =
+    std::unordered_map<std::string, std::int32_t, TransparentStringHash, std::equal_to<>>;
 
 class BpeModel {
  public:

@@ -16,7 +16,8 @@ TokenIds read_vocab(const JsonLocation& vocab) {
   for (const auto& [token, value] : vocab.node().items()) {
     if (!value.is_number_integer()) vocab.at(token).integer();  // throws, naming the entry
     const auto id = value.get<std::int64_t>();
-    if (id < 0 || id >= kMaxTokenId) vocab.at(token).fail("id " + std::to_string(id) + " out of range");
+    if (id < 0 || id >= kMaxTokenId)
+      vocab.at(token).fail("id " + std::to_string(id) + " out of range");
     ids.emplace(token, static_cast<std::int32_t>(id));
   }
   return ids;

@@ -1,6 +1,6 @@
-// The byte-level alphabet of GPT-2 style BPE: every byte 0..255 is shown as one printable code point
-// (printable Latin-1 bytes as themselves, the rest as U+0100 onwards in byte order), so that a
-// vocabulary of strings can hold arbitrary bytes. Encoding maps the UTF-8 bytes of a pre-token to
+// The byte-level alphabet of GPT-2 style BPE: every byte 0..255 is shown as one printable code
+// point (printable Latin-1 bytes as themselves, the rest as U+0100 onwards in byte order), so that
+// a vocabulary of strings can hold arbitrary bytes. Encoding maps the UTF-8 bytes of a pre-token to
 // these characters before BPE; decoding maps them back.
 #pragma once
 

@@ -128,7 +128,8 @@ class MetaspaceDecoder final : public Decoder {
 
 class SequenceDecoder final : public Decoder {
  public:
-  explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> steps) : steps_(std::move(steps)) {}
+  explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> steps)
+      : steps_(std::move(steps)) {}
   std::vector<std::string> decode_chain(std::vector<std::string> tokens) const override {
     for (const auto& step : steps_) tokens = step->decode_chain(std::move(tokens));
     return tokens;
@@ -164,7 +165,8 @@ std::unique_ptr<Decoder> make_metaspace(const JsonLocation& spec) {
 std::unique_ptr<Decoder> make_decoder(const JsonLocation& spec) {
   if (spec.node().is_null()) return nullptr;
   const std::string type = spec.type_among(
-      {"ByteLevel", "Replace", "ByteFallback", "Fuse", "Strip", "Metaspace", "Sequence"}, "decoder");
+      {"ByteLevel", "Replace", "ByteFallback", "Fuse", "Strip", "Metaspace", "Sequence"},
+      "decoder");
   if (type == "ByteLevel") return std::make_unique<ByteLevelDecoder>();
   if (type == "Replace") {
     return std::make_unique<ReplaceDecoder>(make_pattern(spec.at("pattern")),

@@ -1,5 +1,5 @@
-// Decoders of tokenizer.json, each a step from a list of token strings to a list of strings as in the
-// library's decode_chain: ByteLevel (alphabet back to bytes, ill-formed UTF-8 shown as U+FFFD),
+// Decoders of tokenizer.json, each a step from a list of token strings to a list of strings as in
+// the library's decode_chain: ByteLevel (alphabet back to bytes, ill-formed UTF-8 shown as U+FFFD),
 // Replace, ByteFallback (<0xXX> runs back to text; one U+FFFD per byte of an ill-formed run), Fuse,
 // Strip, Metaspace ("▁" back to spaces), and Sequence of these. Others are refused by name.
 #pragma once

@@ -26,7 +26,8 @@ std::vector<AddedToken> read_added_tokens(const JsonLocation& root) {
   std::vector<AddedToken> tokens;
   if (!root.has("added_tokens")) return tokens;
   const JsonLocation list = root.at("added_tokens");
-  for (std::size_t i = 0; i < list.array_size(); ++i) tokens.push_back(read_added_token(list.at(i)));
+  for (std::size_t i = 0; i < list.array_size(); ++i)
+    tokens.push_back(read_added_token(list.at(i)));
   return tokens;
 }
 
@@ -66,8 +67,9 @@ HfTokenizer::HfTokenizer(const JsonLocation& root, std::unique_ptr<BpeModel> mod
       normalizer_(root.has("normalizer") ? make_normalizer(root.at("normalizer")) : nullptr),
       pre_tokenizer_(root.has("pre_tokenizer") ? make_pre_tokenizer(root.at("pre_tokenizer"))
                                                : nullptr),
-      post_processor_(root.has("post_processor") ? PostProcessor::from_json(root.at("post_processor"))
-                                                 : PostProcessor{}),
+      post_processor_(root.has("post_processor")
+                          ? PostProcessor::from_json(root.at("post_processor"))
+                          : PostProcessor{}),
       decoder_(root.has("decoder") ? make_decoder(root.at("decoder")) : nullptr) {
   for (std::size_t i = 0; i < added_tokens_.size(); ++i) {
     added_index_of_id_.emplace(added_tokens_[i].id, i);
@@ -75,7 +77,8 @@ HfTokenizer::HfTokenizer(const JsonLocation& root, std::unique_ptr<BpeModel> mod
   }
 }
 
-std::vector<std::int32_t> HfTokenizer::encode(std::string_view text, bool add_special_tokens) const {
+std::vector<std::int32_t> HfTokenizer::encode(std::string_view text,
+                                              bool add_special_tokens) const {
   TextPieces pieces;
   pieces.push_back(TextPiece{repair_utf8(text), std::nullopt, true});
   raw_matcher_.split(pieces);

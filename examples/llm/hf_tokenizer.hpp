@@ -1,10 +1,11 @@
 // HfTokenizer: a tokenizer.json of the Hugging Face tokenizers library, run as that library's
-// pipeline does: added tokens split off the raw text, normalizer, added tokens with normalized=true,
-// pre-tokenizer, BPE model per word, post-processor when special tokens are asked for; decode maps ids
-// to tokens and runs the decoder. Invalid UTF-8 input is first repaired (utf8.hpp), as the text the
-// library receives always is. The model must be "BPE"; anything strata does not implement
-// (another model, a normalizer, pre-tokenizer, decoder or post-processor type, BPE dropout,
-// truncation or padding, single_word added tokens) is a TokenizerError naming the file and JSON path.
+// pipeline does: added tokens split off the raw text, normalizer, added tokens with
+// normalized=true, pre-tokenizer, BPE model per word, post-processor when special tokens are asked
+// for; decode maps ids to tokens and runs the decoder. Invalid UTF-8 input is first repaired
+// (utf8.hpp), as the text the library receives always is. The model must be "BPE"; anything strata
+// does not implement (another model, a normalizer, pre-tokenizer, decoder or post-processor type,
+// BPE dropout, truncation or padding, single_word added tokens) is a TokenizerError naming the file
+// and JSON path.
 #pragma once
 
 #include <filesystem>

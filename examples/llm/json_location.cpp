@@ -61,7 +61,8 @@ std::string JsonLocation::string() const {
 }
 
 bool JsonLocation::boolean() const {
-  if (!node_->is_boolean()) fail("expected true or false, found " + std::string(node_->type_name()));
+  if (!node_->is_boolean())
+    fail("expected true or false, found " + std::string(node_->type_name()));
   return node_->get<bool>();
 }
 
@@ -94,8 +95,8 @@ std::string JsonLocation::type_among(std::initializer_list<std::string_view> sup
     names += names.empty() ? "" : ", ";
     names += name;
   }
-  at("type").fail("unsupported " + std::string(component) + " '" + type + "' (strata supports: " +
-                  names + ")");
+  at("type").fail("unsupported " + std::string(component) + " '" + type +
+                  "' (strata supports: " + names + ")");
 }
 
 nlohmann::json read_json_file(const std::filesystem::path& file) {

@@ -22,10 +22,10 @@ class JsonLocation {
   const nlohmann::json& node() const { return *node_; }
   std::string where() const;  // "<file>: <pointer>"
 
-  bool has(std::string_view key) const;              // present and not null
-  JsonLocation at(std::string_view key) const;        // required key of an object
-  JsonLocation at(std::size_t index) const;           // element of an array
-  std::size_t array_size() const;                     // contract: throws unless an array
+  bool has(std::string_view key) const;         // present and not null
+  JsonLocation at(std::string_view key) const;  // required key of an object
+  JsonLocation at(std::size_t index) const;     // element of an array
+  std::size_t array_size() const;               // contract: throws unless an array
 
   std::string string() const;
   bool boolean() const;

@@ -12,8 +12,8 @@ namespace {
 
 void check(UErrorCode status, const char* operation) {
   if (U_FAILURE(status)) {
-    throw std::runtime_error(std::string("NFC normalization: ") + operation + " failed: " +
-                             u_errorName(status));
+    throw std::runtime_error(std::string("NFC normalization: ") + operation +
+                             " failed: " + u_errorName(status));
   }
 }
 
@@ -65,8 +65,8 @@ std::string to_nfc(std::string_view text) {
   if (status == U_BUFFER_OVERFLOW_ERROR) {
     normalized.resize(static_cast<std::size_t>(length));
     status = U_ZERO_ERROR;
-    length = unorm2_normalize(nfc, source.data(), source_length, normalized.data(), length,
-                              &status);
+    length =
+        unorm2_normalize(nfc, source.data(), source_length, normalized.data(), length, &status);
   }
   check(status, "unorm2_normalize");
   normalized.resize(static_cast<std::size_t>(length));

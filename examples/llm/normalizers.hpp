@@ -1,5 +1,5 @@
-// Normalizers of tokenizer.json: the ones the supported model families use. NFC (Qwen2), Prepend and
-// Replace (Llama 2's "▁" handling), and Sequence of these. Any other type is refused by name:
+// Normalizers of tokenizer.json: the ones the supported model families use. NFC (Qwen2), Prepend
+// and Replace (Llama 2's "▁" handling), and Sequence of these. Any other type is refused by name:
 // normalizing differently would silently change every id.
 #pragma once
 

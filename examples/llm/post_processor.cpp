@@ -9,13 +9,10 @@ PostProcessor PostProcessor::from_json(const JsonLocation& spec) {
 }
 
 void PostProcessor::append_spec(const JsonLocation& spec) {
-  const std::string type = spec.type_among(
-      {"TemplateProcessing", "ByteLevel", "RobertaProcessing", "BertProcessing", "Sequence"},
-      "post_processor");
+  const std::string type =
+      spec.type_among({"TemplateProcessing", "ByteLevel", "Sequence"}, "post_processor");
   if (type == "TemplateProcessing") {
     append_template(spec);
-  } else if (type == "RobertaProcessing" || type == "BertProcessing") {
-    append_wrapping(spec);
   } else if (type == "Sequence") {
     const JsonLocation list = spec.at("processors");
     for (std::size_t i = 0; i < list.array_size(); ++i) append_spec(list.at(i));
@@ -46,14 +43,6 @@ void PostProcessor::append_template(const JsonLocation& spec) {
   }
   if (!seen_sequence) single.fail("the template never places the sequence $A");
   wrappings_.push_back(std::move(wrapping));
-}
-
-// Roberta/Bert: {"cls": ["<s>", 0], "sep": ["</s>", 2]} around the sequence.
-void PostProcessor::append_wrapping(const JsonLocation& spec) {
-  const auto id_of = [&spec](std::string_view key) {
-    return static_cast<std::int32_t>(spec.at(key).at(1).integer());
-  };
-  wrappings_.push_back(Wrapping{{id_of("cls")}, {id_of("sep")}});
 }
 
 std::vector<std::int32_t> PostProcessor::apply(std::span<const std::int32_t> sequence) const {

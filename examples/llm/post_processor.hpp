@@ -1,8 +1,8 @@
 // PostProcessor: what tokenizer.json's post_processor adds around one sequence when special tokens
 // are requested (HF's add_special_tokens=True). TemplateProcessing's `single` template (e.g.
-// "<|begin_of_text|> $A"), ByteLevel (changes offsets only, never ids), RobertaProcessing and
-// BertProcessing (<cls> $A <sep>) and Sequence of these are supported; pair templates are not used
-// (strata encodes one sequence at a time).
+// "<|begin_of_text|> $A"), ByteLevel (changes offsets only, never ids) and Sequence of these are
+// supported; pair templates are not used (strata encodes one sequence at a time). Others
+// (RobertaProcessing, BertProcessing) are refused by name.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +23,6 @@ class PostProcessor {
  private:
   void append_spec(const JsonLocation& spec);
   void append_template(const JsonLocation& spec);
-  void append_wrapping(const JsonLocation& spec);
 
   // Applied in order; each wraps the previous result as its $A.
   struct Wrapping {

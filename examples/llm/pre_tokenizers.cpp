@@ -94,6 +94,7 @@ void split_pieces(TextPieces& pieces, const PieceSplitter& split) {
       out.push_back(std::move(piece));
       continue;
     }
+    if (piece.text.empty()) continue;  // the library drops empty pieces; splitters may assume text
     bool first = true;
     for (std::string& part : split(std::move(piece.text), piece.at_text_start)) {
       if (part.empty()) continue;
@@ -133,8 +134,9 @@ class ByteLevelPreTokenizer final : public PreTokenizer {
  public:
   ByteLevelPreTokenizer(bool add_prefix_space, bool use_regex)
       : add_prefix_space_(add_prefix_space),
-        gpt2_pattern_(use_regex ? std::make_unique<UnicodeRegex>(kGpt2Pattern, PatternSyntax::kRegex)
-                                : nullptr) {}
+        gpt2_pattern_(use_regex
+                          ? std::make_unique<UnicodeRegex>(kGpt2Pattern, PatternSyntax::kRegex)
+                          : nullptr) {}
   void pre_tokenize(TextPieces& pieces) const override {
     split_pieces(pieces, [this](std::string text, bool) {
       // The library adds the space to each piece reaching this step, not only the first.
@@ -168,8 +170,8 @@ class MetaspacePreTokenizer final : public PreTokenizer {
   void pre_tokenize(TextPieces& pieces) const override {
     split_pieces(pieces, [this](std::string text, bool at_text_start) {
       text = replace_all(space_, text, replacement_);
-      const bool prepend = scheme_ == PrependScheme::kAlways ||
-                           (scheme_ == PrependScheme::kFirst && at_text_start);
+      const bool prepend =
+          scheme_ == PrependScheme::kAlways || (scheme_ == PrependScheme::kFirst && at_text_start);
       if (prepend && !text.starts_with(replacement_)) text.insert(0, replacement_);
       if (!split_) return std::vector<std::string>{std::move(text)};
       return split_text(delimiter_, text, false, SplitBehavior::kMergedWithNext);
@@ -209,7 +211,8 @@ SplitBehavior parse_behavior(const JsonLocation& spec) {
 PrependScheme parse_prepend_scheme(const JsonLocation& spec) {
   // Files written before prepend_scheme existed say add_prefix_space instead.
   if (!spec.has("prepend_scheme")) {
-    return spec.boolean_or("add_prefix_space", true) ? PrependScheme::kAlways : PrependScheme::kNever;
+    return spec.boolean_or("add_prefix_space", true) ? PrependScheme::kAlways
+                                                     : PrependScheme::kNever;
   }
   const JsonLocation scheme = spec.at("prepend_scheme");
   const std::string name = scheme.string();

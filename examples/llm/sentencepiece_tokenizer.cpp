@@ -13,8 +13,8 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::from_file(
   auto processor = std::make_unique<sentencepiece::SentencePieceProcessor>();
   const auto status = processor->Load(file.string());
   if (!status.ok()) {
-    throw TokenizerError(file.string() + ": not a loadable SentencePiece model: " +
-                         status.ToString());
+    throw TokenizerError(file.string() +
+                         ": not a loadable SentencePiece model: " + status.ToString());
   }
   return std::unique_ptr<SentencePieceTokenizer>(
       new SentencePieceTokenizer(std::move(processor), options, file));

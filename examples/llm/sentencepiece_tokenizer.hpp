@@ -1,8 +1,8 @@
 // SentencePieceTokenizer: a SentencePiece tokenizer.model (Llama 2, Mistral) through Debian's
-// libsentencepiece, so ids are that library's own. Around it, what Hugging Face adds: control pieces
-// written in the text (e.g. "<s>") become their ids, each stretch of text between them encoded on
-// its own (so each gets the model's dummy-prefix space, as HF's legacy Llama tokenizer does), and
-// add_special_tokens puts bos (and eos, when asked) around the sequence.
+// libsentencepiece, so ids are that library's own. Around it, what Hugging Face adds: control
+// pieces written in the text (e.g. "<s>") become their ids, each stretch of text between them
+// encoded on its own (so each gets the model's dummy-prefix space, as HF's legacy Llama tokenizer
+// does), and add_special_tokens puts bos (and eos, when asked) around the sequence.
 #pragma once
 
 #include <filesystem>

@@ -6,7 +6,8 @@ namespace strata::llm::detail {
 
 UnicodeRegex make_pattern(const JsonLocation& pattern) {
   const bool literal = pattern.has("String");
-  if (!literal && !pattern.has("Regex")) pattern.fail("expected {\"String\": ...} or {\"Regex\": ...}");
+  if (!literal && !pattern.has("Regex"))
+    pattern.fail("expected {\"String\": ...} or {\"Regex\": ...}");
   const JsonLocation source = pattern.at(literal ? "String" : "Regex");
   try {
     return UnicodeRegex(source.string(), literal ? PatternSyntax::kLiteral : PatternSyntax::kRegex);

@@ -89,8 +89,14 @@ std::string Tokenizer::id_to_token(std::int32_t id) const {
   return *std::move(token);
 }
 
-std::size_t Tokenizer::vocab_size() const { return impl_->backend->vocab_size(); }
-std::optional<std::int32_t> Tokenizer::bos_id() const { return impl_->bos_id; }
-std::optional<std::int32_t> Tokenizer::eos_id() const { return impl_->eos_id; }
+std::size_t Tokenizer::vocab_size() const {
+  return impl_->backend->vocab_size();
+}
+std::optional<std::int32_t> Tokenizer::bos_id() const {
+  return impl_->bos_id;
+}
+std::optional<std::int32_t> Tokenizer::eos_id() const {
+  return impl_->eos_id;
+}
 
 }  // namespace strata::llm

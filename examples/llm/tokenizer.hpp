@@ -25,6 +25,8 @@ class TokenizerError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Immutable once loaded: const calls may run on several threads at once. docs/llm.md
+// ("Tokenizers") lists what is supported and how it is verified.
 class Tokenizer {
  public:
   // The model folder's tokenizer.json, or else its tokenizer.model. Special-token ids for bos/eos
@@ -37,7 +39,9 @@ class Tokenizer {
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
 
-  // Text (UTF-8; invalid sequences are encoded as the library does) to ids. Added / special
+  // Text (UTF-8; invalid sequences are encoded as the library does: each maximal ill-formed
+  // subsequence is first replaced by U+FFFD, as Python's errors="replace" / JavaScript's
+  // TextDecoder hand it to the library) to ids. Added / special
   // tokens written in the text (e.g. "<|eot_id|>") become their ids. add_special_tokens: also
   // apply the post-processor (e.g. Llama's leading <s> / <|begin_of_text|>), as HF's
   // `encode(text, add_special_tokens=True)` does.

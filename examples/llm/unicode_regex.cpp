@@ -14,7 +14,9 @@
 namespace strata::llm::detail {
 namespace {
 
-pcre2_code* as_code(void* code) { return static_cast<pcre2_code*>(code); }
+pcre2_code* as_code(void* code) {
+  return static_cast<pcre2_code*>(code);
+}
 
 struct MatchDataDeleter {
   void operator()(pcre2_match_data* data) const noexcept { pcre2_match_data_free(data); }
@@ -41,12 +43,15 @@ UnicodeRegex::UnicodeRegex(std::string_view pattern, PatternSyntax syntax) {
     throw std::invalid_argument("regex does not compile at offset " + std::to_string(error_offset) +
                                 ": " + pcre2_message(error_code));
   }
-  // JIT only speeds matching up; where the platform lacks it, the interpreter gives the same matches.
+  // JIT only speeds matching up; where the platform lacks it, the interpreter gives the same
+  // matches.
   (void)pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
   code_ = code;
 }
 
-UnicodeRegex::~UnicodeRegex() { release(); }
+UnicodeRegex::~UnicodeRegex() {
+  release();
+}
 
 UnicodeRegex::UnicodeRegex(UnicodeRegex&& other) noexcept
     : code_(std::exchange(other.code_, nullptr)) {}

@@ -3,7 +3,9 @@
 namespace strata::llm::detail {
 namespace {
 
-bool is_continuation(unsigned char byte) { return (byte & 0xC0U) == 0x80U; }
+bool is_continuation(unsigned char byte) {
+  return (byte & 0xC0U) == 0x80U;
+}
 
 // The allowed range of the second byte after a given lead byte (Unicode Table 3-7): this is what
 // excludes overlong forms, surrogates and code points above U+10FFFF.

@@ -4,7 +4,8 @@
 // library gives for the corpus in corpus.json. strata's tokenizer tests compare against these.
 //
 //   node make_reference.mjs OUT_DIR NAME...     NAME: gpt2 gpt2_prefix_space llama3 qwen2_style
-//                                                     llama2 llama2_metaspace
+//                                                     llama2 llama2_metaspace gpt2_split_behaviors
+//                                                     llama2_metaspace_split
 // Writes OUT_DIR/NAME/tokenizer.json (the file both libraries load) and OUT_DIR/NAME/expected.json.
 import fs from 'node:fs';
 import path from 'node:path';
@@ -67,6 +68,25 @@ function gpt2(addPrefixSpace) {
     post_processor: byteLevel(addPrefixSpace, true),
     decoder: byteLevel(addPrefixSpace, true),
   });
+}
+
+// GPT-2's vocabulary behind every Split behaviour in one chain (each Split cuts the pieces of the
+// one before), an inverted Split, and a Replace normalizer with a regex: components the model
+// families above do not use, checked all the same.
+function gpt2SplitBehaviors() {
+  const split = (pattern, behavior, invert = false) =>
+    ({ type: 'Split', pattern, behavior, invert });
+  const file = gpt2(false);
+  file.normalizer = { type: 'Sequence', normalizers: [
+    { type: 'Replace', pattern: { Regex: '\\t+' }, content: ' <tab> ' }, { type: 'NFC' }] };
+  file.pre_tokenizer = { type: 'Sequence', pretokenizers: [
+    split({ String: '\n' }, 'MergedWithPrevious'),
+    split({ Regex: '\\p{P}+' }, 'MergedWithNext'),
+    split({ Regex: '\\p{N}' }, 'Contiguous'),
+    split({ String: '  ' }, 'Removed'),
+    split({ Regex: '[^aeiou]+' }, 'Isolated', true),
+    byteLevel(false, false)] };
+  return file;
 }
 
 // The vocabulary in id order and the merges in rank order of one of the llama*-tokenizer-js packages.
@@ -163,9 +183,18 @@ async function llama2Metaspace() {
   });
 }
 
+// Metaspace that prepends to every piece and splits on "▁" (the default of older files).
+async function llama2MetaspaceSplit() {
+  const file = await llama2Metaspace();
+  file.pre_tokenizer = { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'always', split: true };
+  file.decoder = { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'always', split: true };
+  return file;
+}
+
 const builders = {
   gpt2: () => gpt2(false), gpt2_prefix_space: () => gpt2(true), llama3, qwen2_style: qwen2Style,
-  llama2, llama2_metaspace: llama2Metaspace,
+  llama2, llama2_metaspace: llama2Metaspace, gpt2_split_behaviors: gpt2SplitBehaviors,
+  llama2_metaspace_split: llama2MetaspaceSplit,
 };
 
 const hex = (bytes) => Buffer.from(bytes).toString('hex');

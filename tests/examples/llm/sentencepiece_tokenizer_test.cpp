@@ -3,9 +3,9 @@
 // Llama 2's real vocabulary are checked against Hugging Face in tokenizer_reference_test.cpp), that
 // bos / eos follow the model and tokenizer_config.json, and that control pieces in text become ids.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <filesystem>
@@ -26,7 +26,8 @@ const fs::path kTestDir = STRATA_LLM_TOKENIZER_TEST_DIR;
 std::vector<std::string> corpus() {
   const auto json = nlohmann::json::parse(test_support::read_file(kTestDir / "corpus.json"));
   std::vector<std::string> strings = json["text"].get<std::vector<std::string>>();
-  for (const auto& hex : json["bytes_hex"]) strings.push_back(test_support::from_hex(hex.get<std::string>()));
+  for (const auto& hex : json["bytes_hex"])
+    strings.push_back(test_support::from_hex(hex.get<std::string>()));
   return strings;
 }
 
@@ -42,8 +43,8 @@ class SentencePieceModel : public ::testing::Test {
     fs::create_directories(*dir_ / "model");
     // Llama 2's settings in small: BPE, byte fallback (coverage below 1 leaves rare characters to
     // the byte pieces), digits split, whitespace kept.
-    const std::string args = "--input=" + (*dir_ / "train.txt").string() + " --model_prefix=" +
-                             (*dir_ / "tokenizer").string() +
+    const std::string args = "--input=" + (*dir_ / "train.txt").string() +
+                             " --model_prefix=" + (*dir_ / "tokenizer").string() +
                              " --vocab_size=800 --model_type=bpe --byte_fallback=true"
                              " --character_coverage=0.98 --split_digits=true"
                              " --remove_extra_whitespaces=false --hard_vocab_limit=false"
@@ -87,7 +88,8 @@ TEST_F(SentencePieceModel, IdsAndTextAreTheLibrarysOwn) {
     ASSERT_TRUE(processor_.Decode(expected, &decoded).ok());
     EXPECT_EQ(tokenizer.decode(ids), decoded);
     EXPECT_EQ(tokenizer.decode(with_bos, true), decoded);
-    for (const std::int32_t id : ids) EXPECT_EQ(tokenizer.id_to_token(id), processor_.IdToPiece(id));
+    for (const std::int32_t id : ids)
+      EXPECT_EQ(tokenizer.id_to_token(id), processor_.IdToPiece(id));
     ++compared;
   }
   EXPECT_GE(compared, 55U);
