@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 
 #include "examples/llm/hf_checkpoint.hpp"
 #include "examples/llm/training_data.hpp"
@@ -184,9 +185,19 @@ void LlmTrainer::export_hf(const std::filesystem::path& out_dir, const ExportOpt
   ExportOptions resolved = options;
   resolved.gpt2_prefix_stripped = gpt2_prefix_stripped_;
   std::optional<HfExportWriter> writer;
+  std::exception_ptr failure;
   if (comm_->rank() == 0) {
-    prepare_export_folder(options_.model_dir, out_dir);
-    writer.emplace(out_dir, model_->units(), resolved);
+    try {
+      prepare_export_folder(options_.model_dir, out_dir);
+      writer.emplace(out_dir, model_->units(), resolved);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  // Every rank learns of rank 0's failure before the collective gathers, instead of waiting in them.
+  if (comm_->any_rank(failure != nullptr)) {
+    if (failure) std::rethrow_exception(failure);
+    throw CheckpointError("export to " + out_dir.string() + " failed on rank 0");
   }
   for (std::size_t u = 0; u < units_.size(); ++u) {
     const std::vector<float> values = engine_->gather_master(units_[u]);
