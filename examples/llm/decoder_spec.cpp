@@ -16,9 +16,11 @@ class UnitBuilder {
     unit_.kind = kind;
   }
 
-  // Matrices and embeddings: normal(initializer_range), decayed.
-  void matrix(const std::string& name, std::size_t rows, std::size_t cols) {
-    add(name, {rows, cols}, runtime::TensorInit::normal(init_std_));
+  // Matrices and embeddings: normal(initializer_range), decayed. `hf_name` overrides the
+  // checkpoint name (lm_head.weight lives outside the model's prefix).
+  void matrix(const std::string& name, std::size_t rows, std::size_t cols,
+              const std::string& hf_name = "") {
+    add(name, {rows, cols}, runtime::TensorInit::normal(init_std_), hf_name);
   }
   // Norm gains start at 1, biases at 0; neither is decayed (decay would pull a gain to 0).
   void gain(const std::string& name, std::size_t size) {
@@ -32,10 +34,11 @@ class UnitBuilder {
   UnitSpec& unit() { return unit_; }
 
  private:
-  void add(const std::string& name, std::vector<std::size_t> shape, runtime::TensorInit init) {
+  void add(const std::string& name, std::vector<std::size_t> shape, runtime::TensorInit init,
+           const std::string& hf_name = "") {
     TensorSpec spec;
     spec.name = name;
-    spec.hf_name = hf_prefix_ + name;
+    spec.hf_name = hf_name.empty() ? hf_prefix_ + name : hf_name;
     spec.shape = std::move(shape);
     spec.init = init;
     spec.weight_decay = spec.shape.size() >= 2;
@@ -160,17 +163,9 @@ std::vector<UnitSpec> decoder_units(const HfConfig& config) {
   } else {
     head.gain("norm.weight", d);
   }
-  UnitSpec head_unit = head.take();
-  head_unit.reads_embedding = config.tie_word_embeddings;
-  if (!config.tie_word_embeddings) {
-    UnitBuilder lm_head("head", UnitKind::kHead, "", init_std);
-    lm_head.matrix("lm_head.weight", vocab, d);
-    TensorSpec spec = lm_head.take().tensors.front();
-    spec.offset = head_unit.numel;
-    head_unit.numel += spec.numel();
-    head_unit.tensors.push_back(std::move(spec));
-  }
-  units.push_back(std::move(head_unit));
+  if (!config.tie_word_embeddings) head.matrix("lm_head.weight", vocab, d, "lm_head.weight");
+  head.unit().reads_embedding = config.tie_word_embeddings;
+  units.push_back(head.take());
   return units;
 }
 
