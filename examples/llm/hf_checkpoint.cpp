@@ -1,5 +1,6 @@
 #include "examples/llm/hf_checkpoint.hpp"
 
+#include <algorithm>
 #include <set>
 
 #include <nlohmann/json.hpp>

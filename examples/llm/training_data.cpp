@@ -1,6 +1,7 @@
 #include "examples/llm/training_data.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <string>
 
@@ -79,15 +80,18 @@ void append_chat(const std::vector<ChatMessage>& messages, const std::string& wh
   }
 }
 
+bool is_blank(const std::string& line) {
+  return std::all_of(line.begin(), line.end(),
+                     [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; });
+}
+
 void read_jsonl_file(const std::filesystem::path& path, const DataSource& source,
                      TokenStream& stream) {
   std::ifstream in(path);
   if (!in) throw DataError(path.string() + ": cannot open for reading");
   std::string line;
   for (std::size_t number = 1; std::getline(in, line); ++number) {
-    if (std::all_of(line.begin(), line.end(), [](char c) { return std::isspace(
-                                                                static_cast<unsigned char>(c)); }))
-      continue;
+    if (is_blank(line)) continue;
     append_jsonl_example(line, path.string() + ":" + std::to_string(number), source, stream);
   }
 }
