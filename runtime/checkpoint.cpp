@@ -63,7 +63,7 @@ std::string_view param_dtype_name(cpu_adam::Dtype dtype) {
 // Hash of what makes two models' states interchangeable: units, tensors and shapes.
 std::uint64_t model_hash(const EngineState& state) {
   std::string text;
-  for (const UnitState& unit : state.units) {
+  for (const UnitState& unit : state.units()) {
     text += unit.spec.name + "{";
     for (const TensorSpec& tensor : unit.spec.tensors) {
       text += tensor.name + shape_text(tensor.shape) + ";";
@@ -76,13 +76,13 @@ std::uint64_t model_hash(const EngineState& state) {
 // Hash of the training configuration (recorded for diagnosis; a changed learning rate on resume
 // is legitimate, so loading does not refuse a different one).
 std::uint64_t config_hash(const EngineState& state) {
-  const OptimizerConfig& opt = state.config.optimizer;
+  const OptimizerConfig& opt = state.config().optimizer;
   const std::string text = fmt::format(
       "{} lr={} b1={} b2={} eps={} wd={} clip={} bc={} params={} grads={} seed={} "
       "warmup={} schedule={} decay_steps={} min_lr={}",
       to_string(opt.type), opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, opt.grad_clip,
-      opt.bias_correction, to_string(state.config.precision.params),
-      to_string(state.config.precision.grads), state.config.run.seed, opt.warmup_steps,
+      opt.bias_correction, to_string(state.config().precision.params),
+      to_string(state.config().precision.grads), state.config().run.seed, opt.warmup_steps,
       to_string(opt.schedule), opt.lr_decay_steps, opt.min_lr);
   return XXH3_64bits(text.data(), text.size());
 }
@@ -168,51 +168,6 @@ std::filesystem::path parent_of(const std::filesystem::path& dir) {
   return absolute.parent_path();
 }
 
-// Writes `values` (one rank shard, shard_numel elements) into `kind`'s home, sub-group by
-// sub-group, converted to the home's dtype.
-void write_shard(EngineState& state, UnitState& unit, Kind kind, std::span<const float> values) {
-  if (!unit.has(kind)) return;
-  ShardHome& home = unit.home(kind);
-  std::vector<std::byte> bytes;
-  for (std::size_t g = 0; g < unit.groups.size(); ++g) {
-    const SubGroup& sub = unit.groups[g];
-    bytes.assign(sub.numel * home.element_bytes(), std::byte{0});
-    cpu_adam::convert(values.subspan(sub.begin, sub.numel),
-                      cpu_adam::TypedSpan(bytes.data(), sub.numel, home.dtype), *state.arena);
-    state.write_group_sync(unit, kind, g, bytes);
-  }
-}
-
-// Before state is replaced: no gradient write in flight, no gathered copy kept.
-void quiesce(EngineState& state) {
-  for (auto& writes : state.grad_buffer_writes) {
-    for (io::Ticket& ticket : writes) ticket.get();
-    writes.clear();
-  }
-  state.residency->invalidate();
-  state.norm.reset();
-  for (UnitState& unit : state.units) unit.grad_calls = 0;
-}
-
-// Makes the replaced state the committed one (NVMe-homed state: the store's next commit).
-void commit_replaced(EngineState& state) {
-  if (state.store) state.store->commit(state.step_count);
-  state.residency->invalidate();
-}
-
-std::vector<float> gather_unit(EngineState& state, UnitState& unit) {
-  std::vector<float> shard = state.read_shard_fp32(unit, Kind::kMaster);
-  std::vector<float> full(unit.layout.padded_numel);
-  if (state.ranks > 1) {
-    state.all_gather_host(comm::ConstBuffer::of(std::span<const float>(shard)),
-                          comm::MutableBuffer::of(std::span<float>(full)));
-  } else {
-    full = std::move(shard);
-  }
-  full.resize(unit.layout.numel);
-  return full;
-}
-
 nlohmann::json read_manifest(const std::filesystem::path& dir) {
   const std::filesystem::path path = dir / kManifestName;
   const std::vector<std::uint8_t> bytes = read_file_bytes(path);
@@ -246,26 +201,26 @@ void validate_model(const EngineState& state, const nlohmann::json& manifest,
                                          manifest.at("version").dump(), kVersion));
   }
   const auto dtype = manifest.at("param_dtype").get<std::string>();
-  if (dtype != param_dtype_name(state.param_dtype)) {
+  if (dtype != param_dtype_name(state.param_dtype())) {
     throw CheckpointMismatch(
         fmt::format("{} holds a model trained with {} parameters; this run has {} "
                     "([precision] params)",
-                    where, dtype, param_dtype_name(state.param_dtype)));
+                    where, dtype, param_dtype_name(state.param_dtype())));
   }
   const auto optimizer = manifest.at("optimizer").get<std::string>();
-  if (optimizer != to_string(state.config.optimizer.type)) {
+  if (optimizer != to_string(state.config().optimizer.type)) {
     throw CheckpointMismatch(
         fmt::format("{} holds {} optimizer state; this run uses {} ([optimizer] type)", where,
-                    optimizer, to_string(state.config.optimizer.type)));
+                    optimizer, to_string(state.config().optimizer.type)));
   }
   const nlohmann::json& units = manifest.at("units");
-  if (units.size() != state.units.size()) {
+  if (units.size() != state.units().size()) {
     throw CheckpointMismatch(
         fmt::format("{} holds {} units; this model has {} (another model shape)", where,
-                    units.size(), state.units.size()));
+                    units.size(), state.units().size()));
   }
-  for (std::size_t u = 0; u < state.units.size(); ++u) {
-    const UnitState& unit = state.units[u];
+  for (std::size_t u = 0; u < state.units().size(); ++u) {
+    const UnitState& unit = state.units()[u];
     const nlohmann::json& saved = units[u];
     const auto name = saved.at("name").get<std::string>();
     if (name != unit.spec.name) {
@@ -301,13 +256,13 @@ void validate_model(const EngineState& state, const nlohmann::json& manifest,
 void describe_model(const EngineState& state, nlohmann::json& manifest) {
   manifest["format"] = kFormat;
   manifest["version"] = kVersion;
-  manifest["ranks"] = state.ranks;
-  manifest["param_dtype"] = param_dtype_name(state.param_dtype);
-  manifest["optimizer"] = to_string(state.config.optimizer.type);
+  manifest["ranks"] = state.ranks();
+  manifest["param_dtype"] = param_dtype_name(state.param_dtype());
+  manifest["optimizer"] = to_string(state.config().optimizer.type);
   manifest["model_hash"] = hex(model_hash(state));
   manifest["config_hash"] = hex(config_hash(state));
   nlohmann::json units = nlohmann::json::array();
-  for (const UnitState& unit : state.units) {
+  for (const UnitState& unit : state.units()) {
     nlohmann::json tensors = nlohmann::json::array();
     for (const TensorSpec& tensor : unit.spec.tensors) {
       tensors.push_back({{"name", tensor.name}, {"shape", tensor.shape}});
@@ -331,29 +286,28 @@ std::filesystem::path directory_name(const std::filesystem::path& dir) {
 }
 
 void save_checkpoint(EngineState& state, const std::filesystem::path& requested) {
-  STRATA_ASSERT(state.finalized, "save before finalize");
+  STRATA_ASSERT(state.finalized(), "save before finalize");
   const std::filesystem::path dir = directory_name(requested);
-  comm::Communicator& comm = *state.comm;
+  comm::Communicator& comm = state.comm();
   const std::filesystem::path temporary = with_suffix(dir, ".tmp");
   const std::filesystem::path old = with_suffix(dir, ".old");
   collectively(comm, "checkpoint save (preparing the directory)", [&] {
-    if (state.rank == 0) {
+    if (state.rank() == 0) {
       std::filesystem::remove_all(temporary);
       std::filesystem::create_directories(temporary);
     }
   });
-  for (auto& writes : state.grad_buffer_writes) {
-    for (io::Ticket& ticket : writes) ticket.get();
-  }
+  state.drain_gradient_writes();
 
   // Every rank: its file, and the checksum of each segment.
   std::vector<std::uint64_t> checksums;
   collectively(comm, "checkpoint save (writing shards)", [&] {
-    File file(temporary / rank_file_name(state.rank), O_WRONLY | O_CREAT | O_TRUNC);
-    for (UnitState& unit : state.units) {
-      const std::uint64_t real = unit.layout.shard_real_numel(state.rank);
+    File file(temporary / rank_file_name(state.rank()), O_WRONLY | O_CREAT | O_TRUNC);
+    for (UnitId u = 0; u < state.units().size(); ++u) {
+      const UnitState& unit = state.units()[u];
+      const std::uint64_t real = unit.layout.shard_real_numel(state.rank());
       for (Kind kind : saved_kinds(unit)) {
-        std::vector<float> values = state.read_shard_fp32(unit, kind);
+        std::vector<float> values = state.read_shard_fp32(u, kind);
         values.resize(real);
         const auto bytes = std::as_bytes(std::span<const float>(values));
         checksums.push_back(checksum(bytes));
@@ -362,8 +316,8 @@ void save_checkpoint(EngineState& state, const std::filesystem::path& requested)
     }
     file.sync();
   });
-  std::vector<std::uint64_t> all_checksums(checksums.size() * state.ranks);
-  if (state.ranks > 1) {
+  std::vector<std::uint64_t> all_checksums(checksums.size() * state.ranks());
+  if (state.ranks() > 1) {
     state.all_gather_host(comm::ConstBuffer::of(std::span<const std::uint64_t>(checksums)),
                           comm::MutableBuffer::of(std::span<std::uint64_t>(all_checksums)));
   } else {
@@ -371,18 +325,19 @@ void save_checkpoint(EngineState& state, const std::filesystem::path& requested)
   }
 
   collectively(comm, "checkpoint save (manifest and rename)", [&] {
-    if (state.rank != 0) return;
+    if (state.rank() != 0) return;
     nlohmann::json manifest;
     describe_model(state, manifest);
-    manifest["step"] = state.step_count;
-    manifest["loss_scale"] = state.loss_scale;
-    manifest["clean_steps"] = state.clean_steps;
+    const TrainingProgress progress = state.progress();
+    manifest["step"] = progress.step;
+    manifest["loss_scale"] = progress.loss_scale;
+    manifest["clean_steps"] = progress.clean_steps;
     nlohmann::json files = nlohmann::json::array();
-    for (std::uint32_t r = 0; r < state.ranks; ++r) {
+    for (std::uint32_t r = 0; r < state.ranks(); ++r) {
       nlohmann::json segments = nlohmann::json::array();
       std::uint64_t offset = 0;
       std::size_t index = r * checksums.size();
-      for (const UnitState& unit : state.units) {
+      for (const UnitState& unit : state.units()) {
         const std::uint64_t real = unit.layout.shard_real_numel(r);
         for (Kind kind : saved_kinds(unit)) {
           segments.push_back({{"kind", kind_name(kind)},
@@ -397,7 +352,7 @@ void save_checkpoint(EngineState& state, const std::filesystem::path& requested)
                        {"bytes", offset},
                        {"shard_begin_per_unit", nlohmann::json::array()},
                        {"segments", segments}});
-      for (const UnitState& unit : state.units) {
+      for (const UnitState& unit : state.units()) {
         files.back()["shard_begin_per_unit"].push_back(unit.layout.shard_begin(r));
       }
     }
@@ -416,8 +371,8 @@ void save_checkpoint(EngineState& state, const std::filesystem::path& requested)
 }
 
 void load_checkpoint(EngineState& state, const std::filesystem::path& requested) {
-  STRATA_ASSERT(state.finalized, "load before finalize");
-  comm::Communicator& comm = *state.comm;
+  STRATA_ASSERT(state.finalized(), "load before finalize");
+  comm::Communicator& comm = state.comm();
   std::filesystem::path dir = directory_name(requested);
   // A crash between the two renames of save() leaves only <dir>.old, complete.
   if (!std::filesystem::exists(dir / kManifestName) &&
@@ -430,7 +385,7 @@ void load_checkpoint(EngineState& state, const std::filesystem::path& requested)
   double loss_scale = 1.0;
   std::uint32_t clean_steps = 0;
   // shards[u][k]: this rank's new shard (shard_numel, zero padded) of saved kind k of unit u.
-  std::vector<std::vector<std::vector<float>>> shards(state.units.size());
+  std::vector<std::vector<std::vector<float>>> shards(state.units().size());
   collectively(comm, "checkpoint load", [&] {
     const nlohmann::json manifest = read_manifest(dir);
     try {
@@ -444,25 +399,25 @@ void load_checkpoint(EngineState& state, const std::filesystem::path& requested)
             where, old_ranks, files.size()));
       }
       // Old layout: rank r held [r * S, min(numel, (r + 1) * S)) of each unit.
-      std::vector<std::uint64_t> old_shard(state.units.size());
-      for (std::size_t u = 0; u < state.units.size(); ++u) {
+      std::vector<std::uint64_t> old_shard(state.units().size());
+      for (std::size_t u = 0; u < state.units().size(); ++u) {
         old_shard[u] = units[u].at("shard_numel").get<std::uint64_t>();
-        if (old_shard[u] == 0 || old_shard[u] * old_ranks < state.units[u].layout.numel) {
+        if (old_shard[u] == 0 || old_shard[u] * old_ranks < state.units()[u].layout.numel) {
           throw CheckpointMismatch(fmt::format(
               "checkpoint {} unit '{}': {} ranks x shard {} do not cover its {} elements "
               "(rank-incompatible layout)",
-              where, state.units[u].spec.name, old_ranks, old_shard[u],
-              state.units[u].layout.numel));
+              where, state.units()[u].spec.name, old_ranks, old_shard[u],
+              state.units()[u].layout.numel));
         }
       }
       std::vector<std::unique_ptr<File>> opened(old_ranks);
       std::vector<std::byte> segment_bytes;
-      for (std::size_t u = 0; u < state.units.size(); ++u) {
-        UnitState& unit = state.units[u];
+      for (std::size_t u = 0; u < state.units().size(); ++u) {
+        const UnitState& unit = state.units()[u];
         const std::vector<Kind> kinds = saved_kinds(unit);
         const std::uint64_t numel = unit.layout.numel;
-        const std::uint64_t begin = std::min(numel, unit.layout.shard_begin(state.rank));
-        const std::uint64_t end = begin + unit.layout.shard_real_numel(state.rank);
+        const std::uint64_t begin = std::min(numel, unit.layout.shard_begin(state.rank()));
+        const std::uint64_t end = begin + unit.layout.shard_real_numel(state.rank());
         shards[u].assign(kinds.size(), std::vector<float>(unit.layout.shard_numel, 0.0f));
         for (std::uint32_t r = 0; r < old_ranks; ++r) {
           const std::uint64_t old_begin = std::min(numel, r * old_shard[u]);
@@ -474,10 +429,10 @@ void load_checkpoint(EngineState& state, const std::filesystem::path& requested)
           const std::filesystem::path path = dir / file.at("name").get<std::string>();
           if (!opened[r]) opened[r] = std::make_unique<File>(path, O_RDONLY);
           const nlohmann::json& segments = file.at("segments");
-          if (segments.size() != state.units.size() * kinds.size()) {
+          if (segments.size() != state.units().size() * kinds.size()) {
             throw CheckpointCorruption(
                 fmt::format("checkpoint {}: {} lists {} segments, expected {}", where,
-                            path.string(), segments.size(), state.units.size() * kinds.size()));
+                            path.string(), segments.size(), state.units().size() * kinds.size()));
           }
           for (std::size_t k = 0; k < kinds.size(); ++k) {
             const nlohmann::json& entry = segments[u * kinds.size() + k];
@@ -516,26 +471,22 @@ void load_checkpoint(EngineState& state, const std::filesystem::path& requested)
   });
 
   // Everything checked out on every rank: replace the state.
-  quiesce(state);
+  state.begin_replace();
   collectively(comm, "checkpoint load (writing state)", [&] {
-    for (std::size_t u = 0; u < state.units.size(); ++u) {
-      UnitState& unit = state.units[u];
-      const std::vector<Kind> kinds = saved_kinds(unit);
-      for (std::size_t k = 0; k < kinds.size(); ++k)
-        write_shard(state, unit, kinds[k], shards[u][k]);
-      write_shard(state, unit, Kind::kParam16, shards[u][0]);
-      write_shard(state, unit, Kind::kGrad, std::vector<float>(unit.layout.shard_numel, 0.0f));
+    for (UnitId u = 0; u < state.units().size(); ++u) {
+      const std::vector<Kind> kinds = saved_kinds(state.units()[u]);
+      for (std::size_t k = 0; k < kinds.size(); ++k) state.write_shard(u, kinds[k], shards[u][k]);
+      state.write_shard(u, Kind::kParam, shards[u][0]);
+      state.write_shard(u, Kind::kGrad,
+                        std::vector<float>(state.units()[u].layout.shard_numel, 0.0f));
     }
-    state.step_count = step;
-    state.loss_scale = loss_scale;
-    state.clean_steps = clean_steps;
-    commit_replaced(state);
+    state.finish_replace({step, loss_scale, clean_steps});
   });
 }
 
 std::filesystem::path store_model_path(const EngineState& state) {
-  return std::filesystem::path(state.config.tiers.nvme.paths.front()) /
-         fmt::format("strata-rank{}.model.json", state.rank);
+  return std::filesystem::path(state.config().tiers.nvme.paths.front()) /
+         fmt::format("strata-rank{}.model.json", state.rank());
 }
 
 void record_or_check_store_model(EngineState& state, bool resume) {
@@ -554,11 +505,11 @@ void record_or_check_store_model(EngineState& state, bool resume) {
   nlohmann::json manifest;
   try {
     manifest = nlohmann::json::parse(bytes.begin(), bytes.end());
-    if (manifest.at("ranks").get<std::uint32_t>() != state.ranks) {
+    if (manifest.at("ranks").get<std::uint32_t>() != state.ranks()) {
       throw CheckpointMismatch(fmt::format(
           "the NVMe store at {} was written by {} ranks; this run has {} (resume with the same "
           "rank count, or load a checkpoint, which reshards)",
-          path.parent_path().string(), manifest.at("ranks").dump(), state.ranks));
+          path.parent_path().string(), manifest.at("ranks").dump(), state.ranks()));
     }
     validate_model(state, manifest, "the NVMe store at " + path.parent_path().string());
   } catch (const nlohmann::json::exception& error) {
@@ -568,54 +519,51 @@ void record_or_check_store_model(EngineState& state, bool resume) {
 }
 
 void export_safetensors(EngineState& state, const std::filesystem::path& file, DType dtype) {
-  STRATA_ASSERT(state.finalized, "export before finalize");
+  STRATA_ASSERT(state.finalized(), "export before finalize");
   std::vector<std::vector<float>> units;
-  for (UnitState& unit : state.units) {
-    std::vector<float> full = gather_unit(state, unit);
-    if (state.rank == 0) units.push_back(std::move(full));
+  for (UnitId u = 0; u < state.units().size(); ++u) {
+    std::vector<float> full = state.gather_master(u);
+    if (state.rank() == 0) units.push_back(std::move(full));
   }
-  collectively(*state.comm, "safetensors export", [&] {
-    if (state.rank != 0) return;
+  collectively(state.comm(), "safetensors export", [&] {
+    if (state.rank() != 0) return;
     std::vector<UnitSpec> specs;
-    for (const UnitState& unit : state.units) specs.push_back(unit.spec);
+    for (const UnitState& unit : state.units()) specs.push_back(unit.spec);
     save_safetensors(
         file, specs, [&](std::size_t index) { return std::move(units[index]); }, dtype,
-        {{"format", "pt"}, {"producer", "strata"}, {"step", std::to_string(state.step_count)}},
+        {{"format", "pt"}, {"producer", "strata"}, {"step", std::to_string(state.progress().step)}},
         /*prefix_unit_names=*/true);
   });
 }
 
 void import_safetensors(EngineState& state, const std::filesystem::path& file) {
-  STRATA_ASSERT(state.finalized, "import before finalize");
+  STRATA_ASSERT(state.finalized(), "import before finalize");
   std::vector<UnitSpec> specs;
-  for (const UnitState& unit : state.units) specs.push_back(unit.spec);
-  std::vector<std::vector<float>> shards(state.units.size());
-  collectively(*state.comm, "safetensors import", [&] {
+  for (const UnitState& unit : state.units()) specs.push_back(unit.spec);
+  std::vector<std::vector<float>> shards(state.units().size());
+  collectively(state.comm(), "safetensors import", [&] {
     load_safetensors(
         file, specs,
         [&](std::size_t u, std::span<const float> values) {
-          const UnitLayout& layout = state.units[u].layout;
+          const UnitLayout& layout = state.units()[u].layout;
           shards[u].assign(layout.shard_numel, 0.0f);
-          const std::uint64_t begin = std::min(layout.numel, layout.shard_begin(state.rank));
-          const std::uint64_t real = layout.shard_real_numel(state.rank);
+          const std::uint64_t begin = std::min(layout.numel, layout.shard_begin(state.rank()));
+          const std::uint64_t real = layout.shard_real_numel(state.rank());
           std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(begin), real, shards[u].begin());
         },
         /*prefix_unit_names=*/true);
   });
-  quiesce(state);
-  collectively(*state.comm, "safetensors import (writing state)", [&] {
-    for (std::size_t u = 0; u < state.units.size(); ++u) {
-      UnitState& unit = state.units[u];
-      const std::vector<float> zeros(unit.layout.shard_numel, 0.0f);
-      write_shard(state, unit, Kind::kMaster, shards[u]);
-      write_shard(state, unit, Kind::kParam16, shards[u]);
-      write_shard(state, unit, Kind::kExpAvg, zeros);
-      write_shard(state, unit, Kind::kExpAvgSq, zeros);
-      write_shard(state, unit, Kind::kGrad, zeros);
+  state.begin_replace();
+  collectively(state.comm(), "safetensors import (writing state)", [&] {
+    for (UnitId u = 0; u < state.units().size(); ++u) {
+      const std::vector<float> zeros(state.units()[u].layout.shard_numel, 0.0f);
+      state.write_shard(u, Kind::kMaster, shards[u]);
+      state.write_shard(u, Kind::kParam, shards[u]);
+      state.write_shard(u, Kind::kExpAvg, zeros);
+      state.write_shard(u, Kind::kExpAvgSq, zeros);
+      state.write_shard(u, Kind::kGrad, zeros);
     }
-    state.step_count = 0;
-    state.clean_steps = 0;
-    commit_replaced(state);
+    state.finish_replace({0, state.progress().loss_scale, 0});
   });
 }
 

@@ -125,8 +125,8 @@ TEST(CheckpointMpi, SavedByOneRankLoadsIntoNRanks) {
   expect_bitwise(full_masters(sharded), at_save, "1 -> N right after load");
   for (UnitId unit : sharded.model->units()) {
     // The moments were resharded too: each rank's exp_avg shard is its slice of the full one.
-    const std::vector<float> mine = sharded.engine->state_shard(unit, "exp_avg");
-    const std::vector<float> whole = single.engine->state_shard(unit, "exp_avg");
+    const std::vector<float> mine = sharded.engine->state_shard(unit, OptimizerState::kExpAvg);
+    const std::vector<float> whole = single.engine->state_shard(unit, OptimizerState::kExpAvg);
     const UnitLayout layout = make_unit_layout(sharded.engine->unit_spec(unit),
                                                static_cast<std::uint32_t>(world().size()));
     const auto rank = static_cast<std::uint32_t>(world().rank());

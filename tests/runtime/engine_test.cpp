@@ -69,8 +69,8 @@ RunResult train(const Config& config, int steps = kSteps, const EngineOptions& o
   }
   for (UnitId unit : model.units()) {
     result.masters.push_back(engine.master_shard(unit));
-    result.exp_avgs.push_back(engine.state_shard(unit, "exp_avg"));
-    result.exp_avg_sqs.push_back(engine.state_shard(unit, "exp_avg_sq"));
+    result.exp_avgs.push_back(engine.state_shard(unit, OptimizerState::kExpAvg));
+    result.exp_avg_sqs.push_back(engine.state_shard(unit, OptimizerState::kExpAvgSq));
   }
   result.host_high_water = engine.host_high_water_bytes();
   return result;
