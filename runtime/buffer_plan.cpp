@@ -35,22 +35,38 @@ UnitLayout layout_of(std::uint64_t numel, std::uint32_t ranks) {
   return make_unit_layout(UnitSpec{"", {TensorSpec{"", {numel}, TensorInit::zeros()}}}, ranks);
 }
 
+// The shard's sub-groups as make_sub_groups cuts them, counted without listing them (a plan for
+// 1e15 parameters in small sub-groups has too many to list).
+struct SubGroupCount {
+  std::uint64_t size = 0;       // elements of each full sub-group
+  std::uint64_t full = 0;       // how many are full
+  std::uint64_t remainder = 0;  // elements of the last, partial one (0: none)
+  std::uint64_t largest() const { return full > 0 ? size : remainder; }
+};
+
+SubGroupCount count_sub_groups(std::uint64_t shard_numel, std::uint64_t sub_group_numel) {
+  SubGroupCount count;
+  count.size = round_up(std::max<std::uint64_t>(sub_group_numel, 1), kShardGranuleElements);
+  count.full = shard_numel / count.size;
+  count.remainder = shard_numel % count.size;
+  return count;
+}
+
 void plan_state(BufferPlan& plan, const Config& config, const UnitLayout& layout) {
-  const std::vector<SubGroup> groups = make_sub_groups(layout.shard_numel, config.zero.sub_group_size);
-  for (const SubGroup& group : groups) {
-    plan.largest_group_numel = std::max(plan.largest_group_numel, group.numel);
-  }
+  const SubGroupCount groups = count_sub_groups(layout.shard_numel, config.zero.sub_group_size);
+  plan.largest_group_numel = std::max(plan.largest_group_numel, groups.largest());
   for (ShardKind kind : kAllShardKinds) {
     const KindPlacement& placement = plan.kind(kind);
     if (!placement.kept) continue;
-    const std::uint64_t bytes = layout.shard_numel * placement.element_bytes();
+    const std::uint64_t element_bytes = placement.element_bytes();
+    const std::uint64_t bytes = layout.shard_numel * element_bytes;
     if (placement.tier == Tier::kDevice) plan.device_state_bytes += bytes;
     if (placement.tier == Tier::kHost) plan.host_state_bytes += aligned(bytes);
     if (placement.tier == Tier::kNvme) {
+      // One extent per sub-group, two slots (A/B) of each.
       plan.any_nvme = true;
-      for (const SubGroup& group : groups) {
-        plan.nvme_state_bytes += 2 * aligned(group.numel * placement.element_bytes());
-      }
+      plan.nvme_state_bytes += 2 * groups.full * aligned(groups.size * element_bytes);
+      if (groups.remainder > 0) plan.nvme_state_bytes += 2 * aligned(groups.remainder * element_bytes);
     }
   }
 }
