@@ -141,7 +141,7 @@ void StoreRead::wait() {
   verified_ = true;
 }
 
-NvmeStore::NvmeStore(io::Engine& engine, const NvmeStoreOptions& options,
+NvmeStore::NvmeStore(io::IoEngine& engine, const NvmeStoreOptions& options,
                      std::vector<ExtentSpec> extents)
     : engine_(&engine), options_(options) {
   if (options_.paths.empty()) {

@@ -101,7 +101,7 @@ class NvmeStore {
   // Opens the store for `extents` (the same list, in the same order, on every reopen).
   // Throws StoreMismatch when a resumed store was written for another layout, StoreCorruption when
   // no manifest copy is valid, io::IoError for file errors (path and errno named).
-  NvmeStore(io::Engine& engine, const NvmeStoreOptions& options, std::vector<ExtentSpec> extents);
+  NvmeStore(io::IoEngine& engine, const NvmeStoreOptions& options, std::vector<ExtentSpec> extents);
   NvmeStore(const NvmeStore&) = delete;
   NvmeStore& operator=(const NvmeStore&) = delete;
   ~NvmeStore();  // waits for writes in flight; never commits
@@ -158,7 +158,7 @@ class NvmeStore {
   std::uint64_t layout_hash() const;
   std::string describe(const Extent& extent, std::uint8_t slot) const;
 
-  io::Engine* engine_;
+  io::IoEngine* engine_;
   NvmeStoreOptions options_;
   std::vector<Extent> extents_;
   std::vector<std::filesystem::path> swap_paths_;

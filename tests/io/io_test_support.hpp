@@ -109,7 +109,7 @@ struct ConfigNames {
 // Builds the engine a configuration names, or returns null with `skip_reason` set when this
 // machine cannot run it (io_uring refused by the kernel, O_DIRECT refused by the file system).
 template <class C>
-std::unique_ptr<Engine> make_test_engine(EngineOptions options, const ScratchDir& dir,
+std::unique_ptr<IoEngine> make_test_engine(IoEngineOptions options, const ScratchDir& dir,
                                          std::string& skip_reason) {
   options.direct = C::direct;
   if (C::direct == DirectIo::kOn) {
