@@ -61,7 +61,4 @@ class IoEngine {
   std::vector<std::unique_ptr<FileHandle>> files_;  // pointers stay stable for the I/O threads
 };
 
-// Compatibility: removed once the Engine files (runtime/engine*) adopt the name IoEngine.
-using Engine = IoEngine;
-
 }  // namespace strata::io

@@ -43,8 +43,4 @@ struct IoEngineOptions {
   FaultInjector* faults = nullptr;
 };
 
-// Compatibility: removed once the Engine files (runtime/engine*) adopt the IoEngine names.
-using EngineOptions = IoEngineOptions;
-using EngineKind = IoEngineKind;
-
 }  // namespace strata::io

@@ -13,9 +13,4 @@ namespace strata::io {
 // EACCES), a PosixEngine after one warning line on stderr.
 std::unique_ptr<IoEngine> make_io_engine(const IoEngineOptions& options);
 
-// Compatibility: removed once the Engine files (runtime/engine*) adopt make_io_engine.
-inline std::unique_ptr<IoEngine> make_engine(const IoEngineOptions& options) {
-  return make_io_engine(options);
-}
-
 }  // namespace strata::io

@@ -18,11 +18,11 @@
 namespace strata::runtime::detail {
 namespace {
 
-io::EngineOptions io_options_of(const NvmeTierConfig& nvme, io::FaultInjector* faults) {
-  io::EngineOptions options;
-  options.kind = nvme.engine == IoEngineKind::kIoUring ? io::EngineKind::kIoUring
-                 : nvme.engine == IoEngineKind::kPosix ? io::EngineKind::kPosix
-                                                       : io::EngineKind::kAuto;
+io::IoEngineOptions io_options_of(const NvmeTierConfig& nvme, io::FaultInjector* faults) {
+  io::IoEngineOptions options;
+  options.kind = nvme.engine == IoEngineKind::kIoUring ? io::IoEngineKind::kIoUring
+                 : nvme.engine == IoEngineKind::kPosix ? io::IoEngineKind::kPosix
+                                                       : io::IoEngineKind::kAuto;
   options.block_size_bytes = nvme.block_size;
   options.queue_depth = nvme.queue_depth;
   options.rings = nvme.rings;
@@ -181,7 +181,7 @@ bool EngineState::open_store(std::vector<tiers::ExtentSpec> extents) {
     return false;
   }
   const NvmeTierConfig& nvme = config_.tiers.nvme;
-  io_engine_ = io::make_engine(io_options_of(nvme, options_.faults));
+  io_engine_ = io::make_io_engine(io_options_of(nvme, options_.faults));
   tiers::NvmeStoreOptions store_options;
   for (const std::string& path : nvme.paths) store_options.paths.emplace_back(path);
   store_options.rank = rank_;

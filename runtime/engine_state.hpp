@@ -227,7 +227,7 @@ class EngineState final : public tiers::ResidencyClient {
   BufferPlan plan_;
   bool finalized_ = false;
   std::unique_ptr<tiers::PinnedPool> host_pool_;
-  std::unique_ptr<io::Engine> io_engine_;
+  std::unique_ptr<io::IoEngine> io_engine_;
   std::unique_ptr<tiers::NvmeStore> store_;
   std::unique_ptr<tiers::ResidencyManager> residency_;
 
