@@ -1,50 +1,38 @@
-// The one mapping between each pair of element-type enums the Engine crosses: the config's
-// precision (DType) to the CPU optimizer's Dtype, and that Dtype to the device kernels' and the
-// communicators' types. The enums stay separate (each library owns its own); only the conversions
-// live here.
+// Compatibility only: removed once the Engine files (runtime/engine.cpp, runtime/engine_device.cpp)
+// adopt strata::DType (base/dtype.hpp). The config's precision, the CPU optimizer, the device
+// kernels and the communicators all take that one type now, so every conversion here is the
+// identity, and tiers::DType::kFloat32 & co. name DType's values.
 #pragma once
 
+// Every tiers header that names DType is parsed before the shim below declares tiers::DType.
+#include "base/dtype.hpp"
 #include "cpu_adam/dtype.hpp"
-#include "runtime/comm/dtype.hpp"
+#include "runtime/comm/communicator.hpp"
 #include "runtime/config.hpp"
-#include "tiers/device/dtype.hpp"
+#include "tiers/device/device.hpp"
+
+namespace strata::tiers {
+
+struct DType {
+  static constexpr strata::DType kFloat32 = strata::DType::kFp32;
+  static constexpr strata::DType kBFloat16 = strata::DType::kBf16;
+  static constexpr strata::DType kFloat16 = strata::DType::kFp16;
+};
+
+}  // namespace strata::tiers
 
 namespace strata::runtime {
 
-constexpr cpu_adam::Dtype to_cpu_adam_dtype(DType dtype) {
-  switch (dtype) {
-    case DType::kFp32:
-      return cpu_adam::Dtype::kFp32;
-    case DType::kBf16:
-      return cpu_adam::Dtype::kBf16;
-    case DType::kFp16:
-      return cpu_adam::Dtype::kFp16;
-  }
-  return cpu_adam::Dtype::kFp32;
+constexpr strata::DType to_cpu_adam_dtype(strata::DType dtype) {
+  return dtype;
 }
 
-constexpr tiers::DType to_device_dtype(cpu_adam::Dtype dtype) {
-  switch (dtype) {
-    case cpu_adam::Dtype::kFp32:
-      return tiers::DType::kFloat32;
-    case cpu_adam::Dtype::kBf16:
-      return tiers::DType::kBFloat16;
-    case cpu_adam::Dtype::kFp16:
-      return tiers::DType::kFloat16;
-  }
-  return tiers::DType::kFloat32;
+constexpr strata::DType to_device_dtype(strata::DType dtype) {
+  return dtype;
 }
 
-constexpr comm::DataType to_comm_dtype(cpu_adam::Dtype dtype) {
-  switch (dtype) {
-    case cpu_adam::Dtype::kFp32:
-      return comm::DataType::kFp32;
-    case cpu_adam::Dtype::kBf16:
-      return comm::DataType::kBf16;
-    case cpu_adam::Dtype::kFp16:
-      return comm::DataType::kFp16;
-  }
-  return comm::DataType::kFp32;
+constexpr strata::DType to_comm_dtype(strata::DType dtype) {
+  return dtype;
 }
 
 }  // namespace strata::runtime

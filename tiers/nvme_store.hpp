@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "io/engine.hpp"
+#include "io/file_handle.hpp"
 #include "io/striped_file.hpp"
 #include "io/ticket.hpp"
 
@@ -168,13 +169,7 @@ class NvmeStore {
   std::uint64_t manifest_sizes_on_disk_[2] = {0, 0};  // before opening grew them
   // flock'ed "strata-rank<R>.lock" on the first path, held for the store's life (and released
   // if the constructor throws, since members are destroyed then).
-  struct LockFile {
-    int fd = -1;
-    LockFile() = default;
-    LockFile(const LockFile&) = delete;
-    LockFile& operator=(const LockFile&) = delete;
-    ~LockFile();
-  } lock_;
+  io::FileHandle lock_;
   std::uint64_t manifest_sequence_ = 0;
   std::optional<std::uint64_t> committed_step_;
   bool resumed_ = false;

@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 
+#include "base/debug_knobs.hpp"
 #include "io/aligned_buffer.hpp"
 #include "io/engine.hpp"
 #include "io/file_handle.hpp"
@@ -29,8 +30,7 @@ namespace strata::io::testing {
 class ScratchDir {
  public:
   ScratchDir() {
-    const char* root = std::getenv("STRATA_TEST_TMPDIR");
-    const std::filesystem::path base = root != nullptr && root[0] != '\0' ? root : "/tmp";
+    const std::filesystem::path base = test_tmpdir_knob();
     static std::atomic<int> counter{0};
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     std::string name =
