@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "base/units.hpp"
-#include "runtime/dtype_conversion.hpp"
 #include "runtime/partition.hpp"
 
 namespace strata::runtime {
@@ -119,11 +118,11 @@ std::array<KindPlacement, kShardKindCount> place_kinds(const Config& config,
     placement.tier = home_tier(config.zero, kind);
     // Parameters as configured; gradients too, except that accumulating over micro-batches keeps
     // them in fp32 (no rounding per addition); optimizer state in fp32.
-    placement.dtype = kind == ShardKind::kParam ? to_cpu_adam_dtype(config.precision.params)
+    placement.dtype = kind == ShardKind::kParam ? config.precision.params
                       : kind == ShardKind::kGrad
-                          ? (grad_accumulation > 1 ? cpu_adam::Dtype::kFp32
-                                                   : to_cpu_adam_dtype(config.precision.grads))
-                          : cpu_adam::Dtype::kFp32;
+                          ? (grad_accumulation > 1 ? DType::kFp32
+                                                   : config.precision.grads)
+                          : DType::kFp32;
   }
   return kinds;
 }
@@ -132,10 +131,10 @@ BufferPlan make_buffer_plan(const Config& config, const BufferPlanInputs& inputs
   BufferPlan plan;
   plan.kinds = place_kinds(config, inputs.grad_accumulation);
   plan.ranks = inputs.ranks;
-  const cpu_adam::Dtype param_dtype = plan.kind(ShardKind::kParam).dtype;
-  const std::uint64_t param_bytes = cpu_adam::dtype_bytes(param_dtype);
+  const DType param_dtype = plan.kind(ShardKind::kParam).dtype;
+  const std::uint64_t param_bytes = dtype_bytes(param_dtype);
   const std::uint64_t gathered_bytes_per_element =
-      4 + (param_dtype == cpu_adam::Dtype::kFp32 ? 0 : param_bytes);
+      4 + (param_dtype == DType::kFp32 ? 0 : param_bytes);
   for (std::uint64_t numel : inputs.unit_numels) {
     const UnitLayout layout = layout_of(numel, inputs.ranks);
     plan.largest_padded_numel = std::max(plan.largest_padded_numel, layout.padded_numel);

@@ -8,7 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "cpu_adam/dtype.hpp"
+#include "base/dtype.hpp"
+#include "cpu_adam/typed_span.hpp"
 #include "runtime/config.hpp"
 
 namespace strata::runtime {
@@ -26,8 +27,8 @@ inline constexpr std::array<ShardKind, kShardKindCount> kAllShardKinds = {
 struct KindPlacement {
   bool kept = false;
   Tier tier = Tier::kDevice;
-  cpu_adam::Dtype dtype = cpu_adam::Dtype::kFp32;
-  std::uint64_t element_bytes() const { return cpu_adam::dtype_bytes(dtype); }
+  DType dtype = DType::kFp32;
+  std::uint64_t element_bytes() const { return dtype_bytes(dtype); }
 };
 
 struct BufferPlanInputs {

@@ -46,18 +46,6 @@ std::uint64_t checksum(std::span<const std::byte> bytes) {
   return XXH3_64bits(bytes.data(), bytes.size());
 }
 
-std::string_view param_dtype_name(cpu_adam::Dtype dtype) {
-  switch (dtype) {
-    case cpu_adam::Dtype::kFp32:
-      return "fp32";
-    case cpu_adam::Dtype::kBf16:
-      return "bf16";
-    case cpu_adam::Dtype::kFp16:
-      return "fp16";
-  }
-  return "?";
-}
-
 // Hash of what makes two models' states interchangeable: units, tensors and shapes.
 std::uint64_t model_hash(const EngineState& state) {
   std::string text;
@@ -155,11 +143,11 @@ void validate_model(const EngineState& state, const nlohmann::json& manifest,
                                          manifest.at("version").dump(), kVersion));
   }
   const auto dtype = manifest.at("param_dtype").get<std::string>();
-  if (dtype != param_dtype_name(state.param_dtype())) {
+  if (dtype != dtype_name(state.param_dtype())) {
     throw CheckpointMismatch(
         fmt::format("{} holds a model trained with {} parameters; this run has {} "
                     "([precision] params)",
-                    where, dtype, param_dtype_name(state.param_dtype())));
+                    where, dtype, dtype_name(state.param_dtype())));
   }
   const auto optimizer = manifest.at("optimizer").get<std::string>();
   if (optimizer != to_string(state.config().optimizer.type)) {
@@ -211,7 +199,7 @@ void describe_model(const EngineState& state, nlohmann::json& manifest) {
   manifest["format"] = kFormat;
   manifest["version"] = kVersion;
   manifest["ranks"] = state.ranks();
-  manifest["param_dtype"] = param_dtype_name(state.param_dtype());
+  manifest["param_dtype"] = dtype_name(state.param_dtype());
   manifest["optimizer"] = to_string(state.config().optimizer.type);
   manifest["model_hash"] = hex(model_hash(state));
   manifest["config_hash"] = hex(config_hash(state));

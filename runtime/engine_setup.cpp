@@ -1,27 +1,24 @@
 // EngineState's construction and teardown, and the narrow API checkpoints and the facade use.
 #include <algorithm>
-#include <cstdlib>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
 #include "base/assert.hpp"
+#include "base/debug_knobs.hpp"
 #include "cpu_adam/cast.hpp"
 #include "runtime/engine_state.hpp"
 
 namespace strata::runtime::detail {
 namespace {
 
-// Whole-suite knob (docs/design.md): STRATA_FORCE_NVME=1 homes every state kind on NVMe, so any
-// test or run can be repeated through the NVMe store.
+// Whole-suite knob (base/debug_knobs.hpp): STRATA_FORCE_NVME=1 homes every state kind on NVMe,
+// so any test or run can be repeated through the NVMe store.
 Config with_debug_knobs(Config config) {
-  if (const char* force = std::getenv("STRATA_FORCE_NVME"); force != nullptr && force[0] == '1') {
+  if (force_nvme_knob()) {
     config.zero.stage = 3;
     config.zero.params = config.zero.grads = config.zero.optimizer = Tier::kNvme;
-    if (config.tiers.nvme.paths.empty()) {
-      const char* tmp = std::getenv("STRATA_TEST_TMPDIR");
-      config.tiers.nvme.paths = {std::string(tmp != nullptr && tmp[0] != '\0' ? tmp : "/tmp")};
-    }
+    if (config.tiers.nvme.paths.empty()) config.tiers.nvme.paths = {test_tmpdir_knob().string()};
   }
   return config;
 }

@@ -25,7 +25,8 @@
 
 #include <tbb/task_arena.h>
 
-#include "cpu_adam/dtype.hpp"
+#include "base/dtype.hpp"
+#include "cpu_adam/typed_span.hpp"
 #include "cpu_adam/grad_norm.hpp"
 #include "cpu_adam/optimizer.hpp"
 #include "io/engine.hpp"
@@ -123,7 +124,7 @@ class EngineState final : public tiers::ResidencyClient {
   comm::Communicator& comm() const { return *comm_; }
   std::uint32_t rank() const { return rank_; }
   std::uint32_t ranks() const { return ranks_; }
-  cpu_adam::Dtype param_dtype() const { return plan_.kind(Kind::kParam).dtype; }
+  DType param_dtype() const { return plan_.kind(Kind::kParam).dtype; }
   bool finalized() const { return finalized_; }
   std::span<const UnitState> units() const { return units_; }
   const UnitState& unit(UnitId id) const;  // throws std::out_of_range naming the id
@@ -175,6 +176,8 @@ class EngineState final : public tiers::ResidencyClient {
 
   // gather.cpp
   void finish_gather(UnitState& unit);
+  void finish_gather_in_place(UnitState& unit);
+  void finish_gather_staged(UnitState& unit);
 
   // reduce_grads.cpp
   void check_step_contracts() const;

@@ -11,7 +11,6 @@
 #include "base/assert.hpp"
 #include "base/units.hpp"
 #include "cpu_adam/cast.hpp"
-#include "runtime/dtype_conversion.hpp"
 #include "runtime/engine_state.hpp"
 
 namespace strata::runtime::detail {
@@ -36,10 +35,10 @@ void EngineState::start_load(tiers::UnitId id) {
   UnitState& unit = units_[id];
   GatheredCopy& gathered = unit.gathered;
   const std::uint64_t padded = unit.layout.padded_numel;
-  const cpu_adam::Dtype param_dtype = this->param_dtype();
+  const DType param_dtype = this->param_dtype();
   gathered.full32 = device_->allocate(padded * 4);
-  if (param_dtype != cpu_adam::Dtype::kFp32) {
-    gathered.full16 = device_->allocate(padded * cpu_adam::dtype_bytes(param_dtype));
+  if (param_dtype != DType::kFp32) {
+    gathered.full16 = device_->allocate(padded * dtype_bytes(param_dtype));
   }
   const ShardHome& param = unit.home(Kind::kParam);
   if (param.residence() != Residence::kNvme) return;
@@ -48,7 +47,7 @@ void EngineState::start_load(tiers::UnitId id) {
   // 4 KiB), else into pinned staging that finish_gather copies to the device.
   std::byte* shard = nullptr;
   if (device_addressable_) {
-    std::byte* full = param_dtype == cpu_adam::Dtype::kFp32 ? gathered.full32.data()
+    std::byte* full = param_dtype == DType::kFp32 ? gathered.full32.data()
                                                             : gathered.full16.data();
     shard = full + unit.layout.shard_begin(rank_) * param.element_bytes();
   } else {
@@ -102,36 +101,50 @@ void EngineState::evict(tiers::UnitId id) {
 }
 
 void EngineState::finish_gather(UnitState& unit) {
+  if (device_addressable_) {
+    finish_gather_in_place(unit);
+  } else {
+    finish_gather_staged(unit);
+  }
+}
+
+// Device memory the CPU addresses: own shard copied into its place (NVMe reads landed there
+// already), all-gathered in place, cast to fp32 on the CPU.
+void EngineState::finish_gather_in_place(UnitState& unit) {
   const ShardHome& param = unit.home(Kind::kParam);
   const UnitLayout& layout = unit.layout;
   GatheredCopy& copy = unit.gathered;
-  const cpu_adam::Dtype param_dtype = this->param_dtype();
-  const std::uint64_t element_bytes = param.element_bytes();
-  const std::uint64_t shard_bytes = layout.shard_numel * element_bytes;
-  const std::uint64_t padded_bytes = layout.padded_numel * element_bytes;
-  tiers::DeviceBuffer& full = param_dtype == cpu_adam::Dtype::kFp32 ? copy.full32 : copy.full16;
-  const std::uint64_t own_offset = layout.shard_begin(rank_) * element_bytes;
-  const comm::DataType wire = to_comm_dtype(param_dtype);
-
-  if (device_addressable_) {
-    std::byte* own = full.data() + own_offset;
-    if (param.residence() != Residence::kNvme) std::memcpy(own, param.memory, shard_bytes);
-    if (ranks_ > 1) {
-      std::memcpy(gather_send_scratch_.data(), own, shard_bytes);
-      comm_->all_gather(comm::ConstBuffer{gather_send_scratch_.data(), layout.shard_numel, wire},
-                        comm::MutableBuffer{full.data(), layout.padded_numel, wire});
-    }
-    if (param_dtype != cpu_adam::Dtype::kFp32) {
-      cpu_adam::convert(
-          cpu_adam::ConstTypedSpan(copy.full16.data(), layout.padded_numel, param_dtype),
-          cpu_adam::TypedSpan(copy.full32.data(), layout.padded_numel, cpu_adam::Dtype::kFp32),
-          *arena_);
-    }
-    return;
+  const DType param_dtype = this->param_dtype();
+  const std::uint64_t shard_bytes = layout.shard_numel * param.element_bytes();
+  tiers::DeviceBuffer& full = param_dtype == DType::kFp32 ? copy.full32 : copy.full16;
+  const DType wire = param_dtype;
+  std::byte* own = full.data() + layout.shard_begin(rank_) * param.element_bytes();
+  if (param.residence() != Residence::kNvme) std::memcpy(own, param.memory, shard_bytes);
+  if (ranks_ > 1) {
+    std::memcpy(gather_send_scratch_.data(), own, shard_bytes);
+    comm_->all_gather(comm::ConstBuffer{gather_send_scratch_.data(), layout.shard_numel, wire},
+                      comm::MutableBuffer{full.data(), layout.padded_numel, wire});
   }
+  if (param_dtype != DType::kFp32) {
+    cpu_adam::convert(
+        cpu_adam::ConstTypedSpan(copy.full16.data(), layout.padded_numel, param_dtype),
+        cpu_adam::TypedSpan(copy.full32.data(), layout.padded_numel, DType::kFp32),
+        *arena_);
+  }
+}
 
-  // Staged: the own shard comes from pinned host memory (host home, or the NVMe reads' staging)
-  // or from device memory (device home).
+// Staged: the own shard comes from pinned host memory (host home, or the NVMe reads' staging) or
+// from device memory (device home); the collective runs on device memory (NcclComm) or on pinned
+// host buffers; the cast to fp32 is a kernel on the compute stream.
+void EngineState::finish_gather_staged(UnitState& unit) {
+  const ShardHome& param = unit.home(Kind::kParam);
+  const UnitLayout& layout = unit.layout;
+  GatheredCopy& copy = unit.gathered;
+  const DType param_dtype = this->param_dtype();
+  const std::uint64_t shard_bytes = layout.shard_numel * param.element_bytes();
+  const std::uint64_t padded_bytes = layout.padded_numel * param.element_bytes();
+  tiers::DeviceBuffer& full = param_dtype == DType::kFp32 ? copy.full32 : copy.full16;
+  const DType wire = param_dtype;
   DeviceLanes& lane = *lanes_;
   const std::byte* host_own = param.residence() == Residence::kAddressable ? param.memory
                               : param.residence() == Residence::kNvme      ? copy.param_staging()
@@ -149,7 +162,8 @@ void EngineState::finish_gather(UnitState& unit) {
                       comm::MutableBuffer{full_staging_.data(), layout.padded_numel, wire});
     lane.h2d.copy_to_device(full.span(0, padded_bytes), full_staging_.data());
   } else {
-    const tiers::DeviceSpan own = full.span(own_offset, shard_bytes);
+    const tiers::DeviceSpan own =
+        full.span(layout.shard_begin(rank_) * param.element_bytes(), shard_bytes);
     if (host_own != nullptr) {
       lane.h2d.copy_to_device(own, host_own);
     } else {
@@ -166,9 +180,9 @@ void EngineState::finish_gather(UnitState& unit) {
   }
   lane.h2d.record(lane.h2d_done);
   lane.compute.wait(lane.h2d_done);
-  if (param_dtype != cpu_adam::Dtype::kFp32) {
-    lane.compute.cast(copy.full32.span(0, layout.padded_numel * 4), tiers::DType::kFloat32,
-                      copy.full16.span(0, padded_bytes), to_device_dtype(param_dtype));
+  if (param_dtype != DType::kFp32) {
+    lane.compute.cast(copy.full32.span(0, layout.padded_numel * 4), DType::kFp32,
+                      copy.full16.span(0, padded_bytes), param_dtype);
   }
   lane.compute.record(lane.compute_done);
   lane.compute_done.wait();

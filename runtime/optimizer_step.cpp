@@ -64,14 +64,14 @@ cpu_adam::ParamSpans slice(const cpu_adam::ParamSpans& spans, std::uint64_t begi
   part.master = spans.master.subspan(begin, numel);
   if (!spans.exp_avg.empty()) part.exp_avg = spans.exp_avg.subspan(begin, numel);
   if (!spans.exp_avg_sq.empty()) part.exp_avg_sq = spans.exp_avg_sq.subspan(begin, numel);
-  const cpu_adam::Dtype grad_dtype = spans.grad.dtype;
+  const DType grad_dtype = spans.grad.dtype;
   part.grad = cpu_adam::ConstTypedSpan(
-      static_cast<const std::byte*>(spans.grad.data) + begin * cpu_adam::dtype_bytes(grad_dtype),
+      static_cast<const std::byte*>(spans.grad.data) + begin * dtype_bytes(grad_dtype),
       numel, grad_dtype);
   if (spans.param_out.present()) {
-    const cpu_adam::Dtype out_dtype = spans.param_out.dtype;
+    const DType out_dtype = spans.param_out.dtype;
     part.param_out = cpu_adam::TypedSpan(
-        static_cast<std::byte*>(spans.param_out.data) + begin * cpu_adam::dtype_bytes(out_dtype),
+        static_cast<std::byte*>(spans.param_out.data) + begin * dtype_bytes(out_dtype),
         numel, out_dtype);
   }
   return part;
@@ -129,8 +129,8 @@ class EngineState::OptimizerPipeline {
     }
     spans.grad =
         cpu_adam::ConstTypedSpan(location(i, Kind::kGrad), numel, u.home(Kind::kGrad).dtype);
-    const cpu_adam::Dtype param_dtype = engine_.param_dtype();
-    if (param_dtype != cpu_adam::Dtype::kFp32) {
+    const DType param_dtype = engine_.param_dtype();
+    if (param_dtype != DType::kFp32) {
       spans.param_out = cpu_adam::TypedSpan(location(i, Kind::kParam), numel, param_dtype);
     }
     return spans;
@@ -225,8 +225,8 @@ double EngineState::global_sum_of_squares() {
   if (ranks_ > 1) {
     std::vector<double> all(ranks_);
     all_gather_host(
-        comm::ConstBuffer{&sum_of_squares, sizeof(double), comm::DataType::kUint8},
-        comm::MutableBuffer{all.data(), sizeof(double) * ranks_, comm::DataType::kUint8});
+        comm::ConstBuffer{&sum_of_squares, sizeof(double), DType::kUint8},
+        comm::MutableBuffer{all.data(), sizeof(double) * ranks_, DType::kUint8});
     sum_of_squares = 0;
     for (double value : all) sum_of_squares += value;
   }
@@ -305,7 +305,7 @@ void EngineState::update_sub_group(UnitState& unit, std::size_t group,
                          });
     }
   }
-  if (param_dtype() == cpu_adam::Dtype::kFp32) {
+  if (param_dtype() == DType::kFp32) {
     std::memcpy(param_out, spans.master.data(), sub.numel * sizeof(float));
   }
 }

@@ -15,7 +15,6 @@
 
 #include "base/assert.hpp"
 #include "cpu_adam/cast.hpp"
-#include "runtime/dtype_conversion.hpp"
 #include "runtime/engine_state.hpp"
 
 namespace strata::runtime::detail {
@@ -83,8 +82,8 @@ const float* EngineState::reduce_to_shard(UnitState& unit, std::span<const float
     lane.compute_done.wait();
     device_shard = grad_shard_scratch_.span(0, layout.shard_numel * 4);
     comm_->reduce_scatter(
-        comm::ConstBuffer{full.data, layout.padded_numel, comm::DataType::kFp32},
-        comm::MutableBuffer{device_shard.data, layout.shard_numel, comm::DataType::kFp32},
+        comm::ConstBuffer{full.data, layout.padded_numel, DType::kFp32},
+        comm::MutableBuffer{device_shard.data, layout.shard_numel, DType::kFp32},
         comm::ReduceOp::kAvg);
     comm_->synchronize();
     return nullptr;
@@ -114,9 +113,9 @@ void EngineState::store_grad_on_device(UnitState& unit, const float* host_shard,
   }
   const tiers::DeviceSpan stored = home.device_span(0, home.numel);
   if (accumulate) {  // fp32 storage when accumulating
-    lane.compute.accumulate(stored, device_shard, tiers::DType::kFloat32);
+    lane.compute.accumulate(stored, device_shard, DType::kFp32);
   } else {
-    lane.compute.cast(stored, to_device_dtype(home.dtype), device_shard, tiers::DType::kFloat32);
+    lane.compute.cast(stored, home.dtype, device_shard, DType::kFp32);
   }
   lane.compute.record(lane.compute_done);
   if (!last) {

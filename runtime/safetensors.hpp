@@ -38,18 +38,6 @@ class SafetensorsError : public std::runtime_error {
   std::string file_, tensor_, problem_;
 };
 
-// Compatibility: removed once runtime/checkpoint.cpp adopts io::IoError and io/whole_file.hpp.
-// The whole-file helpers now live in io/ (io/whole_file.hpp) and throw io::IoError, which
-// FileError merely constructs in checkpoint.cpp's argument order.
-class FileError : public io::IoError {
- public:
-  FileError(int error_number, const std::string& operation, const std::filesystem::path& path)
-      : io::IoError(operation, path.string(), 0, 0, error_number) {}
-};
-using io::read_file_bytes;
-using io::sync_directory;
-using io::write_file_atomically;
-
 struct SafetensorsEntry {
   std::string name;
   DType dtype = DType::kFp32;

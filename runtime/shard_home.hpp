@@ -14,7 +14,8 @@
 #include <string_view>
 #include <vector>
 
-#include "cpu_adam/dtype.hpp"
+#include "base/dtype.hpp"
+#include "cpu_adam/typed_span.hpp"
 #include "runtime/buffer_plan.hpp"
 #include "tiers/device/device.hpp"
 #include "tiers/nvme_store.hpp"
@@ -32,7 +33,7 @@ enum class Residence : std::uint8_t { kAddressable, kStagedDevice, kNvme };
 
 struct ShardHome {
   Tier tier = Tier::kDevice;
-  cpu_adam::Dtype dtype = cpu_adam::Dtype::kFp32;
+  DType dtype = DType::kFp32;
   std::uint64_t numel = 0;
   tiers::DeviceBuffer device;  // tier device
   tiers::PinnedBuffer host;    // tier host
@@ -45,7 +46,7 @@ struct ShardHome {
     if (memory != nullptr) return Residence::kAddressable;
     return tier == Tier::kDevice ? Residence::kStagedDevice : Residence::kNvme;
   }
-  std::uint64_t element_bytes() const { return cpu_adam::dtype_bytes(dtype); }
+  std::uint64_t element_bytes() const { return dtype_bytes(dtype); }
   std::byte* at(std::uint64_t element) const { return memory + element * element_bytes(); }
   tiers::DeviceSpan device_span(std::uint64_t element, std::uint64_t count) const {
     return device.span(element * element_bytes(), count * element_bytes());

@@ -23,9 +23,6 @@ bool is_valid_reduction(DType dtype, ReduceOp op);
 template <typename T>
 concept CommElement = is_element_v<T>;
 
-// Compatibility: removed once the Engine files (runtime/engine*, optimizer_step) adopt DType.
-using DataType = DType;
-
 // reduce_rows: out[i] = op(rows[0][i], rows[1][i], ..., rows[N-1][i]) over `count` elements of
 // `dtype`, the rows taken in the order given (the callers pass them in rank order). Floating types
 // accumulate in fp32 and round once; kAvg divides the fp32 sum by N before rounding; kMax of a NaN
