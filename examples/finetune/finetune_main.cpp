@@ -192,9 +192,9 @@ int run(const Options& options) {
   if (options.eval_every == 0) final_val = trainer.validation_loss();
 
   if (!options.export_path.empty()) {
-    const DType dtype = options.export_dtype == "bf16"   ? DType::kBf16
-                        : options.export_dtype == "fp16" ? DType::kFp16
-                                                         : DType::kFp32;
+    const strata::DType dtype = options.export_dtype == "bf16"   ? strata::DType::kBf16
+                                : options.export_dtype == "fp16" ? strata::DType::kFp16
+                                                                 : strata::DType::kFp32;
     trainer.export_weights(options.export_path, dtype);
     if (lead) std::cout << "  exported " << options.export_path << "\n";
   }

@@ -28,7 +28,6 @@ namespace strata::cli {
 namespace {
 
 using cpu_adam::ConstTypedSpan;
-using DType;
 using cpu_adam::TypedSpan;
 using Clock = std::chrono::steady_clock;
 

@@ -54,7 +54,7 @@ int run_bench_comm(const BenchCommOptions& options) {
   const bool print = comm->rank() == 0;
   if (print) {
     fmt::print("strata bench comm: backend {}, {} rank(s), {}, {} iterations per size\n",
-               comm->backend_name(), ranks, to_string(dtype), options.iterations);
+               comm->backend_name(), ranks, dtype_name(dtype), options.iterations);
     fmt::print("{:<26} {:>10} {:>10} {:>12} {:>12} {:>12}\n", "collective", "shard", "payload",
                "time/call", "algbw GB/s", "busbw GB/s");
   }

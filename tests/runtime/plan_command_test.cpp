@@ -34,7 +34,7 @@ Result run_cli(const std::string& arguments) {
 }
 
 std::string write_temp(const std::string& name, const std::string& text) {
-  const std::filesystem::path path = test_tmpdir_knob() / name;
+  const std::filesystem::path path = strata::test_tmpdir_knob() / name;
   std::ofstream(path) << text;
   return path.string();
 }
