@@ -26,6 +26,7 @@ namespace strata {
 namespace {
 
 using float16_reference::cast_inputs;
+using float16_reference::Format;
 using float16_reference::is_nan_code;
 using float16_reference::kBf16;
 using float16_reference::kFp16;

@@ -22,6 +22,7 @@ namespace {
 using testing::DeviceBackendTest;
 
 using float16_reference::cast_inputs;
+using float16_reference::Format;
 using float16_reference::is_nan_code;
 using float16_reference::kBf16;
 using float16_reference::kFp16;
