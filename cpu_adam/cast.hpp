@@ -5,7 +5,7 @@
 
 #include <oneapi/tbb/task_arena.h>
 
-#include "cpu_adam/dtype.hpp"
+#include "cpu_adam/typed_span.hpp"
 #include "cpu_adam/exec_options.hpp"
 
 namespace strata::cpu_adam {

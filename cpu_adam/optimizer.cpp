@@ -39,8 +39,8 @@ detail::UpdateRule rule_of(Algorithm algorithm) {
 
 int out_index(const TypedSpan& param_out) {
   if (!param_out.present()) return detail::kOutNone;
-  STRATA_ASSERT(param_out.dtype != Dtype::kFp32, "param_out must be bf16 or fp16");
-  return param_out.dtype == Dtype::kBf16 ? detail::kOutBf16 : detail::kOutFp16;
+  STRATA_ASSERT(param_out.dtype != DType::kFp32, "param_out must be bf16 or fp16");
+  return param_out.dtype == DType::kBf16 ? detail::kOutBf16 : detail::kOutFp16;
 }
 
 // Everything per step is computed here in double and rounded to fp32 once.
@@ -142,8 +142,8 @@ void stream_bound(const ParamSpans& spans, tbb::task_arena& arena, const ExecOpt
                          [&](std::size_t begin, std::size_t end) { stream(args, begin, end); });
 }
 
-std::size_t bytes_per_element(Algorithm algorithm, Dtype grad_dtype,
-                              std::optional<Dtype> param_out_dtype) {
+std::size_t bytes_per_element(Algorithm algorithm, DType grad_dtype,
+                              std::optional<DType> param_out_dtype) {
   const std::size_t state_arrays = 1 + std::size_t{uses_exp_avg(algorithm)} +
                                    std::size_t{uses_exp_avg_sq(algorithm)};  // master + moments
   return state_arrays * 2 * sizeof(float) + dtype_bytes(grad_dtype) +

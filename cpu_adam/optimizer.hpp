@@ -18,7 +18,7 @@
 
 #include <oneapi/tbb/task_arena.h>
 
-#include "cpu_adam/dtype.hpp"
+#include "cpu_adam/typed_span.hpp"
 #include "cpu_adam/exec_options.hpp"
 
 namespace strata::cpu_adam {
@@ -74,7 +74,7 @@ void step(const Hyperparams& hyperparams, const ParamSpans& spans, const GradSca
 void stream_bound(const ParamSpans& spans, tbb::task_arena& arena, const ExecOptions& options = {});
 
 // Bytes step() moves per element for this combination (what "GB/s" counts).
-std::size_t bytes_per_element(Algorithm algorithm, Dtype grad_dtype,
-                              std::optional<Dtype> param_out_dtype);
+std::size_t bytes_per_element(Algorithm algorithm, DType grad_dtype,
+                              std::optional<DType> param_out_dtype);
 
 }  // namespace strata::cpu_adam

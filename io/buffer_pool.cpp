@@ -1,20 +1,14 @@
 #include "io/buffer_pool.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 #include <utility>
 
 #include "base/assert.hpp"
+#include "base/debug_knobs.hpp"
 
 namespace strata::io {
 
 namespace {
-
-bool poison_requested() {
-  const char* knob = std::getenv("STRATA_POISON_BUFFERS");
-  return knob != nullptr && std::string_view(knob) == "1";
-}
 
 constexpr std::byte kPoison{0xDE};
 
@@ -23,7 +17,7 @@ constexpr std::byte kPoison{0xDE};
 BufferPool::BufferPool(std::size_t buffer_count, std::size_t buffer_bytes)
     : buffer_count_(buffer_count),
       buffer_bytes_(round_up(buffer_bytes, kDirectIoAlignment)),
-      poison_on_release_(poison_requested()),
+      poison_on_release_(poison_io_buffers_knob()),
       memory_(AlignedBuffer::allocate(buffer_count_ * buffer_bytes_)) {
   STRATA_ASSERT(buffer_count > 0 && buffer_bytes > 0);
   free_.reserve(buffer_count_);

@@ -36,7 +36,7 @@ class BufferPool {
   std::size_t free_count() const;
   // The whole buffer `index`, leased or not.
   std::span<std::byte> buffer(std::uint32_t index) const noexcept;
-  // Every buffer in index order: EngineOptions::fixed_buffers, so that Lease::index() is the
+  // Every buffer in index order: IoEngineOptions::fixed_buffers, so that Lease::index() is the
   // fixed-buffer index.
   std::vector<std::span<std::byte>> buffers() const;
 

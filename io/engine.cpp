@@ -9,65 +9,65 @@
 
 namespace strata::io {
 
-std::string_view to_string(EngineKind kind) {
+std::string_view to_string(IoEngineKind kind) {
   switch (kind) {
-    case EngineKind::kAuto:
+    case IoEngineKind::kAuto:
       return "auto";
-    case EngineKind::kIoUring:
+    case IoEngineKind::kIoUring:
       return "io_uring";
-    case EngineKind::kPosix:
+    case IoEngineKind::kPosix:
       return "posix";
   }
   return "?";
 }
 
-std::optional<EngineKind> parse_engine_kind(std::string_view text) {
+std::optional<IoEngineKind> parse_io_engine_kind(std::string_view text) {
   if (text == "auto") {
-    return EngineKind::kAuto;
+    return IoEngineKind::kAuto;
   }
   if (text == "io_uring") {
-    return EngineKind::kIoUring;
+    return IoEngineKind::kIoUring;
   }
   if (text == "posix") {
-    return EngineKind::kPosix;
+    return IoEngineKind::kPosix;
   }
   return std::nullopt;
 }
 
-Engine::Engine(const EngineOptions& options) : options_(options) {
+IoEngine::IoEngine(const IoEngineOptions& options) : options_(options) {
   STRATA_ASSERT(options.block_size_bytes > 0 && options.block_size_bytes <= kGiB &&
                     is_aligned(options.block_size_bytes, kDirectIoAlignment),
                 "block_size must be a multiple of 4 KiB, at most 1 GiB");
   STRATA_ASSERT(options.queue_depth > 0 && options.rings > 0);
 }
 
-Engine::~Engine() = default;
+IoEngine::~IoEngine() = default;
 
-FileId Engine::add_file(FileHandle file) {
+FileId IoEngine::add_file(FileHandle file) {
   STRATA_ASSERT(file.valid());
   std::lock_guard lock(files_mutex_);
   files_.push_back(std::make_unique<FileHandle>(std::move(file)));
   return static_cast<FileId>(files_.size() - 1);
 }
 
-FileId Engine::open_file(const std::filesystem::path& path, std::uint64_t size_bytes,
+FileId IoEngine::open_file(const std::filesystem::path& path, std::uint64_t size_bytes,
                          CreateMode create) {
   FileHandle file = FileHandle::open(path, {create, options_.direct});
   file.allocate(size_bytes);
   return add_file(std::move(file));
 }
 
-const FileHandle& Engine::file(FileId id) const {
+const FileHandle& IoEngine::file(FileId id) const {
   std::lock_guard lock(files_mutex_);
   STRATA_ASSERT(id < files_.size(), "unknown file id");
   return *files_[id];
 }
 
-Ticket Engine::submit(const IoRequest& request) {
+Ticket IoEngine::submit(const IoRequest& request) {
   return submit(std::span(&request, 1));
 }
 
-Ticket Engine::submit(std::span<const IoRequest> requests) {
+Ticket IoEngine::submit(std::span<const IoRequest> requests) {
   const std::uint64_t block = options_.block_size_bytes;
   std::uint64_t pieces = 0;
   // Validate the whole batch before any piece of it is queued.

@@ -1,5 +1,5 @@
-// Engine: asynchronous reads, writes and fsyncs of registered files. The io_uring and POSIX engines
-// implement it; callers (the NVMe store, benchmarks, tests) only see this interface.
+// IoEngine: asynchronous reads, writes and fsyncs of registered files. The io_uring and POSIX
+// engines implement it; callers (the NVMe store, benchmarks, tests) only see this interface.
 //
 // Threading: submit(), add_file() and open_file() may be called from any thread at any time; the
 // engine's own I/O threads run the pieces and complete the tickets. Destroying the engine waits for
@@ -26,11 +26,11 @@ namespace detail {
 struct Piece;
 }
 
-class Engine {
+class IoEngine {
  public:
-  Engine(const Engine&) = delete;
-  Engine& operator=(const Engine&) = delete;
-  virtual ~Engine();
+  IoEngine(const IoEngine&) = delete;
+  IoEngine& operator=(const IoEngine&) = delete;
+  virtual ~IoEngine();
 
   // Takes ownership of an open file; the id names it in requests for the engine's lifetime.
   FileId add_file(FileHandle file);
@@ -48,15 +48,15 @@ class Engine {
   Ticket sync(FileId file) { return submit(IoRequest::fsync(file)); }
 
   virtual std::string_view name() const = 0;
-  const EngineOptions& options() const noexcept { return options_; }
+  const IoEngineOptions& options() const noexcept { return options_; }
 
  protected:
-  explicit Engine(const EngineOptions& options);
+  explicit IoEngine(const IoEngineOptions& options);
   // Hands one piece to the backend's queues; may block while they are full.
   virtual void enqueue(detail::Piece& piece) = 0;
 
  private:
-  EngineOptions options_;
+  IoEngineOptions options_;
   mutable std::mutex files_mutex_;
   std::vector<std::unique_ptr<FileHandle>> files_;  // pointers stay stable for the I/O threads
 };

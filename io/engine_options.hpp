@@ -1,4 +1,4 @@
-// EngineOptions: what an engine is built with; fixed for its lifetime.
+// IoEngineOptions: what an engine is built with; fixed for its lifetime.
 #pragma once
 
 #include <cstddef>
@@ -15,24 +15,25 @@ namespace strata::io {
 
 class FaultInjector;
 
-enum class EngineKind : std::uint8_t {
+enum class IoEngineKind : std::uint8_t {
   kAuto,     // io_uring, or POSIX with one warning line when the kernel refuses io_uring
   kIoUring,  // io_uring or a clear error
   kPosix,    // a thread pool over pread/pwrite
 };
 
-std::string_view to_string(EngineKind kind);
-std::optional<EngineKind> parse_engine_kind(std::string_view text);  // "auto", "io_uring", "posix"
+std::string_view to_string(IoEngineKind kind);
+// "auto", "io_uring" or "posix"; anything else is nullopt.
+std::optional<IoEngineKind> parse_io_engine_kind(std::string_view text);
 
-struct EngineOptions {
-  EngineKind kind = EngineKind::kAuto;
+struct IoEngineOptions {
+  IoEngineKind kind = IoEngineKind::kAuto;
   // Requests are split into pieces of at most this many bytes (a multiple of 4 KiB, <= 1 GiB).
   std::uint64_t block_size_bytes = kMiB;
   // Pieces in flight per ring (io_uring) or per ring's worth of threads (POSIX).
   std::uint32_t queue_depth = 16;
   // io_uring rings, each owned by one I/O thread. POSIX runs queue_depth * rings threads (<= 64).
   std::uint32_t rings = 1;
-  // How Engine::open_file opens files. kOff: buffered I/O; durability needs Engine::sync().
+  // How IoEngine::open_file opens files. kOff: buffered I/O; durability needs IoEngine::sync().
   DirectIo direct = DirectIo::kOn;
   // Registered with every io_uring ring as fixed buffers when the kernel allows; a request names
   // one by its position here (IoRequest::fixed_buffer_index). Any memory works: a BufferPool's

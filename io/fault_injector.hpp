@@ -1,6 +1,6 @@
 // FaultInjector: makes chosen I/O operations fail, transfer short, or return flipped bytes, so
 // tests can drive every error path of the engines. Compiled in, off unless an engine is given one
-// (EngineOptions::faults); production code never sets it.
+// (IoEngineOptions::faults); production code never sets it.
 //
 // Both engines consult it at the point a piece's system call has returned, before they look at the
 // result, so an injected fault travels exactly the path a real one would: EAGAIN/EINTR are retried,

@@ -1,6 +1,7 @@
 #include "io/file_handle.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,11 +13,12 @@
 namespace strata::io {
 
 FileHandle FileHandle::open(const std::filesystem::path& path, const OpenOptions& options) {
-  int flags = O_RDWR | O_CLOEXEC;
-  if (options.create != CreateMode::kOpenExisting) {
+  const bool read_only = options.access == Access::kReadOnly;
+  int flags = (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC;
+  if (!read_only && options.create != CreateMode::kOpenExisting) {
     flags |= O_CREAT;
   }
-  if (options.create == CreateMode::kCreateTruncate) {
+  if (!read_only && options.create == CreateMode::kCreateTruncate) {
     flags |= O_TRUNC;
   }
   if (options.direct == DirectIo::kOn) {
@@ -33,6 +35,14 @@ FileHandle FileHandle::open(const std::filesystem::path& path, const OpenOptions
     throw IoError("open", path.string(), 0, 0, error_number);
   }
   return FileHandle(fd, path.string(), options.direct);
+}
+
+FileHandle FileHandle::open_directory(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    throw IoError("open directory", path.string(), 0, 0, errno);
+  }
+  return FileHandle(fd, path.string(), DirectIo::kOff);
 }
 
 FileHandle::FileHandle(FileHandle&& other) noexcept
@@ -86,6 +96,61 @@ std::uint64_t FileHandle::size_bytes() const {
     throw IoError("fstat", path_, 0, 0, errno);
   }
   return static_cast<std::uint64_t>(status.st_size);
+}
+
+bool FileHandle::is_regular_file() const {
+  struct stat status {};
+  if (::fstat(fd_, &status) != 0) {
+    throw IoError("fstat", path_, 0, 0, errno);
+  }
+  return S_ISREG(status.st_mode);
+}
+
+std::size_t FileHandle::read_at(std::uint64_t offset_bytes, std::span<std::byte> out) const {
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t got = ::pread(fd_, out.data() + done, out.size() - done,
+                                static_cast<off_t>(offset_bytes + done));
+    if (got < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      throw IoError("read", path_, offset_bytes + done, out.size() - done, errno);
+    }
+    if (got == 0) {
+      break;  // end of file
+    }
+    done += static_cast<std::size_t>(got);
+  }
+  return done;
+}
+
+void FileHandle::write_at(std::uint64_t offset_bytes, std::span<const std::byte> bytes) const {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t wrote = ::pwrite(fd_, bytes.data() + done, bytes.size() - done,
+                                   static_cast<off_t>(offset_bytes + done));
+    if (wrote < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      throw IoError("write", path_, offset_bytes + done, bytes.size() - done, errno);
+    }
+    done += static_cast<std::size_t>(wrote);
+  }
+}
+
+bool FileHandle::try_lock_exclusive() const {
+  while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EINTR) {
+      continue;
+    }
+    if (errno == EWOULDBLOCK) {
+      return false;
+    }
+    throw IoError("flock", path_, 0, 0, errno);
+  }
+  return true;
 }
 
 }  // namespace strata::io

@@ -23,7 +23,7 @@ constexpr std::string_view to_string(IoOp op) {
   return "?";
 }
 
-// Index of a file in an engine's registry (Engine::add_file).
+// Index of a file in an engine's registry (IoEngine::add_file).
 using FileId = std::uint32_t;
 
 // The buffer is borrowed: it must stay alive and untouched until the request's ticket completes.
@@ -33,7 +33,7 @@ struct IoRequest {
   FileId file = 0;
   std::uint64_t offset_bytes = 0;
   std::span<std::byte> buffer;
-  // The index in EngineOptions::fixed_buffers of the registered buffer that contains `buffer` (a
+  // The index in IoEngineOptions::fixed_buffers of the registered buffer that contains `buffer` (a
   // BufferPool::Lease::index() when the pool's buffers() were registered); lets io_uring use
   // READ_FIXED / WRITE_FIXED. Ignored where buffers are not registered.
   std::optional<std::uint32_t> fixed_buffer_index;

@@ -8,13 +8,13 @@
 
 namespace strata::io {
 
-std::unique_ptr<Engine> make_engine(const EngineOptions& options) {
+std::unique_ptr<IoEngine> make_io_engine(const IoEngineOptions& options) {
   switch (options.kind) {
-    case EngineKind::kPosix:
+    case IoEngineKind::kPosix:
       return std::make_unique<PosixEngine>(options);
-    case EngineKind::kIoUring:
+    case IoEngineKind::kIoUring:
       return std::make_unique<UringEngine>(options);
-    case EngineKind::kAuto:
+    case IoEngineKind::kAuto:
       break;
   }
   try {

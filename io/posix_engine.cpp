@@ -11,7 +11,7 @@ namespace {
 
 constexpr std::uint32_t kMaxThreads = 64;
 
-std::uint32_t thread_count_for(const EngineOptions& options) {
+std::uint32_t thread_count_for(const IoEngineOptions& options) {
   return std::clamp(options.queue_depth * options.rings, 1U, kMaxThreads);
 }
 
@@ -36,8 +36,8 @@ std::int64_t run_operation(const detail::Piece& piece) {
 
 }  // namespace
 
-PosixEngine::PosixEngine(const EngineOptions& options)
-    : Engine(options), queue_(2 * std::size_t{thread_count_for(options)}) {
+PosixEngine::PosixEngine(const IoEngineOptions& options)
+    : IoEngine(options), queue_(2 * std::size_t{thread_count_for(options)}) {
   const std::uint32_t count = thread_count_for(options);
   threads_.reserve(count);
   for (std::uint32_t i = 0; i < count; ++i) {

@@ -1,5 +1,5 @@
-// PosixEngine: the Engine interface over a thread pool doing pread/pwrite/fsync. The fallback where
-// io_uring is refused, and the second backend every engine test runs on.
+// PosixEngine: the IoEngine interface over a thread pool doing pread/pwrite/fsync. The fallback
+// where io_uring is refused, and the second backend every engine test runs on.
 #pragma once
 
 #include <thread>
@@ -11,10 +11,10 @@
 
 namespace strata::io {
 
-class PosixEngine final : public Engine {
+class PosixEngine final : public IoEngine {
  public:
   // Starts min(queue_depth * rings, 64) threads; each runs one piece at a time.
-  explicit PosixEngine(const EngineOptions& options);
+  explicit PosixEngine(const IoEngineOptions& options);
   ~PosixEngine() override;
 
   std::string_view name() const override { return "posix"; }

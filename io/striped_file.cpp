@@ -6,7 +6,8 @@
 
 namespace strata::io {
 
-StripedFile::StripedFile(Engine& engine, std::vector<FileId> files, std::uint64_t stripe_unit_bytes)
+StripedFile::StripedFile(IoEngine& engine, std::vector<FileId> files,
+                         std::uint64_t stripe_unit_bytes)
     : engine_(&engine),
       files_(std::move(files)),
       stripe_unit_bytes_(stripe_unit_bytes == 0 ? engine.options().block_size_bytes
@@ -16,7 +17,7 @@ StripedFile::StripedFile(Engine& engine, std::vector<FileId> files, std::uint64_
                 "stripe unit must be a multiple of 4 KiB");
 }
 
-StripedFile StripedFile::create(Engine& engine, std::span<const std::filesystem::path> paths,
+StripedFile StripedFile::create(IoEngine& engine, std::span<const std::filesystem::path> paths,
                                 std::uint64_t size_bytes, std::uint64_t stripe_unit_bytes) {
   STRATA_ASSERT(!paths.empty());
   const std::uint64_t unit =

@@ -22,11 +22,11 @@ class StripedFile {
 
   // `files` are registered with `engine`, which must outlive this object. stripe_unit_bytes: a
   // multiple of 4 KiB; 0 means the engine's block size.
-  StripedFile(Engine& engine, std::vector<FileId> files, std::uint64_t stripe_unit_bytes = 0);
+  StripedFile(IoEngine& engine, std::vector<FileId> files, std::uint64_t stripe_unit_bytes = 0);
 
   // Opens (creating) one file per path through engine.open_file, each preallocated to its share
   // of size_bytes (rounded up to whole stripe units).
-  static StripedFile create(Engine& engine, std::span<const std::filesystem::path> paths,
+  static StripedFile create(IoEngine& engine, std::span<const std::filesystem::path> paths,
                             std::uint64_t size_bytes, std::uint64_t stripe_unit_bytes = 0);
 
   // One ticket for the whole logical range, whatever files it spans. The buffer rules of IoRequest
@@ -46,7 +46,7 @@ class StripedFile {
   Ticket submit(IoOp op, std::uint64_t offset_bytes, std::span<std::byte> buffer,
                 std::optional<std::uint32_t> fixed_buffer_index);
 
-  Engine* engine_;
+  IoEngine* engine_;
   std::vector<FileId> files_;
   std::uint64_t stripe_unit_bytes_;
 };

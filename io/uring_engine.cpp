@@ -9,7 +9,7 @@
 
 namespace strata::io {
 
-UringEngine::UringEngine(const EngineOptions& options) : Engine(options) {
+UringEngine::UringEngine(const IoEngineOptions& options) : IoEngine(options) {
   if (options.faults != nullptr) {
     if (std::optional<int> refused = options.faults->take_ring_setup_error()) {
       throw UringUnavailable(*refused);

@@ -1,18 +1,16 @@
 #include "runtime/checkpoint.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 #include <exception>
+#include <optional>
 
 #include <fmt/format.h>
 #include <xxhash.h>
 #include <nlohmann/json.hpp>
 
 #include "base/assert.hpp"
-#include "cpu_adam/cast.hpp"
+#include "io/file_handle.hpp"
+#include "io/whole_file.hpp"
 #include "runtime/engine_state.hpp"
 #include "runtime/safetensors.hpp"
 
@@ -48,22 +46,10 @@ std::uint64_t checksum(std::span<const std::byte> bytes) {
   return XXH3_64bits(bytes.data(), bytes.size());
 }
 
-std::string_view param_dtype_name(cpu_adam::Dtype dtype) {
-  switch (dtype) {
-    case cpu_adam::Dtype::kFp32:
-      return "fp32";
-    case cpu_adam::Dtype::kBf16:
-      return "bf16";
-    case cpu_adam::Dtype::kFp16:
-      return "fp16";
-  }
-  return "?";
-}
-
 // Hash of what makes two models' states interchangeable: units, tensors and shapes.
 std::uint64_t model_hash(const EngineState& state) {
   std::string text;
-  for (const UnitState& unit : state.units) {
+  for (const UnitState& unit : state.units()) {
     text += unit.spec.name + "{";
     for (const TensorSpec& tensor : unit.spec.tensors) {
       text += tensor.name + shape_text(tensor.shape) + ";";
@@ -76,13 +62,13 @@ std::uint64_t model_hash(const EngineState& state) {
 // Hash of the training configuration (recorded for diagnosis; a changed learning rate on resume
 // is legitimate, so loading does not refuse a different one).
 std::uint64_t config_hash(const EngineState& state) {
-  const OptimizerConfig& opt = state.config.optimizer;
+  const OptimizerConfig& opt = state.config().optimizer;
   const std::string text = fmt::format(
       "{} lr={} b1={} b2={} eps={} wd={} clip={} bc={} params={} grads={} seed={} "
       "warmup={} schedule={} decay_steps={} min_lr={}",
       to_string(opt.type), opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, opt.grad_clip,
-      opt.bias_correction, to_string(state.config.precision.params),
-      to_string(state.config.precision.grads), state.config.run.seed, opt.warmup_steps,
+      opt.bias_correction, to_string(state.config().precision.params),
+      to_string(state.config().precision.grads), state.config().run.seed, opt.warmup_steps,
       to_string(opt.schedule), opt.lr_decay_steps, opt.min_lr);
   return XXH3_64bits(text.data(), text.size());
 }
@@ -102,60 +88,16 @@ void collectively(comm::Communicator& comm, std::string_view what, Body&& body) 
   if (any) throw std::runtime_error(fmt::format("{} failed on another rank (see its error)", what));
 }
 
-class File {
- public:
-  File(const std::filesystem::path& path, int flags) : path_(path) {
-    fd_ = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw FileError(errno, (flags & O_CREAT) != 0 ? "create" : "open", path);
+// Bytes [offset, offset + out.size()) of a checkpoint rank file; a file that ends before them is
+// truncated (CheckpointCorruption naming the file and both lengths).
+void read_segment(const io::FileHandle& file, std::uint64_t offset, std::span<std::byte> out) {
+  const std::size_t got = file.read_at(offset, out);
+  if (got < out.size()) {
+    throw CheckpointCorruption(fmt::format(
+        "checkpoint file {} ends at {} bytes; the manifest needs bytes up to {} (truncated)",
+        file.path(), offset + got, offset + out.size()));
   }
-  File(const File&) = delete;
-  File& operator=(const File&) = delete;
-  ~File() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  void write_all(std::span<const std::byte> bytes) {
-    std::size_t done = 0;
-    while (done < bytes.size()) {
-      const ssize_t wrote = ::write(fd_, bytes.data() + done, bytes.size() - done);
-      if (wrote < 0) {
-        if (errno == EINTR) continue;
-        throw FileError(
-            errno,
-            fmt::format("write {} bytes at offset {} of", bytes.size() - done, offset_ + done),
-            path_);
-      }
-      done += static_cast<std::size_t>(wrote);
-    }
-    offset_ += bytes.size();
-  }
-  void read_at(std::uint64_t offset, std::span<std::byte> out) {
-    std::size_t done = 0;
-    while (done < out.size()) {
-      const ssize_t got =
-          ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
-      if (got < 0) {
-        if (errno == EINTR) continue;
-        throw FileError(
-            errno, fmt::format("read {} bytes at offset {} of", out.size() - done, offset + done),
-            path_);
-      }
-      if (got == 0) {
-        throw CheckpointCorruption(fmt::format(
-            "checkpoint file {} ends at {} bytes; the manifest needs bytes up to {} (truncated)",
-            path_.string(), offset + done, offset + out.size()));
-      }
-      done += static_cast<std::size_t>(got);
-    }
-  }
-  void sync() {
-    if (::fsync(fd_) != 0) throw FileError(errno, "fsync", path_);
-  }
-
- private:
-  std::filesystem::path path_;
-  int fd_ = -1;
-  std::uint64_t offset_ = 0;
-};
+}
 
 std::filesystem::path with_suffix(const std::filesystem::path& dir, std::string_view suffix) {
   std::filesystem::path result = dir;
@@ -168,54 +110,9 @@ std::filesystem::path parent_of(const std::filesystem::path& dir) {
   return absolute.parent_path();
 }
 
-// Writes `values` (one rank shard, shard_numel elements) into `kind`'s home, sub-group by
-// sub-group, converted to the home's dtype.
-void write_shard(EngineState& state, UnitState& unit, Kind kind, std::span<const float> values) {
-  if (!unit.has(kind)) return;
-  ShardHome& home = unit.home(kind);
-  std::vector<std::byte> bytes;
-  for (std::size_t g = 0; g < unit.groups.size(); ++g) {
-    const SubGroup& sub = unit.groups[g];
-    bytes.assign(sub.numel * home.element_bytes(), std::byte{0});
-    cpu_adam::convert(values.subspan(sub.begin, sub.numel),
-                      cpu_adam::TypedSpan(bytes.data(), sub.numel, home.dtype), *state.arena);
-    state.write_group_sync(unit, kind, g, bytes);
-  }
-}
-
-// Before state is replaced: no gradient write in flight, no gathered copy kept.
-void quiesce(EngineState& state) {
-  for (auto& writes : state.grad_buffer_writes) {
-    for (io::Ticket& ticket : writes) ticket.get();
-    writes.clear();
-  }
-  state.residency->invalidate();
-  state.norm.reset();
-  for (UnitState& unit : state.units) unit.grad_calls = 0;
-}
-
-// Makes the replaced state the committed one (NVMe-homed state: the store's next commit).
-void commit_replaced(EngineState& state) {
-  if (state.store) state.store->commit(state.step_count);
-  state.residency->invalidate();
-}
-
-std::vector<float> gather_unit(EngineState& state, UnitState& unit) {
-  std::vector<float> shard = state.read_shard_fp32(unit, Kind::kMaster);
-  std::vector<float> full(unit.layout.padded_numel);
-  if (state.ranks > 1) {
-    state.all_gather_host(comm::ConstBuffer::of(std::span<const float>(shard)),
-                          comm::MutableBuffer::of(std::span<float>(full)));
-  } else {
-    full = std::move(shard);
-  }
-  full.resize(unit.layout.numel);
-  return full;
-}
-
 nlohmann::json read_manifest(const std::filesystem::path& dir) {
   const std::filesystem::path path = dir / kManifestName;
-  const std::vector<std::uint8_t> bytes = read_file_bytes(path);
+  const std::vector<std::uint8_t> bytes = io::read_file_bytes(path);
   nlohmann::json manifest;
   try {
     manifest = nlohmann::json::parse(bytes.begin(), bytes.end());
@@ -246,26 +143,26 @@ void validate_model(const EngineState& state, const nlohmann::json& manifest,
                                          manifest.at("version").dump(), kVersion));
   }
   const auto dtype = manifest.at("param_dtype").get<std::string>();
-  if (dtype != param_dtype_name(state.param_dtype)) {
+  if (dtype != dtype_name(state.param_dtype())) {
     throw CheckpointMismatch(
         fmt::format("{} holds a model trained with {} parameters; this run has {} "
                     "([precision] params)",
-                    where, dtype, param_dtype_name(state.param_dtype)));
+                    where, dtype, dtype_name(state.param_dtype())));
   }
   const auto optimizer = manifest.at("optimizer").get<std::string>();
-  if (optimizer != to_string(state.config.optimizer.type)) {
+  if (optimizer != to_string(state.config().optimizer.type)) {
     throw CheckpointMismatch(
         fmt::format("{} holds {} optimizer state; this run uses {} ([optimizer] type)", where,
-                    optimizer, to_string(state.config.optimizer.type)));
+                    optimizer, to_string(state.config().optimizer.type)));
   }
   const nlohmann::json& units = manifest.at("units");
-  if (units.size() != state.units.size()) {
+  if (units.size() != state.units().size()) {
     throw CheckpointMismatch(
         fmt::format("{} holds {} units; this model has {} (another model shape)", where,
-                    units.size(), state.units.size()));
+                    units.size(), state.units().size()));
   }
-  for (std::size_t u = 0; u < state.units.size(); ++u) {
-    const UnitState& unit = state.units[u];
+  for (std::size_t u = 0; u < state.units().size(); ++u) {
+    const UnitState& unit = state.units()[u];
     const nlohmann::json& saved = units[u];
     const auto name = saved.at("name").get<std::string>();
     if (name != unit.spec.name) {
@@ -301,13 +198,13 @@ void validate_model(const EngineState& state, const nlohmann::json& manifest,
 void describe_model(const EngineState& state, nlohmann::json& manifest) {
   manifest["format"] = kFormat;
   manifest["version"] = kVersion;
-  manifest["ranks"] = state.ranks;
-  manifest["param_dtype"] = param_dtype_name(state.param_dtype);
-  manifest["optimizer"] = to_string(state.config.optimizer.type);
+  manifest["ranks"] = state.ranks();
+  manifest["param_dtype"] = dtype_name(state.param_dtype());
+  manifest["optimizer"] = to_string(state.config().optimizer.type);
   manifest["model_hash"] = hex(model_hash(state));
   manifest["config_hash"] = hex(config_hash(state));
   nlohmann::json units = nlohmann::json::array();
-  for (const UnitState& unit : state.units) {
+  for (const UnitState& unit : state.units()) {
     nlohmann::json tensors = nlohmann::json::array();
     for (const TensorSpec& tensor : unit.spec.tensors) {
       tensors.push_back({{"name", tensor.name}, {"shape", tensor.shape}});
@@ -323,6 +220,181 @@ void describe_model(const EngineState& state, nlohmann::json& manifest) {
   manifest["units"] = units;
 }
 
+// This rank's file: the real elements of every saved kind of every unit, fp32, in unit order.
+// Returns the checksum of each segment.
+std::vector<std::uint64_t> write_rank_file(EngineState& state, const std::filesystem::path& path) {
+  const io::FileHandle file = io::FileHandle::open(
+      path, {io::CreateMode::kCreateTruncate, io::DirectIo::kOff, io::Access::kReadWrite});
+  std::vector<std::uint64_t> checksums;
+  std::uint64_t offset = 0;
+  for (UnitId u = 0; u < state.units().size(); ++u) {
+    const UnitState& unit = state.units()[u];
+    for (Kind kind : saved_kinds(unit)) {
+      std::vector<float> values = state.read_shard_fp32(u, kind);
+      values.resize(unit.layout.shard_real_numel(state.rank()));
+      const auto bytes = std::as_bytes(std::span<const float>(values));
+      checksums.push_back(checksum(bytes));
+      file.write_at(offset, bytes);
+      offset += bytes.size();
+    }
+  }
+  file.sync();
+  return checksums;
+}
+
+// The manifest: the model, the progress, and every rank file's segments with their checksums
+// (`all_checksums`: each rank's, in rank order).
+nlohmann::json make_manifest(const EngineState& state,
+                             const std::vector<std::uint64_t>& all_checksums) {
+  nlohmann::json manifest;
+  describe_model(state, manifest);
+  const TrainingProgress progress = state.progress();
+  manifest["step"] = progress.step;
+  manifest["loss_scale"] = progress.loss_scale;
+  manifest["clean_steps"] = progress.clean_steps;
+  nlohmann::json files = nlohmann::json::array();
+  std::size_t index = 0;
+  for (std::uint32_t r = 0; r < state.ranks(); ++r) {
+    nlohmann::json segments = nlohmann::json::array();
+    nlohmann::json shard_begins = nlohmann::json::array();
+    std::uint64_t offset = 0;
+    for (const UnitState& unit : state.units()) {
+      const std::uint64_t real = unit.layout.shard_real_numel(r);
+      for (Kind kind : saved_kinds(unit)) {
+        segments.push_back({{"kind", kind_name(kind)},
+                            {"offset", offset},
+                            {"numel", real},
+                            {"xxh3", hex(all_checksums[index++])}});
+        offset += real * 4;
+      }
+      shard_begins.push_back(unit.layout.shard_begin(r));
+    }
+    files.push_back({{"rank", r},
+                     {"name", rank_file_name(r)},
+                     {"bytes", offset},
+                     {"shard_begin_per_unit", shard_begins},
+                     {"segments", segments}});
+  }
+  manifest["files"] = files;
+  return manifest;
+}
+
+// Writes the manifest into the complete temporary directory, then swaps it in:
+// <dir> -> <dir>.old, <dir>.tmp -> <dir>, drop <dir>.old, every step durable.
+void publish(const nlohmann::json& manifest, const std::filesystem::path& temporary,
+             const std::filesystem::path& dir) {
+  const std::string text = manifest.dump(1);
+  const std::span<const std::uint8_t> chunks[] = {std::span<const std::uint8_t>(
+      reinterpret_cast<const std::uint8_t*>(text.data()), text.size())};
+  io::write_file_atomically(temporary / kManifestName, chunks);  // fsyncs file and `temporary`
+  const std::filesystem::path old = with_suffix(dir, ".old");
+  std::filesystem::remove_all(old);
+  if (std::filesystem::exists(dir)) std::filesystem::rename(dir, old);
+  std::filesystem::rename(temporary, dir);
+  io::sync_directory(parent_of(dir));
+  std::filesystem::remove_all(old);
+}
+
+// Reads a checkpoint written by any rank count: this rank's new shard of each unit is cut from
+// whichever old ranks' files hold its elements (old rank r held [r * S, min(numel, (r + 1) * S))
+// of a unit whose old shard size is S). Validates the model first (CheckpointMismatch); every
+// segment is checked against the layout and its checksum (CheckpointCorruption).
+class ShardReader {
+ public:
+  ShardReader(const EngineState& state, const nlohmann::json& manifest,
+              const std::filesystem::path& dir)
+      : state_(state), files_(manifest.at("files")), dir_(dir), where_("checkpoint " + dir.string()) {
+    validate_model(state, manifest, where_);
+    old_ranks_ = manifest.at("ranks").get<std::uint32_t>();
+    if (old_ranks_ == 0 || files_.size() != old_ranks_) {
+      throw CheckpointMismatch(fmt::format(
+          "checkpoint {} was written by {} ranks but lists {} rank files (incomplete layout)",
+          where_, old_ranks_, files_.size()));
+    }
+    const nlohmann::json& units = manifest.at("units");
+    for (std::size_t u = 0; u < state.units().size(); ++u) {
+      const UnitState& unit = state.units()[u];
+      old_shard_.push_back(units[u].at("shard_numel").get<std::uint64_t>());
+      if (old_shard_[u] == 0 || old_shard_[u] * old_ranks_ < unit.layout.numel) {
+        throw CheckpointMismatch(fmt::format(
+            "checkpoint {} unit '{}': {} ranks x shard {} do not cover its {} elements "
+            "(rank-incompatible layout)",
+            where_, unit.spec.name, old_ranks_, old_shard_[u], unit.layout.numel));
+      }
+    }
+    opened_.resize(old_ranks_);
+  }
+
+  // This rank's new shard of each saved kind of unit u (shard_numel values, padding zero).
+  std::vector<std::vector<float>> read_unit(std::size_t u) {
+    const UnitState& unit = state_.units()[u];
+    std::vector<std::vector<float>> shards(saved_kinds(unit).size(),
+                                           std::vector<float>(unit.layout.shard_numel, 0.0f));
+    for (std::uint32_t r = 0; r < old_ranks_; ++r) read_overlap(u, r, shards);
+    return shards;
+  }
+
+ private:
+  // Copies what old rank r's segments of unit u hold of this rank's new shard into `shards`.
+  void read_overlap(std::size_t u, std::uint32_t r, std::vector<std::vector<float>>& shards) {
+    const UnitState& unit = state_.units()[u];
+    const std::uint64_t numel = unit.layout.numel;
+    const std::uint64_t begin = std::min(numel, unit.layout.shard_begin(state_.rank()));
+    const std::uint64_t end = begin + unit.layout.shard_real_numel(state_.rank());
+    const std::uint64_t old_begin = std::min(numel, r * old_shard_[u]);
+    const std::uint64_t old_end = std::min(numel, old_begin + old_shard_[u]);
+    const std::uint64_t from = std::max(begin, old_begin);
+    const std::uint64_t to = std::min(end, old_end);
+    if (from >= to) return;
+    const std::vector<Kind> kinds = saved_kinds(unit);
+    const nlohmann::json& segments = files_[r].at("segments");
+    const std::filesystem::path path = dir_ / files_[r].at("name").get<std::string>();
+    if (segments.size() != state_.units().size() * kinds.size()) {
+      throw CheckpointCorruption(
+          fmt::format("checkpoint {}: {} lists {} segments, expected {}", where_, path.string(),
+                      segments.size(), state_.units().size() * kinds.size()));
+    }
+    if (!opened_[r]) {
+      opened_[r] = io::FileHandle::open(
+          path, {io::CreateMode::kOpenExisting, io::DirectIo::kOff, io::Access::kReadOnly});
+    }
+    for (std::size_t k = 0; k < kinds.size(); ++k) {
+      const std::size_t index = u * kinds.size() + k;
+      const nlohmann::json& entry = segments[index];
+      const Segment segment{entry.at("offset").get<std::uint64_t>(),
+                            entry.at("numel").get<std::uint64_t>(),
+                            std::stoull(entry.at("xxh3").get<std::string>(), nullptr, 16)};
+      if (segment.numel != old_end - old_begin ||
+          entry.at("kind").get<std::string>() != kind_name(kinds[k])) {
+        throw CheckpointCorruption(fmt::format(
+            "checkpoint {}: segment {} of {} is '{}' of {} elements; the layout needs '{}' of {}",
+            where_, index, path.string(), entry.at("kind").dump(), segment.numel,
+            kind_name(kinds[k]), old_end - old_begin));
+      }
+      bytes_.resize(segment.numel * 4);
+      read_segment(*opened_[r], segment.offset, bytes_);
+      if (checksum(bytes_) != segment.checksum) {
+        throw CheckpointCorruption(fmt::format(
+            "checkpoint {}: checksum mismatch in {} at offset {} ({} bytes, unit '{}' {}); "
+            "the file is corrupt, refusing to use it",
+            where_, path.string(), segment.offset, bytes_.size(), unit.spec.name,
+            kind_name(kinds[k])));
+      }
+      std::memcpy(shards[k].data() + (from - begin), bytes_.data() + (from - old_begin) * 4,
+                  (to - from) * 4);
+    }
+  }
+
+  const EngineState& state_;
+  const nlohmann::json& files_;
+  std::filesystem::path dir_;
+  std::string where_;
+  std::uint32_t old_ranks_ = 0;
+  std::vector<std::uint64_t> old_shard_;  // per unit
+  std::vector<std::optional<io::FileHandle>> opened_;  // per old rank, opened when first needed
+  std::vector<std::byte> bytes_;
+};
+
 }  // namespace
 
 // "ckpt/" names the directory "ckpt" (its siblings "ckpt.tmp" and "ckpt.old" hold the swap).
@@ -331,184 +403,52 @@ std::filesystem::path directory_name(const std::filesystem::path& dir) {
 }
 
 void save_checkpoint(EngineState& state, const std::filesystem::path& requested) {
-  STRATA_ASSERT(state.finalized, "save before finalize");
+  STRATA_ASSERT(state.finalized(), "save before finalize");
   const std::filesystem::path dir = directory_name(requested);
-  comm::Communicator& comm = *state.comm;
+  comm::Communicator& comm = state.comm();
   const std::filesystem::path temporary = with_suffix(dir, ".tmp");
-  const std::filesystem::path old = with_suffix(dir, ".old");
   collectively(comm, "checkpoint save (preparing the directory)", [&] {
-    if (state.rank == 0) {
+    if (state.rank() == 0) {
       std::filesystem::remove_all(temporary);
       std::filesystem::create_directories(temporary);
     }
   });
-  for (auto& writes : state.grad_buffer_writes) {
-    for (io::Ticket& ticket : writes) ticket.get();
-  }
-
-  // Every rank: its file, and the checksum of each segment.
+  state.drain_gradient_writes();
   std::vector<std::uint64_t> checksums;
   collectively(comm, "checkpoint save (writing shards)", [&] {
-    File file(temporary / rank_file_name(state.rank), O_WRONLY | O_CREAT | O_TRUNC);
-    for (UnitState& unit : state.units) {
-      const std::uint64_t real = unit.layout.shard_real_numel(state.rank);
-      for (Kind kind : saved_kinds(unit)) {
-        std::vector<float> values = state.read_shard_fp32(unit, kind);
-        values.resize(real);
-        const auto bytes = std::as_bytes(std::span<const float>(values));
-        checksums.push_back(checksum(bytes));
-        file.write_all(bytes);
-      }
-    }
-    file.sync();
+    checksums = write_rank_file(state, temporary / rank_file_name(state.rank()));
   });
-  std::vector<std::uint64_t> all_checksums(checksums.size() * state.ranks);
-  if (state.ranks > 1) {
+  std::vector<std::uint64_t> all_checksums(checksums.size() * state.ranks());
+  if (state.ranks() > 1) {
     state.all_gather_host(comm::ConstBuffer::of(std::span<const std::uint64_t>(checksums)),
                           comm::MutableBuffer::of(std::span<std::uint64_t>(all_checksums)));
   } else {
     all_checksums = checksums;
   }
-
   collectively(comm, "checkpoint save (manifest and rename)", [&] {
-    if (state.rank != 0) return;
-    nlohmann::json manifest;
-    describe_model(state, manifest);
-    manifest["step"] = state.step_count;
-    manifest["loss_scale"] = state.loss_scale;
-    manifest["clean_steps"] = state.clean_steps;
-    nlohmann::json files = nlohmann::json::array();
-    for (std::uint32_t r = 0; r < state.ranks; ++r) {
-      nlohmann::json segments = nlohmann::json::array();
-      std::uint64_t offset = 0;
-      std::size_t index = r * checksums.size();
-      for (const UnitState& unit : state.units) {
-        const std::uint64_t real = unit.layout.shard_real_numel(r);
-        for (Kind kind : saved_kinds(unit)) {
-          segments.push_back({{"kind", kind_name(kind)},
-                              {"offset", offset},
-                              {"numel", real},
-                              {"xxh3", hex(all_checksums[index++])}});
-          offset += real * 4;
-        }
-      }
-      files.push_back({{"rank", r},
-                       {"name", rank_file_name(r)},
-                       {"bytes", offset},
-                       {"shard_begin_per_unit", nlohmann::json::array()},
-                       {"segments", segments}});
-      for (const UnitState& unit : state.units) {
-        files.back()["shard_begin_per_unit"].push_back(unit.layout.shard_begin(r));
-      }
-    }
-    manifest["files"] = files;
-    const std::string text = manifest.dump(1);
-    const std::span<const std::uint8_t> chunks[] = {std::span<const std::uint8_t>(
-        reinterpret_cast<const std::uint8_t*>(text.data()), text.size())};
-    write_file_atomically(temporary / kManifestName, chunks);  // fsyncs the file and `temporary`
-    // Swap in the complete directory: <dir> -> <dir>.old, <dir>.tmp -> <dir>, drop <dir>.old.
-    std::filesystem::remove_all(old);
-    if (std::filesystem::exists(dir)) std::filesystem::rename(dir, old);
-    std::filesystem::rename(temporary, dir);
-    sync_directory(parent_of(dir));
-    std::filesystem::remove_all(old);
+    if (state.rank() == 0) publish(make_manifest(state, all_checksums), temporary, dir);
   });
 }
 
 void load_checkpoint(EngineState& state, const std::filesystem::path& requested) {
-  STRATA_ASSERT(state.finalized, "load before finalize");
-  comm::Communicator& comm = *state.comm;
+  STRATA_ASSERT(state.finalized(), "load before finalize");
   std::filesystem::path dir = directory_name(requested);
   // A crash between the two renames of save() leaves only <dir>.old, complete.
   if (!std::filesystem::exists(dir / kManifestName) &&
       std::filesystem::exists(with_suffix(dir, ".old") / kManifestName)) {
     dir = with_suffix(dir, ".old");
   }
-  const std::string where = "checkpoint " + dir.string();
-
-  std::uint64_t step = 0;
-  double loss_scale = 1.0;
-  std::uint32_t clean_steps = 0;
+  TrainingProgress progress;
   // shards[u][k]: this rank's new shard (shard_numel, zero padded) of saved kind k of unit u.
-  std::vector<std::vector<std::vector<float>>> shards(state.units.size());
-  collectively(comm, "checkpoint load", [&] {
+  std::vector<std::vector<std::vector<float>>> shards(state.units().size());
+  collectively(state.comm(), "checkpoint load", [&] {
     const nlohmann::json manifest = read_manifest(dir);
     try {
-      validate_model(state, manifest, where);
-      const nlohmann::json& units = manifest.at("units");
-      const auto old_ranks = manifest.at("ranks").get<std::uint32_t>();
-      const nlohmann::json& files = manifest.at("files");
-      if (old_ranks == 0 || files.size() != old_ranks) {
-        throw CheckpointMismatch(fmt::format(
-            "checkpoint {} was written by {} ranks but lists {} rank files (incomplete layout)",
-            where, old_ranks, files.size()));
-      }
-      // Old layout: rank r held [r * S, min(numel, (r + 1) * S)) of each unit.
-      std::vector<std::uint64_t> old_shard(state.units.size());
-      for (std::size_t u = 0; u < state.units.size(); ++u) {
-        old_shard[u] = units[u].at("shard_numel").get<std::uint64_t>();
-        if (old_shard[u] == 0 || old_shard[u] * old_ranks < state.units[u].layout.numel) {
-          throw CheckpointMismatch(fmt::format(
-              "checkpoint {} unit '{}': {} ranks x shard {} do not cover its {} elements "
-              "(rank-incompatible layout)",
-              where, state.units[u].spec.name, old_ranks, old_shard[u],
-              state.units[u].layout.numel));
-        }
-      }
-      std::vector<std::unique_ptr<File>> opened(old_ranks);
-      std::vector<std::byte> segment_bytes;
-      for (std::size_t u = 0; u < state.units.size(); ++u) {
-        UnitState& unit = state.units[u];
-        const std::vector<Kind> kinds = saved_kinds(unit);
-        const std::uint64_t numel = unit.layout.numel;
-        const std::uint64_t begin = std::min(numel, unit.layout.shard_begin(state.rank));
-        const std::uint64_t end = begin + unit.layout.shard_real_numel(state.rank);
-        shards[u].assign(kinds.size(), std::vector<float>(unit.layout.shard_numel, 0.0f));
-        for (std::uint32_t r = 0; r < old_ranks; ++r) {
-          const std::uint64_t old_begin = std::min(numel, r * old_shard[u]);
-          const std::uint64_t old_end = std::min(numel, old_begin + old_shard[u]);
-          const std::uint64_t from = std::max(begin, old_begin);
-          const std::uint64_t to = std::min(end, old_end);
-          if (from >= to) continue;
-          const nlohmann::json& file = files[r];
-          const std::filesystem::path path = dir / file.at("name").get<std::string>();
-          if (!opened[r]) opened[r] = std::make_unique<File>(path, O_RDONLY);
-          const nlohmann::json& segments = file.at("segments");
-          if (segments.size() != state.units.size() * kinds.size()) {
-            throw CheckpointCorruption(
-                fmt::format("checkpoint {}: {} lists {} segments, expected {}", where,
-                            path.string(), segments.size(), state.units.size() * kinds.size()));
-          }
-          for (std::size_t k = 0; k < kinds.size(); ++k) {
-            const nlohmann::json& entry = segments[u * kinds.size() + k];
-            const Segment segment{entry.at("offset").get<std::uint64_t>(),
-                                  entry.at("numel").get<std::uint64_t>(),
-                                  std::stoull(entry.at("xxh3").get<std::string>(), nullptr, 16)};
-            if (segment.numel != old_end - old_begin ||
-                entry.at("kind").get<std::string>() != kind_name(kinds[k])) {
-              throw CheckpointCorruption(fmt::format(
-                  "checkpoint {}: segment {} of {} is '{}' of {} elements; the layout needs '{}' "
-                  "of {}",
-                  where, u * kinds.size() + k, path.string(), entry.at("kind").dump(),
-                  segment.numel, kind_name(kinds[k]), old_end - old_begin));
-            }
-            segment_bytes.resize(segment.numel * 4);
-            opened[r]->read_at(segment.offset, segment_bytes);
-            if (checksum(segment_bytes) != segment.checksum) {
-              throw CheckpointCorruption(fmt::format(
-                  "checkpoint {}: checksum mismatch in {} at offset {} ({} bytes, unit '{}' {}); "
-                  "the file is corrupt, refusing to use it",
-                  where, path.string(), segment.offset, segment_bytes.size(), unit.spec.name,
-                  kind_name(kinds[k])));
-            }
-            std::memcpy(shards[u][k].data() + (from - begin),
-                        segment_bytes.data() + (from - old_begin) * 4, (to - from) * 4);
-          }
-        }
-      }
-      step = manifest.at("step").get<std::uint64_t>();
-      loss_scale = manifest.at("loss_scale").get<double>();
-      clean_steps = manifest.at("clean_steps").get<std::uint32_t>();
+      ShardReader reader(state, manifest, dir);
+      for (std::size_t u = 0; u < state.units().size(); ++u) shards[u] = reader.read_unit(u);
+      progress.step = manifest.at("step").get<std::uint64_t>();
+      progress.loss_scale = manifest.at("loss_scale").get<double>();
+      progress.clean_steps = manifest.at("clean_steps").get<std::uint32_t>();
     } catch (const nlohmann::json::exception& error) {
       throw CheckpointCorruption(fmt::format("checkpoint manifest {} is malformed: {}",
                                              (dir / kManifestName).string(), error.what()));
@@ -516,26 +456,22 @@ void load_checkpoint(EngineState& state, const std::filesystem::path& requested)
   });
 
   // Everything checked out on every rank: replace the state.
-  quiesce(state);
-  collectively(comm, "checkpoint load (writing state)", [&] {
-    for (std::size_t u = 0; u < state.units.size(); ++u) {
-      UnitState& unit = state.units[u];
-      const std::vector<Kind> kinds = saved_kinds(unit);
-      for (std::size_t k = 0; k < kinds.size(); ++k)
-        write_shard(state, unit, kinds[k], shards[u][k]);
-      write_shard(state, unit, Kind::kParam16, shards[u][0]);
-      write_shard(state, unit, Kind::kGrad, std::vector<float>(unit.layout.shard_numel, 0.0f));
+  state.begin_replace();
+  collectively(state.comm(), "checkpoint load (writing state)", [&] {
+    for (UnitId u = 0; u < state.units().size(); ++u) {
+      const std::vector<Kind> kinds = saved_kinds(state.units()[u]);
+      for (std::size_t k = 0; k < kinds.size(); ++k) state.write_shard(u, kinds[k], shards[u][k]);
+      state.write_shard(u, Kind::kParam, shards[u][0]);
+      state.write_shard(u, Kind::kGrad,
+                        std::vector<float>(state.units()[u].layout.shard_numel, 0.0f));
     }
-    state.step_count = step;
-    state.loss_scale = loss_scale;
-    state.clean_steps = clean_steps;
-    commit_replaced(state);
+    state.finish_replace(progress);
   });
 }
 
 std::filesystem::path store_model_path(const EngineState& state) {
-  return std::filesystem::path(state.config.tiers.nvme.paths.front()) /
-         fmt::format("strata-rank{}.model.json", state.rank);
+  return std::filesystem::path(state.config().tiers.nvme.paths.front()) /
+         fmt::format("strata-rank{}.model.json", state.rank());
 }
 
 void record_or_check_store_model(EngineState& state, bool resume) {
@@ -546,19 +482,19 @@ void record_or_check_store_model(EngineState& state, bool resume) {
     const std::string text = manifest.dump(1);
     const std::span<const std::uint8_t> chunks[] = {std::span<const std::uint8_t>(
         reinterpret_cast<const std::uint8_t*>(text.data()), text.size())};
-    write_file_atomically(path, chunks);
+    io::write_file_atomically(path, chunks);
     return;
   }
   if (!std::filesystem::exists(path)) return;  // a store from before the sidecar: its own checks
-  const std::vector<std::uint8_t> bytes = read_file_bytes(path);
+  const std::vector<std::uint8_t> bytes = io::read_file_bytes(path);
   nlohmann::json manifest;
   try {
     manifest = nlohmann::json::parse(bytes.begin(), bytes.end());
-    if (manifest.at("ranks").get<std::uint32_t>() != state.ranks) {
+    if (manifest.at("ranks").get<std::uint32_t>() != state.ranks()) {
       throw CheckpointMismatch(fmt::format(
           "the NVMe store at {} was written by {} ranks; this run has {} (resume with the same "
           "rank count, or load a checkpoint, which reshards)",
-          path.parent_path().string(), manifest.at("ranks").dump(), state.ranks));
+          path.parent_path().string(), manifest.at("ranks").dump(), state.ranks()));
     }
     validate_model(state, manifest, "the NVMe store at " + path.parent_path().string());
   } catch (const nlohmann::json::exception& error) {
@@ -568,54 +504,51 @@ void record_or_check_store_model(EngineState& state, bool resume) {
 }
 
 void export_safetensors(EngineState& state, const std::filesystem::path& file, DType dtype) {
-  STRATA_ASSERT(state.finalized, "export before finalize");
+  STRATA_ASSERT(state.finalized(), "export before finalize");
   std::vector<std::vector<float>> units;
-  for (UnitState& unit : state.units) {
-    std::vector<float> full = gather_unit(state, unit);
-    if (state.rank == 0) units.push_back(std::move(full));
+  for (UnitId u = 0; u < state.units().size(); ++u) {
+    std::vector<float> full = state.gather_master(u);
+    if (state.rank() == 0) units.push_back(std::move(full));
   }
-  collectively(*state.comm, "safetensors export", [&] {
-    if (state.rank != 0) return;
+  collectively(state.comm(), "safetensors export", [&] {
+    if (state.rank() != 0) return;
     std::vector<UnitSpec> specs;
-    for (const UnitState& unit : state.units) specs.push_back(unit.spec);
+    for (const UnitState& unit : state.units()) specs.push_back(unit.spec);
     save_safetensors(
         file, specs, [&](std::size_t index) { return std::move(units[index]); }, dtype,
-        {{"format", "pt"}, {"producer", "strata"}, {"step", std::to_string(state.step_count)}},
+        {{"format", "pt"}, {"producer", "strata"}, {"step", std::to_string(state.progress().step)}},
         /*prefix_unit_names=*/true);
   });
 }
 
 void import_safetensors(EngineState& state, const std::filesystem::path& file) {
-  STRATA_ASSERT(state.finalized, "import before finalize");
+  STRATA_ASSERT(state.finalized(), "import before finalize");
   std::vector<UnitSpec> specs;
-  for (const UnitState& unit : state.units) specs.push_back(unit.spec);
-  std::vector<std::vector<float>> shards(state.units.size());
-  collectively(*state.comm, "safetensors import", [&] {
+  for (const UnitState& unit : state.units()) specs.push_back(unit.spec);
+  std::vector<std::vector<float>> shards(state.units().size());
+  collectively(state.comm(), "safetensors import", [&] {
     load_safetensors(
         file, specs,
         [&](std::size_t u, std::span<const float> values) {
-          const UnitLayout& layout = state.units[u].layout;
+          const UnitLayout& layout = state.units()[u].layout;
           shards[u].assign(layout.shard_numel, 0.0f);
-          const std::uint64_t begin = std::min(layout.numel, layout.shard_begin(state.rank));
-          const std::uint64_t real = layout.shard_real_numel(state.rank);
+          const std::uint64_t begin = std::min(layout.numel, layout.shard_begin(state.rank()));
+          const std::uint64_t real = layout.shard_real_numel(state.rank());
           std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(begin), real, shards[u].begin());
         },
         /*prefix_unit_names=*/true);
   });
-  quiesce(state);
-  collectively(*state.comm, "safetensors import (writing state)", [&] {
-    for (std::size_t u = 0; u < state.units.size(); ++u) {
-      UnitState& unit = state.units[u];
-      const std::vector<float> zeros(unit.layout.shard_numel, 0.0f);
-      write_shard(state, unit, Kind::kMaster, shards[u]);
-      write_shard(state, unit, Kind::kParam16, shards[u]);
-      write_shard(state, unit, Kind::kExpAvg, zeros);
-      write_shard(state, unit, Kind::kExpAvgSq, zeros);
-      write_shard(state, unit, Kind::kGrad, zeros);
+  state.begin_replace();
+  collectively(state.comm(), "safetensors import (writing state)", [&] {
+    for (UnitId u = 0; u < state.units().size(); ++u) {
+      const std::vector<float> zeros(state.units()[u].layout.shard_numel, 0.0f);
+      state.write_shard(u, Kind::kMaster, shards[u]);
+      state.write_shard(u, Kind::kParam, shards[u]);
+      state.write_shard(u, Kind::kExpAvg, zeros);
+      state.write_shard(u, Kind::kExpAvgSq, zeros);
+      state.write_shard(u, Kind::kGrad, zeros);
     }
-    state.step_count = 0;
-    state.clean_steps = 0;
-    commit_replaced(state);
+    state.finish_replace({0, state.progress().loss_scale, 0});
   });
 }
 

@@ -27,7 +27,7 @@
 namespace strata::runtime {
 
 namespace detail {
-struct EngineState;
+class EngineState;
 }
 
 class CheckpointMismatch : public std::runtime_error {

@@ -276,15 +276,7 @@ std::string_view to_string(Tier tier) {
 }
 
 std::string_view to_string(DType dtype) {
-  switch (dtype) {
-    case DType::kFp32:
-      return "fp32";
-    case DType::kBf16:
-      return "bf16";
-    case DType::kFp16:
-      return "fp16";
-  }
-  return "?";
+  return dtype_name(dtype);
 }
 
 std::string_view to_string(DeviceKind kind) {
@@ -335,10 +327,6 @@ std::string_view to_string(LrScheduleKind kind) {
       return "cosine";
   }
   return "?";
-}
-
-std::uint32_t dtype_bytes(DType dtype) {
-  return dtype == DType::kFp32 ? 4 : 2;
 }
 
 ConfigError::ConfigError(std::string file, std::uint32_t line, std::uint32_t column,

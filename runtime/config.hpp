@@ -13,10 +13,11 @@
 #include <string_view>
 #include <vector>
 
+#include "base/dtype.hpp"
+
 namespace strata::runtime {
 
 enum class Tier { kDevice, kHost, kNvme };
-enum class DType { kFp32, kBf16, kFp16 };
 enum class DeviceKind { kAuto, kHost, kCuda };
 enum class IoEngineKind { kAuto, kIoUring, kPosix };
 enum class OptimizerType { kAdamW, kAdam, kAdagrad, kLion };
@@ -24,12 +25,12 @@ enum class OptimizerType { kAdamW, kAdam, kAdagrad, kLion };
 enum class LrScheduleKind { kConstant, kLinear, kCosine };
 
 std::string_view to_string(Tier tier);
+// The config name of a precision: dtype_name() (base/dtype.hpp).
 std::string_view to_string(DType dtype);
 std::string_view to_string(DeviceKind kind);
 std::string_view to_string(IoEngineKind kind);
 std::string_view to_string(OptimizerType type);
 std::string_view to_string(LrScheduleKind kind);
-std::uint32_t dtype_bytes(DType dtype);
 
 struct DeviceTierConfig {
   DeviceKind kind = DeviceKind::kAuto;

@@ -16,7 +16,12 @@
 // prefetch depth, buffer count and thread count.
 //
 // Threading: one thread owns the Engine and calls everything; the Engine runs I/O on io/'s
-// threads and Adam on its own oneTBB arena. A GatheredUnit must be destroyed before step().
+// threads and Adam on its own oneTBB arena.
+//
+// Contracts of step(), checked (std::logic_error naming the unit): every GatheredUnit has been
+// destroyed (a live one would keep viewing the weights from before the update), and every unit got
+// exactly grad_accumulation reduce_grads calls since the previous step (none would update it with
+// a stale gradient; fewer would leave it out of the clip norm).
 #pragma once
 
 #include <cstdint>
@@ -47,7 +52,7 @@ using UnitId = std::uint32_t;
 class Engine;
 
 namespace detail {
-struct EngineState;
+class EngineState;
 }
 
 struct EngineOptions {
@@ -73,6 +78,11 @@ struct EngineOptions {
   // Tests only: injects I/O faults into the NVMe store's I/O engine (io/fault_injector.hpp).
   io::FaultInjector* faults = nullptr;
 };
+
+// The optimizer-state arrays of a shard that state_shard reads.
+enum class OptimizerState : std::uint8_t { kMaster, kExpAvg, kExpAvgSq };
+// "master", "exp_avg", "exp_avg_sq" (the names checkpoints use).
+std::string_view to_string(OptimizerState state);
 
 struct TierTraffic {
   std::uint64_t read_bytes = 0;
@@ -148,8 +158,9 @@ class Engine {
   void set_master(UnitId unit, std::span<const float> full_values);
   // This rank's fp32 master shard of `unit` (real elements only), read from wherever it lives.
   std::vector<float> master_shard(UnitId unit);
-  // One optimizer-state array of this rank's shard: "master", "exp_avg" or "exp_avg_sq".
-  std::vector<float> state_shard(UnitId unit, std::string_view kind);
+  // One optimizer-state array of this rank's shard (real elements only); std::invalid_argument
+  // when the optimizer keeps no such array (Adagrad has no exp_avg, Lion no exp_avg_sq).
+  std::vector<float> state_shard(UnitId unit, OptimizerState state);
   // The whole unit's fp32 master weights, gathered from every rank (for export and tests).
   std::vector<float> gather_master(UnitId unit);
 

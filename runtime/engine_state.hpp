@@ -1,21 +1,40 @@
-// The Engine's private state, shared by engine.cpp (setup, gather, gradients) and
-// optimizer_step.cpp (the pipelined optimizer step). Not a public header.
+// The Engine's private state and the stages of its data path. Not a public header.
+//
+// One EngineState per Engine. Its member functions live in one file per stage, in data-path order:
+//   engine_setup.cpp     construction (data path, debug knobs, element types), teardown, the
+//                        narrow API that checkpoint.cpp and the Engine facade use
+//   engine_finalize.cpp  finalize: plan -> check budgets -> allocate -> open or resume -> residency
+//   shard_io.cpp         moving a sub-group of a shard in and out of its home (ShardHome)
+//   gather.cpp           the ResidencyClient: units gathered on the device for compute
+//   reduce_grads.cpp     gradients reduce-scattered into their home; the contracts of step()
+//   optimizer_step.cpp   the pipelined optimizer step
+//   device_lanes.cpp     the staged path to device memory: streams, events, pinned staging
+// checkpoint.cpp (save, load, export, import) sees only the public part of EngineState.
+//
+// The private state is grouped by the stage that changes it; another stage may read it.
+// Threading: one thread owns the Engine and calls everything.
 #pragma once
 
 #include <array>
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <span>
+#include <string>
 #include <vector>
 
 #include <tbb/task_arena.h>
 
-#include "cpu_adam/dtype.hpp"
+#include "base/dtype.hpp"
+#include "cpu_adam/typed_span.hpp"
 #include "cpu_adam/grad_norm.hpp"
+#include "cpu_adam/optimizer.hpp"
 #include "io/engine.hpp"
+#include "runtime/buffer_plan.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/engine.hpp"
 #include "runtime/partition.hpp"
+#include "runtime/shard_home.hpp"
 #include "tiers/device/device.hpp"
 #include "tiers/nvme_store.hpp"
 #include "tiers/pinned_pool.hpp"
@@ -23,47 +42,17 @@
 
 namespace strata::runtime::detail {
 
-// The state kinds each rank keeps per unit shard.
-enum class Kind : std::uint8_t { kParam16, kGrad, kMaster, kExpAvg, kExpAvgSq };
-inline constexpr std::size_t kKindCount = 5;
-std::string_view kind_name(Kind kind);
-
-// Where one state kind of one unit shard lives.
-struct ShardHome {
-  Tier tier = Tier::kDevice;
-  cpu_adam::Dtype dtype = cpu_adam::Dtype::kFp32;
-  std::uint64_t numel = 0;
-  tiers::DeviceBuffer device;  // tier device
-  tiers::PinnedBuffer host;    // tier host
-  // Bytes the CPU may address: host tier, or device tier when the device's memory is host memory
-  // and the Engine addresses it directly. Null on NVMe and for staged device memory (reached
-  // only through streams: device_span()).
-  std::byte* memory = nullptr;
-  std::vector<tiers::ExtentId> extents;  // tier nvme: one per sub-group
-
-  std::uint64_t element_bytes() const { return cpu_adam::dtype_bytes(dtype); }
-  std::byte* at(std::uint64_t element) const { return memory + element * element_bytes(); }
-  bool staged_on_device() const { return tier == Tier::kDevice && memory == nullptr; }
-  tiers::DeviceSpan device_span(std::uint64_t element, std::uint64_t count) const {
-    return device.span(element * element_bytes(), count * element_bytes());
-  }
-};
-
-struct UnitState {
-  UnitSpec spec;
-  UnitLayout layout;
-  std::vector<SubGroup> groups;
-  std::array<std::optional<ShardHome>, kKindCount> homes;
-  std::uint32_t grad_calls = 0;  // reduce_grads calls since the last step
-  // Gathered for compute (device memory), managed by the residency manager.
+// The full copy of a unit gathered on the device for compute (gather.cpp).
+struct GatheredCopy {
   tiers::DeviceBuffer full16;  // padded numel in the parameter dtype (absent for fp32 params)
   tiers::DeviceBuffer full32;  // padded numel fp32: what GatheredUnit views
   std::vector<tiers::StoreRead> reads;  // NVMe parameter reads in flight
   // Staged device memory with parameters on NVMe: pinned memory the reads land in, copied to the
-  // device by wait_load. A lease of EngineState::param_read_slab, or (more loads in flight than
-  // the slab holds, when the schedule changes) a one-off buffer.
+  // device by wait_load. A lease of the parameter read slab, or (more loads in flight than the
+  // slab holds, when the schedule changes) a one-off buffer.
   tiers::PinnedLease param_lease;
   tiers::PinnedBuffer param_buffer;
+  std::uint32_t live_handles = 0;  // GatheredUnit handles not yet destroyed
 
   std::byte* param_staging() const {
     return param_lease ? param_lease.data() : param_buffer.data();
@@ -72,8 +61,18 @@ struct UnitState {
     param_lease.reset();
     param_buffer.reset();
   }
+};
+
+struct UnitState {
+  UnitSpec spec;
+  UnitLayout layout;
+  std::vector<SubGroup> groups;
+  std::array<std::optional<ShardHome>, kKindCount> homes;
+  std::uint32_t grad_calls = 0;  // reduce_grads calls since the last step (reduce_grads.cpp)
+  GatheredCopy gathered;
 
   ShardHome& home(Kind kind) { return *homes[static_cast<std::size_t>(kind)]; }
+  const ShardHome& home(Kind kind) const { return *homes[static_cast<std::size_t>(kind)]; }
   bool has(Kind kind) const { return homes[static_cast<std::size_t>(kind)].has_value(); }
 };
 
@@ -93,102 +92,176 @@ struct DeviceLanes {
   std::array<tiers::Event, 2> staged_out;
 };
 
-struct EngineState final : tiers::ResidencyClient {
-  EngineState(const Config& config_in, tiers::Device& device_in, comm::Communicator& comm_in,
-              const EngineOptions& options_in);
+// The step counter and loss-scale state: advanced by the optimizer step, replaced by checkpoint
+// load and safetensors import.
+struct TrainingProgress {
+  std::uint64_t step = 0;
+  double loss_scale = 1.0;
+  std::uint32_t clean_steps = 0;  // steps since the loss scale last changed (fp16)
+};
+
+class EngineState final : public tiers::ResidencyClient {
+ public:
+  EngineState(const Config& config, tiers::Device& device, comm::Communicator& comm,
+              const EngineOptions& options);
   ~EngineState() override;
 
-  // ResidencyClient: gathered units on the device.
+  // The Engine facade (engine.cpp) -------------------------------------------------------------
+  UnitId add_unit(UnitSpec spec);
+  void finalize();
+  const float* gather(UnitId unit);  // the unit's fp32 view; a GatheredUnit holds it
+  void release(UnitId unit);
+  void reduce_grads(UnitId unit, std::span<const float> full_grads);
+  void optimizer_step(StepStats& stats);
+  void set_optimizer_compute(EngineOptions::OptimizerCompute compute);
+  void set_master(UnitId unit, std::span<const float> full_values);
+  std::uint64_t device_high_water_bytes() const;
+  std::uint64_t host_high_water_bytes() const;
+
+  // What checkpoints and the facade read (engine_setup.cpp) -------------------------------------
+  const Config& config() const { return config_; }
+  const BufferPlan& plan() const { return plan_; }
+  comm::Communicator& comm() const { return *comm_; }
+  std::uint32_t rank() const { return rank_; }
+  std::uint32_t ranks() const { return ranks_; }
+  DType param_dtype() const { return plan_.kind(Kind::kParam).dtype; }
+  bool finalized() const { return finalized_; }
+  std::span<const UnitState> units() const { return units_; }
+  const UnitState& unit(UnitId id) const;  // throws std::out_of_range naming the id
+  TrainingProgress progress() const { return progress_; }
+  // This rank's shard of `kind` (shard_numel values, padding included) in fp32.
+  std::vector<float> read_shard_fp32(UnitId unit, Kind kind);
+  // The whole unit's fp32 master weights (numel values), gathered from every rank. Collective.
+  std::vector<float> gather_master(UnitId unit);
+  // A collective on host buffers over any backend (staged through device memory for NcclComm).
+  void all_gather_host(comm::ConstBuffer send, comm::MutableBuffer recv);
+  // Waits for the backward's gradient writes to NVMe (rethrowing their errors).
+  void drain_gradient_writes();
+  // Replacing state (checkpoint load, import, set_master): begin_replace() drops gathered copies,
+  // gradients in flight and partial gradients; write_shard() then writes each kind (shard_numel
+  // fp32 values, converted to the home's type; a kind the optimizer keeps not is skipped);
+  // finish_replace() sets the progress and commits (the NVMe store's next step).
+  void begin_replace();
+  void write_shard(UnitId unit, Kind kind, std::span<const float> values);
+  void finish_replace(const TrainingProgress& progress);
+
+  // ResidencyClient: gathered units on the device (gather.cpp) ---------------------------------
   void start_load(tiers::UnitId unit) override;
   bool load_complete(tiers::UnitId unit) override;
   void wait_load(tiers::UnitId unit) override;
   void write_back(tiers::UnitId unit) override;
   void evict(tiers::UnitId unit) override;
 
-  void finalize();
+ private:
+  // engine_finalize.cpp: the steps of finalize().
+  std::vector<tiers::ExtentSpec> plan_homes();
+  void check_budgets(const std::vector<tiers::ExtentSpec>& extents) const;
+  void allocate();
+  // Opens the NVMe store when state is homed there; true when it resumed a committed step.
+  bool open_store(std::vector<tiers::ExtentSpec> extents);
   void initialise_fresh();
-  void optimizer_step(StepStats& stats);
-  // Reads [group] of `kind` into `out` (NVMe, synchronously) or copies it from memory.
+  void rebuild_params_from_master();
+  void build_residency();
+
+  // shard_io.cpp: a sub-group of one kind, synchronously, through the staging free outside the
+  // optimizer step (slot 0 of the device staging; the first pipeline buffer).
+  std::byte* window(UnitState& unit, Kind kind, std::size_t group, const GroupStaging& staging);
+  void fill(UnitState& unit, Kind kind, std::size_t group, std::byte* window);
+  void flush(UnitState& unit, Kind kind, std::size_t group, const std::byte* window);
+  GroupStaging staging_outside_step(Kind kind) const;
   void read_group(UnitState& unit, Kind kind, std::size_t group, std::span<std::byte> out);
-  void write_group_sync(UnitState& unit, Kind kind, std::size_t group,
-                        std::span<const std::byte> data);
-  std::vector<float> read_shard_fp32(UnitState& unit, Kind kind);
+  void write_group(UnitState& unit, Kind kind, std::size_t group, std::span<const std::byte> data);
   void wait_timed(tiers::StoreRead& read);
   void wait_timed(const io::Ticket& ticket);
-  double loss_scale_for_step() const;
 
-  // Device memory access (runtime/engine_device.cpp). Each returns once the bytes have arrived:
-  // a memcpy or CPU loop when device memory is addressable, else stream work waited on.
+  // gather.cpp
+  void finish_gather(UnitState& unit);
+  void finish_gather_in_place(UnitState& unit);
+  void finish_gather_staged(UnitState& unit);
+
+  // reduce_grads.cpp
+  void check_step_contracts() const;
+  const float* reduce_to_shard(UnitState& unit, std::span<const float> full_grads,
+                               tiers::DeviceSpan& device_shard);
+  void store_grad_on_device(UnitState& unit, const float* host_shard,
+                            tiers::DeviceSpan device_shard, bool accumulate, bool last);
+  void store_grad_in_host(UnitState& unit, const float* host_shard, bool accumulate, bool last);
+
+  // optimizer_step.cpp
+  struct StepMarks;
+  class OptimizerPipeline;
+  double global_sum_of_squares();
+  void skip_step(StepStats& stats);
+  void drain_backward_writes();
+  double run_optimizer(const cpu_adam::Hyperparams& hyper, const cpu_adam::GradScaling& scaling);
+  void update_sub_group(UnitState& unit, std::size_t group, const cpu_adam::ParamSpans& spans,
+                        std::byte* param_out, const cpu_adam::Hyperparams& hyper,
+                        const cpu_adam::GradScaling& scaling);
+  void finish_step(StepStats& stats, const StepMarks& marks);
+
+  // device_lanes.cpp: device memory access. Each returns once the bytes have arrived: a memcpy or
+  // CPU loop when device memory is addressable, else stream work waited on.
   void copy_to_device(tiers::DeviceSpan dst, const void* host_src);
   void copy_to_host(void* host_dst, tiers::DeviceSpan src);
-  // The optimizer's device-homed sub-groups go through device_staging, two slots so the d2h of
+  // The optimizer's device-homed sub-groups go through the device staging, two slots so the d2h of
   // the next sub-group overlaps Adam on this one: stage_in (d2h, returns at once), wait_staged_in
   // before Adam, stage_out (h2d, returns at once) after it, finish_staging at the step's end.
   void stage_in(UnitState& unit, std::size_t group, std::size_t slot, std::span<const Kind> kinds);
   void wait_staged_in(std::size_t slot);
   void stage_out(UnitState& unit, std::size_t group, std::size_t slot, std::span<const Kind> kinds);
   void finish_staging();
-  // Slot 0 doubles as the staging of read_group / write_group_sync (outside the step).
-  std::byte* device_staging_at(Kind kind, std::size_t slot = 0) const;
-  // A collective on host buffers over any backend (staged through device memory for NcclComm).
-  void all_gather_host(comm::ConstBuffer send, comm::MutableBuffer recv);
-  // The unit's gather once its NVMe reads are done: own shard, all-gather, cast to fp32.
-  void finish_gather(UnitState& unit);
-  // Engine::reduce_grads once its arguments are checked.
-  void reduce_grads(UnitState& unit, std::span<const float> full_grads);
+  std::byte* device_staging_at(Kind kind, std::size_t slot) const;
 
-  Config config;
-  EngineOptions options;
-  tiers::Device* device;
-  comm::Communicator* comm;
-  std::uint32_t rank = 0;
-  std::uint32_t ranks = 1;
-  cpu_adam::Dtype param_dtype = cpu_adam::Dtype::kBf16;
-  cpu_adam::Dtype grad_dtype = cpu_adam::Dtype::kBf16;
-  std::vector<UnitState> units;
-  bool finalized = false;
-  std::uint64_t step_count = 0;
-  double loss_scale = 1.0;
-  std::uint32_t clean_steps = 0;
+  // Fixed at construction (engine_setup.cpp).
+  Config config_;  // with the debug knobs applied (STRATA_FORCE_NVME)
+  EngineOptions options_;
+  tiers::Device* device_;
+  comm::Communicator* comm_;
+  std::uint32_t rank_ = 0;
+  std::uint32_t ranks_ = 1;
   // The data path (EngineOptions::DeviceAccess): whether the CPU addresses device memory, and
   // whether collectives of device data take device memory directly.
-  bool device_addressable = true;
-  bool comm_on_device = true;
-  std::unique_ptr<DeviceLanes> lanes;  // the staged path only
+  bool device_addressable_ = true;
+  bool comm_on_device_ = true;
+  std::unique_ptr<tbb::task_arena> arena_;
 
-  std::unique_ptr<tbb::task_arena> arena;
-  std::unique_ptr<tiers::PinnedPool> host_pool;
-  std::unique_ptr<io::Engine> io_engine;
-  std::unique_ptr<tiers::NvmeStore> store;
-  std::unique_ptr<tiers::ResidencyManager> residency;
-  cpu_adam::GradNormAccumulator norm;
+  // Set by add_unit and finalize (engine_finalize.cpp).
+  std::vector<UnitState> units_;
+  BufferPlan plan_;
+  bool finalized_ = false;
+  std::unique_ptr<tiers::PinnedPool> host_pool_;
+  std::unique_ptr<io::IoEngine> io_engine_;
+  std::unique_ptr<tiers::NvmeStore> store_;
+  std::unique_ptr<tiers::ResidencyManager> residency_;
 
-  // Scratch: the padded fp32 gradient of one unit and this rank's reduced shard (device memory);
-  // a copy of this rank's parameter shard for the all-gather's send side.
-  tiers::DeviceBuffer grad_full_scratch;
-  tiers::DeviceBuffer grad_shard_scratch;
-  tiers::DeviceBuffer gather_send_scratch;
-  // Pinned staging: optimizer pipeline buffers (buffer_count) and gradient write buffers.
-  std::vector<tiers::PinnedBuffer> pipeline_buffers;
-  std::uint64_t pipeline_buffer_bytes = 0;
-  std::array<std::uint64_t, kKindCount> pipeline_offsets{};  // per NVMe kind, in a pipeline buffer
-  std::array<tiers::PinnedBuffer, 2> grad_buffers;
-  std::array<std::vector<io::Ticket>, 2> grad_buffer_writes;
-  std::size_t next_grad_buffer = 0;
-  // Staged path only (pinned): one sub-group of every device-homed kind for the optimizer and
-  // read_group / write_group_sync; one gradient shard in fp32; and, for collectives on the host,
-  // one padded unit in fp32.
-  tiers::PinnedBuffer device_staging;  // two slots of device_staging_slot_bytes
-  std::uint64_t device_staging_slot_bytes = 0;
-  std::array<std::uint64_t, kKindCount> device_staging_offsets{};
-  tiers::PinnedBuffer shard_staging;
-  tiers::PinnedBuffer full_staging;
-  std::optional<tiers::PinnedSlab> param_read_slab;  // params on NVMe: prefetch_depth + 2 shards
+  // The optimizer step's (optimizer_step.cpp). The first pipeline buffer is also shard_io.cpp's
+  // NVMe staging outside the step.
+  TrainingProgress progress_;
+  std::vector<tiers::PinnedBuffer> pipeline_buffers_;
+  double io_wait_s_ = 0;  // since the last step (shard_io.cpp adds to it)
+  std::uint64_t nvme_read_mark_ = 0;
+  std::uint64_t nvme_written_mark_ = 0;
 
-  // Statistics since the last step.
-  double io_wait_s = 0;
-  std::uint64_t nvme_read_mark = 0;
-  std::uint64_t nvme_written_mark = 0;
+  // Gradient reduction's (reduce_grads.cpp): the padded fp32 gradient of one unit and this rank's
+  // reduced shard (device memory); NVMe write staging, two so one drains while the next fills.
+  tiers::DeviceBuffer grad_full_scratch_;
+  tiers::DeviceBuffer grad_shard_scratch_;
+  std::array<tiers::PinnedBuffer, 2> grad_buffers_;
+  std::array<std::vector<io::Ticket>, 2> grad_buffer_writes_;
+  std::size_t next_grad_buffer_ = 0;
+  cpu_adam::GradNormAccumulator norm_;
+
+  // Gathering's (gather.cpp): a copy of this rank's parameter shard for the all-gather's send
+  // side; pinned slots the NVMe parameter reads land in on the staged path.
+  tiers::DeviceBuffer gather_send_scratch_;
+  std::optional<tiers::PinnedSlab> param_read_slab_;
+
+  // The staged path's (device_lanes.cpp): streams and events; pinned staging of device-homed
+  // sub-groups (two slots), of one gradient shard in fp32 and of one padded unit in fp32.
+  std::unique_ptr<DeviceLanes> lanes_;
+  tiers::PinnedBuffer device_staging_;
+  tiers::PinnedBuffer shard_staging_;
+  tiers::PinnedBuffer full_staging_;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start);

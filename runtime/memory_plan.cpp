@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/buffer_plan.hpp"
 #include "runtime/byte_size.hpp"
 
 namespace strata::runtime {
@@ -32,6 +33,74 @@ std::uint64_t largest_unit_elements(const Config& config, std::uint64_t params) 
   const std::uint64_t block = 12 * d * d + 13 * d;
   const std::uint64_t embedding = (static_cast<std::uint64_t>(model.vocab) + model.seq_len) * d;
   return std::max(block, embedding);
+}
+
+// The Engine's buffer plan for this plan's units and data path. Only Ψ known: units of
+// plan.unit_elements. A CUDA device takes the staged path, and its collectives are counted on the
+// host (a unit of pinned staging that NcclComm would make unneeded).
+BufferPlanInputs buffer_inputs(const Config& config, const PlanInputs& inputs,
+                               const MemoryPlan& plan) {
+  BufferPlanInputs out;
+  out.unit_numels = inputs.unit_numels;
+  if (out.unit_numels.empty()) {
+    const std::uint64_t unit = std::max<std::uint64_t>(1, plan.unit_elements);
+    for (std::uint64_t done = 0; done < plan.params; done += unit) {
+      out.unit_numels.push_back(std::min(unit, plan.params - done));
+    }
+  }
+  out.ranks = plan.ranks;
+  out.grad_accumulation = config.model.grad_accumulation;
+  out.device_addressable = config.tiers.device.kind != DeviceKind::kCuda;
+  out.collectives_on_device = out.device_addressable;
+  return out;
+}
+
+// Units known: the state rows hold padded shards, per tier as the Engine places them.
+void use_exact_state(MemoryPlan& plan, const BufferPlan& buffers) {
+  tier_row(plan, Tier::kDevice).state_bytes = buffers.device_state_bytes;
+  tier_row(plan, Tier::kHost).state_bytes = buffers.host_state_bytes;
+  tier_row(plan, Tier::kNvme).state_bytes = buffers.nvme_state_bytes;
+}
+
+void add_buffer_rows(MemoryPlan& plan, const Config& config, const BufferPlan& buffers,
+                     bool exact) {
+  const ZeroConfig& zero = config.zero;
+  std::uint64_t gathered = buffers.device_all_gathered_bytes();
+  std::string gathered_purpose = "every unit gathered for the whole step (stages 0-2)";
+  if (plan.stage >= 3 && exact) {
+    // The residency manager caches released units while the budget allows (docs/design.md).
+    const std::uint64_t fixed = buffers.device_state_bytes + buffers.device_scratch_bytes();
+    const std::uint64_t left = config.tiers.device.budget_bytes > fixed
+                                   ? config.tiers.device.budget_bytes - fixed
+                                   : 0;
+    gathered = std::min(gathered, std::max(left, buffers.gathered_unit_bytes_max));
+    gathered_purpose = fmt::format("gathered units cached (all {} units, as far as the budget allows)",
+                                   buffers.gathered_unit_bytes.size());
+  } else if (plan.stage >= 3) {
+    gathered = std::min<std::uint64_t>(gathered,
+                                       (zero.prefetch_depth + 1) * buffers.gathered_unit_bytes_max);
+    gathered_purpose = fmt::format("{} gathered units (prefetch_depth {} + 1) of {} params",
+                                   zero.prefetch_depth + 1, zero.prefetch_depth, plan.unit_elements);
+  }
+  plan.buffers.push_back({gathered_purpose, Tier::kDevice, gathered});
+  plan.buffers.push_back({"gradient of one unit (fp32) and its reduced shard, gather send copy",
+                          Tier::kDevice, buffers.device_scratch_bytes()});
+  if (buffers.pipeline_buffer_count > 0) {
+    plan.buffers.push_back({fmt::format("{} optimizer pipeline buffers of {} elements",
+                                        buffers.pipeline_buffer_count, buffers.largest_group_numel),
+                            Tier::kHost,
+                            buffers.pipeline_buffer_count * buffers.pipeline_buffer_bytes});
+  }
+  if (buffers.grad_staging_buffer_bytes > 0) {
+    plan.buffers.push_back({"2 gradient shard write buffers", Tier::kHost,
+                            2 * buffers.grad_staging_buffer_bytes});
+  }
+  if (buffers.staged_path_bytes() > 0) {
+    plan.buffers.push_back(
+        {"pinned staging of the CUDA data path (device-homed sub-groups, a gradient shard, a "
+         "unit for collectives on the host, NVMe parameter reads)",
+         Tier::kHost, buffers.staged_path_bytes()});
+  }
 }
 
 MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
@@ -70,52 +139,14 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
                                                                  : "fp32 master + sum of squares"),
             optimizer_bytes, plan.stage >= 1, zero.optimizer);
 
-  // Working buffers, as the Engine allocates them.
-  plan.unit_elements = largest_unit_elements(config, psi);
-  const std::uint64_t unit = plan.unit_elements;
-  const std::uint64_t unit_shard = ceil_div(unit, n);
-  // A gathered unit: its 16-bit parameters plus the fp32 copy compute reads (fp32 alone for fp32).
-  const std::uint64_t gathered_bytes_per_param = 4 + (param_bytes == 4 ? 0 : param_bytes);
-  if (plan.stage >= 3) {
-    plan.buffers.push_back({fmt::format("{} gathered units (prefetch_depth {} + 1) of {} params",
-                                        zero.prefetch_depth + 1, zero.prefetch_depth, unit),
-                            Tier::kDevice,
-                            (zero.prefetch_depth + 1) * unit * gathered_bytes_per_param});
-  } else {
-    plan.buffers.push_back({"every unit gathered for the whole step (stages 0-2)", Tier::kDevice,
-                            psi * gathered_bytes_per_param});
-  }
-  plan.buffers.push_back({"gradient of one unit (fp32) and its reduced shard, gather send copy",
-                          Tier::kDevice, unit * 4 + unit_shard * (4 + param_bytes)});
-  const std::uint64_t optimizer_shard = plan.states[2].elements_per_rank;
-  if (zero.optimizer == Tier::kNvme || zero.grads == Tier::kNvme || zero.params == Tier::kNvme) {
-    // One buffer holds a sub-group of every state kind homed on NVMe.
-    std::uint64_t per_element = zero.optimizer == Tier::kNvme ? optimizer_bytes : 0;
-    if (zero.grads == Tier::kNvme) per_element += grad_bytes;
-    if (zero.params == Tier::kNvme) per_element += param_bytes;
-    const std::uint64_t group = std::min<std::uint64_t>(zero.sub_group_size, optimizer_shard);
-    plan.buffers.push_back(
-        {fmt::format("{} optimizer pipeline buffers of {} elements", zero.buffer_count, group),
-         Tier::kHost, zero.buffer_count * group * per_element});
-  }
-  if (zero.grads == Tier::kNvme) {
-    plan.buffers.push_back(
-        {"2 gradient shard write buffers", Tier::kHost, 2 * unit_shard * grad_bytes});
-  }
-  if (config.tiers.device.kind == DeviceKind::kCuda) {
-    // The Engine's CUDA data path (docs/design.md): pinned staging between GPU memory and the CPU
-    // (a unit for collectives on the host counted even where NcclComm makes it unneeded).
-    std::uint64_t per_element = zero.optimizer == Tier::kDevice ? optimizer_bytes : 0;
-    if (zero.grads == Tier::kDevice) per_element += grad_bytes;
-    if (zero.params == Tier::kDevice) per_element += param_bytes;
-    const std::uint64_t group = std::min<std::uint64_t>(zero.sub_group_size, optimizer_shard);
-    std::uint64_t bytes = 2 * group * per_element + unit_shard * 4 + (n > 1 ? unit * 4 : 0);
-    if (zero.params == Tier::kNvme) bytes += (zero.prefetch_depth + 2) * unit_shard * param_bytes;
-    plan.buffers.push_back(
-        {"pinned staging of the CUDA data path (device-homed sub-groups, a gradient shard, a "
-         "unit for collectives on the host, NVMe parameter reads)",
-         Tier::kHost, bytes});
-  }
+  // Working buffers: the Engine's buffer plan over the model's units (or units of the largest
+  // unit's size when only Ψ is known).
+  plan.unit_elements = inputs.unit_numels.empty()
+                           ? largest_unit_elements(config, psi)
+                           : *std::max_element(inputs.unit_numels.begin(), inputs.unit_numels.end());
+  const BufferPlan buffers = make_buffer_plan(config, buffer_inputs(config, inputs, plan));
+  if (!inputs.unit_numels.empty()) use_exact_state(plan, buffers);
+  add_buffer_rows(plan, config, buffers, !inputs.unit_numels.empty());
   for (const BufferRow& buffer : plan.buffers)
     tier_row(plan, buffer.tier).buffer_bytes += buffer.bytes;
 

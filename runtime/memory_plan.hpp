@@ -1,7 +1,8 @@
 // The per-rank memory plan: bytes per state kind per tier, working buffers, totals against the
-// budgets, NVMe traffic and communication volume per optimizer step. Computed from the config
-// alone, before anything is allocated (`strata plan`), with the ZeRO paper's arithmetic:
-// stage 1 shards optimizer state, stage 2 also gradients, stage 3 also parameters.
+// budgets, NVMe traffic and communication volume per optimizer step. Computed before anything is
+// allocated (`strata plan`). The state rows follow the ZeRO paper's arithmetic (stage 1 shards
+// optimizer state, stage 2 also gradients, stage 3 also parameters); the working buffers are the
+// Engine's own buffer plan (runtime/buffer_plan.hpp), so what is printed is what it allocates.
 #pragma once
 
 #include <array>
@@ -16,8 +17,19 @@
 namespace strata::runtime {
 
 struct PlanInputs {
+  PlanInputs() = default;
+  PlanInputs(std::uint64_t params_in, std::uint32_t ranks_in,
+             std::vector<std::uint64_t> unit_numels_in = {})
+      : params(params_in), ranks(ranks_in), unit_numels(std::move(unit_numels_in)) {}
+
   std::uint64_t params = 0;  // Ψ, the model's parameter count
   std::uint32_t ranks = 1;   // N, data-parallel ranks
+  // The model's units (real elements of each, in order), when known. The plan is then exact: state
+  // in padded shards, the gathered units the Engine keeps (every unit, as far as the device budget
+  // allows: the residency manager caches them), and tier totals equal to the Engine's high-water
+  // marks. Empty: Ψ cut into units of the largest unit's size (estimated from [model]), state as
+  // the ZeRO paper counts it, and at stage 3 only the working set of prefetch_depth + 1 units.
+  std::vector<std::uint64_t> unit_numels;
 };
 
 enum class StateKind { kParams, kGrads, kOptimizer };

@@ -1,7 +1,9 @@
-// The optimizer step: global gradient norm and overflow check first (from values accumulated as
-// the gradients arrived), then every (unit, sub-group) through the CPU optimizer. State homed on
-// NVMe streams through `buffer_count` pinned buffers: the reads of the next sub-groups, Adam on
-// this one and the writes of the previous ones overlap. One commit of the NVMe store ends the step.
+// The optimizer step: the contracts checked, the global gradient norm and overflow check (from
+// values accumulated as the gradients arrived), then every (unit, sub-group) through the CPU
+// optimizer. State homed on NVMe streams through `buffer_count` pinned buffers: the reads of the
+// next sub-groups, Adam on this one and the writes of the previous ones overlap. Device-homed
+// state on the staged path goes through two pinned slots (device_lanes.cpp). One commit of the
+// NVMe store ends the step.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -17,6 +19,11 @@
 namespace strata::runtime::detail {
 namespace {
 
+constexpr std::array<Kind, 4> kReadKinds = {Kind::kMaster, Kind::kExpAvg, Kind::kExpAvgSq,
+                                            Kind::kGrad};
+constexpr std::array<Kind, 4> kWriteKinds = {Kind::kMaster, Kind::kExpAvg, Kind::kExpAvgSq,
+                                             Kind::kParam};
+
 cpu_adam::Algorithm algorithm_of(OptimizerType type) {
   switch (type) {
     case OptimizerType::kAdamW:
@@ -31,6 +38,25 @@ cpu_adam::Algorithm algorithm_of(OptimizerType type) {
   return cpu_adam::Algorithm::kAdamW;
 }
 
+cpu_adam::Hyperparams hyperparams_of(const OptimizerConfig& optimizer, double lr,
+                                     std::uint64_t step) {
+  cpu_adam::Hyperparams hyper;
+  hyper.algorithm = algorithm_of(optimizer.type);
+  hyper.lr = lr;
+  hyper.beta1 = optimizer.beta1;
+  hyper.beta2 = optimizer.beta2;
+  hyper.eps = optimizer.eps;
+  hyper.weight_decay = optimizer.weight_decay;
+  hyper.bias_correction = optimizer.bias_correction ? cpu_adam::BiasCorrection::kOn
+                                                    : cpu_adam::BiasCorrection::kOff;
+  hyper.step = static_cast<std::int64_t>(step);
+  return hyper;
+}
+
+bool uses_fp16(const Config& config) {
+  return config.precision.params == DType::kFp16 || config.precision.grads == DType::kFp16;
+}
+
 // Elements [begin, begin + numel) of every span in `spans`.
 cpu_adam::ParamSpans slice(const cpu_adam::ParamSpans& spans, std::uint64_t begin,
                            std::uint64_t numel) {
@@ -38,223 +64,278 @@ cpu_adam::ParamSpans slice(const cpu_adam::ParamSpans& spans, std::uint64_t begi
   part.master = spans.master.subspan(begin, numel);
   if (!spans.exp_avg.empty()) part.exp_avg = spans.exp_avg.subspan(begin, numel);
   if (!spans.exp_avg_sq.empty()) part.exp_avg_sq = spans.exp_avg_sq.subspan(begin, numel);
-  const cpu_adam::Dtype grad_dtype = spans.grad.dtype;
+  const DType grad_dtype = spans.grad.dtype;
   part.grad = cpu_adam::ConstTypedSpan(
-      static_cast<const std::byte*>(spans.grad.data) + begin * cpu_adam::dtype_bytes(grad_dtype),
+      static_cast<const std::byte*>(spans.grad.data) + begin * dtype_bytes(grad_dtype),
       numel, grad_dtype);
   if (spans.param_out.present()) {
-    const cpu_adam::Dtype out_dtype = spans.param_out.dtype;
+    const DType out_dtype = spans.param_out.dtype;
     part.param_out = cpu_adam::TypedSpan(
-        static_cast<std::byte*>(spans.param_out.data) + begin * cpu_adam::dtype_bytes(out_dtype),
+        static_cast<std::byte*>(spans.param_out.data) + begin * dtype_bytes(out_dtype),
         numel, out_dtype);
   }
   return part;
 }
 
-struct WorkItem {
-  UnitId unit;
-  std::size_t group;
-};
-
 }  // namespace
 
-void EngineState::optimizer_step(StepStats& stats) {
-  const auto step_start = std::chrono::steady_clock::now();
-  const double io_wait_at_start = io_wait_s;
-  const std::uint64_t read_at_start = store ? store->bytes_read() : 0;
-  const std::uint64_t written_at_start = store ? store->bytes_written() : 0;
-  residency->end_iteration();  // the gathers so far are one iteration of the schedule
+// Where the step started: its statistics are differences from these.
+struct EngineState::StepMarks {
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  double io_wait_s = 0;
+  std::uint64_t read_bytes = 0;
+  std::uint64_t written_bytes = 0;
+};
 
-  // 1. Global norm: this rank's sum of squares, then every rank's, added in rank order.
-  double sum_of_squares = norm.sum_of_squares();
-  if (ranks > 1) {
-    std::vector<double> all(ranks);
-    all_gather_host(
-        comm::ConstBuffer{&sum_of_squares, sizeof(double), comm::DataType::kUint8},
-        comm::MutableBuffer{all.data(), sizeof(double) * ranks, comm::DataType::kUint8});
-    sum_of_squares = 0;
-    for (double value : all) sum_of_squares += value;
-  }
-  norm.reset();
-  // The schedule is a function of the step alone, so a resumed run continues it.
-  stats.lr = scheduled_lr(config.optimizer, step_count + 1);
-  const bool non_finite = !std::isfinite(sum_of_squares);
-  const double grad_norm = std::sqrt(sum_of_squares) / loss_scale;
-  stats.grad_norm = grad_norm;
-  const bool fp16 =
-      config.precision.params == DType::kFp16 || config.precision.grads == DType::kFp16;
-
-  for (UnitState& unit : units) unit.grad_calls = 0;
-  if (non_finite) {
-    // fp16 overflow (or a bad gradient): skip the update, lower the scale.
-    stats.skipped = true;
-    if (fp16 && config.precision.dynamic_loss_scale) {
-      loss_scale = std::max(loss_scale / 2, config.precision.min_loss_scale);
+// Every (unit, sub-group) of the step in order, and the NVMe I/O of each through its pipeline
+// buffer (item i uses buffer i % buffer_count, and device staging slot i % 2).
+class EngineState::OptimizerPipeline {
+ public:
+  explicit OptimizerPipeline(EngineState& engine) : engine_(engine) {
+    for (UnitId u = 0; u < engine.units_.size(); ++u) {
+      for (std::size_t g = 0; g < engine.units_[u].groups.size(); ++g) items_.push_back({u, g});
     }
-    clean_steps = 0;
-    stats.step = step_count;
-    stats.loss_scale = loss_scale;
-    stats.step_s = seconds_since(step_start);
+    buffers_ = engine.pipeline_buffers_.size();
+    reads_.resize(items_.size());
+    writes_.resize(std::max<std::size_t>(buffers_, 1));
+  }
+  std::size_t size() const { return items_.size(); }
+  // Reads run ahead of the update by this many items: one buffer computes, one drains.
+  std::size_t lookahead() const { return buffers_ >= 2 ? buffers_ - 2 : 0; }
+  UnitState& unit(std::size_t i) const { return engine_.units_[items_[i].unit]; }
+  std::size_t group(std::size_t i) const { return items_[i].group; }
+
+  // Where `kind` of item i lives during its update.
+  std::byte* location(std::size_t i, Kind kind) const {
+    GroupStaging staging;
+    if (engine_.device_staging_) staging.device = engine_.device_staging_at(kind, i % 2);
+    if (buffers_ > 0) {
+      staging.nvme = engine_.pipeline_buffers_[i % buffers_].data() +
+                     engine_.plan_.pipeline_offsets[static_cast<std::size_t>(kind)];
+    }
+    return engine_.window(unit(i), kind, group(i), staging);
+  }
+
+  cpu_adam::ParamSpans spans(std::size_t i) const {
+    UnitState& u = unit(i);
+    const std::uint64_t numel = u.groups[group(i)].numel;
+    cpu_adam::ParamSpans spans;
+    spans.master = {reinterpret_cast<float*>(location(i, Kind::kMaster)), numel};
+    if (u.has(Kind::kExpAvg)) {
+      spans.exp_avg = {reinterpret_cast<float*>(location(i, Kind::kExpAvg)), numel};
+    }
+    if (u.has(Kind::kExpAvgSq)) {
+      spans.exp_avg_sq = {reinterpret_cast<float*>(location(i, Kind::kExpAvgSq)), numel};
+    }
+    spans.grad =
+        cpu_adam::ConstTypedSpan(location(i, Kind::kGrad), numel, u.home(Kind::kGrad).dtype);
+    const DType param_dtype = engine_.param_dtype();
+    if (param_dtype != DType::kFp32) {
+      spans.param_out = cpu_adam::TypedSpan(location(i, Kind::kParam), numel, param_dtype);
+    }
+    return spans;
+  }
+
+  void issue_reads(std::size_t i) {
+    if (buffers_ == 0) return;
+    // The buffer's previous item must be written out before it is refilled.
+    for (io::Ticket& ticket : writes_[i % buffers_]) engine_.wait_timed(ticket);
+    writes_[i % buffers_].clear();
+    for (Kind kind : kReadKinds) {
+      if (!on_nvme(i, kind)) continue;
+      const ShardHome& home = unit(i).home(kind);
+      reads_[i].push_back(engine_.store_->read(
+          home.extents[group(i)], std::span(location(i, kind), numel(i) * home.element_bytes())));
+    }
+  }
+  void wait_reads(std::size_t i) {
+    for (tiers::StoreRead& read : reads_[i]) engine_.wait_timed(read);
+    reads_[i].clear();
+  }
+  void issue_writes(std::size_t i) {
+    if (buffers_ == 0) return;
+    for (Kind kind : kWriteKinds) {
+      if (!on_nvme(i, kind)) continue;
+      const ShardHome& home = unit(i).home(kind);
+      writes_[i % buffers_].push_back(engine_.store_->write(
+          home.extents[group(i)],
+          std::span<const std::byte>(location(i, kind), numel(i) * home.element_bytes())));
+    }
+  }
+  void drain() {
+    for (auto& buffer_writes : writes_) {
+      for (io::Ticket& ticket : buffer_writes) engine_.wait_timed(ticket);
+    }
+  }
+
+ private:
+  struct Item {
+    UnitId unit;
+    std::size_t group;
+  };
+  bool on_nvme(std::size_t i, Kind kind) const {
+    return unit(i).has(kind) && unit(i).home(kind).residence() == Residence::kNvme;
+  }
+  std::uint64_t numel(std::size_t i) const { return unit(i).groups[group(i)].numel; }
+
+  EngineState& engine_;
+  std::vector<Item> items_;
+  std::size_t buffers_ = 0;
+  std::vector<std::vector<tiers::StoreRead>> reads_;
+  std::vector<std::vector<io::Ticket>> writes_;
+};
+
+void EngineState::optimizer_step(StepStats& stats) {
+  STRATA_ASSERT(finalized_, "step before finalize");
+  check_step_contracts();
+  const StepMarks marks{std::chrono::steady_clock::now(), io_wait_s_,
+                        store_ ? store_->bytes_read() : 0, store_ ? store_->bytes_written() : 0};
+  residency_->end_iteration();  // the gathers so far are one iteration of the schedule
+
+  const double sum_of_squares = global_sum_of_squares();
+  // The schedule is a function of the step alone, so a resumed run continues it.
+  stats.lr = scheduled_lr(config_.optimizer, progress_.step + 1);
+  const double grad_norm = std::sqrt(sum_of_squares) / progress_.loss_scale;
+  stats.grad_norm = grad_norm;
+  for (UnitState& unit : units_) unit.grad_calls = 0;
+  if (!std::isfinite(sum_of_squares)) {
+    skip_step(stats);
+    stats.step_s = seconds_since(marks.start);
     return;
   }
-  const double clip = config.optimizer.grad_clip > 0
-                          ? cpu_adam::clip_coefficient(grad_norm, config.optimizer.grad_clip)
-                          : 1.0;
 
-  cpu_adam::Hyperparams hyper;
-  hyper.algorithm = algorithm_of(config.optimizer.type);
-  hyper.lr = stats.lr;
-  hyper.beta1 = config.optimizer.beta1;
-  hyper.beta2 = config.optimizer.beta2;
-  hyper.eps = config.optimizer.eps;
-  hyper.weight_decay = config.optimizer.weight_decay;
-  hyper.bias_correction = config.optimizer.bias_correction ? cpu_adam::BiasCorrection::kOn
-                                                           : cpu_adam::BiasCorrection::kOff;
-  hyper.step = static_cast<std::int64_t>(step_count + 1);
+  const double clip = config_.optimizer.grad_clip > 0
+                          ? cpu_adam::clip_coefficient(grad_norm, config_.optimizer.grad_clip)
+                          : 1.0;
+  const cpu_adam::Hyperparams hyper =
+      hyperparams_of(config_.optimizer, stats.lr, progress_.step + 1);
   cpu_adam::GradScaling scaling;
-  scaling.loss_scale = loss_scale;
+  scaling.loss_scale = progress_.loss_scale;
   scaling.clip_coef = clip;
   cpu_adam::validate(hyper, scaling);
 
-  // The gradient-staging writes of the backward pass must land before the optimizer reads them.
-  for (auto& writes : grad_buffer_writes) {
+  drain_backward_writes();
+  stats.adam_s = run_optimizer(hyper, scaling);
+  finish_step(stats, marks);
+}
+
+// This rank's sum of squares, then every rank's, added in rank order (the same on every rank).
+double EngineState::global_sum_of_squares() {
+  double sum_of_squares = norm_.sum_of_squares();
+  if (ranks_ > 1) {
+    std::vector<double> all(ranks_);
+    all_gather_host(
+        comm::ConstBuffer{&sum_of_squares, sizeof(double), DType::kUint8},
+        comm::MutableBuffer{all.data(), sizeof(double) * ranks_, DType::kUint8});
+    sum_of_squares = 0;
+    for (double value : all) sum_of_squares += value;
+  }
+  norm_.reset();
+  return sum_of_squares;
+}
+
+// fp16 overflow (or a bad gradient): no update, a lower loss scale.
+void EngineState::skip_step(StepStats& stats) {
+  stats.skipped = true;
+  if (uses_fp16(config_) && config_.precision.dynamic_loss_scale) {
+    progress_.loss_scale = std::max(progress_.loss_scale / 2, config_.precision.min_loss_scale);
+  }
+  progress_.clean_steps = 0;
+  stats.step = progress_.step;
+  stats.loss_scale = progress_.loss_scale;
+}
+
+// The gradient-staging writes of the backward pass must land before the optimizer reads them.
+void EngineState::drain_backward_writes() {
+  for (auto& writes : grad_buffer_writes_) {
     for (io::Ticket& ticket : writes) wait_timed(ticket);
     writes.clear();
   }
+}
 
-  std::vector<WorkItem> items;
-  for (UnitId u = 0; u < units.size(); ++u) {
-    for (std::size_t g = 0; g < units[u].groups.size(); ++g) items.push_back({u, g});
-  }
-  const std::size_t buffers = pipeline_buffers.size();
-  std::vector<std::vector<tiers::StoreRead>> reads(items.size());
-  std::vector<std::vector<io::Ticket>> writes(std::max<std::size_t>(buffers, 1));
-  const std::array<Kind, 4> read_kinds = {Kind::kMaster, Kind::kExpAvg, Kind::kExpAvgSq,
-                                          Kind::kGrad};
-  const std::array<Kind, 4> write_kinds = {Kind::kMaster, Kind::kExpAvg, Kind::kExpAvgSq,
-                                           Kind::kParam16};
-
-  // Where `kind` of item i lives during its update: in memory, in the device staging (device
-  // memory the CPU does not address: stage_in / stage_out), or in its pipeline buffer.
-  const auto location = [&](std::size_t i, Kind kind) -> std::byte* {
-    UnitState& unit = units[items[i].unit];
-    ShardHome& home = unit.home(kind);
-    const SubGroup& sub = unit.groups[items[i].group];
-    if (home.memory != nullptr) return home.at(sub.begin);
-    if (home.staged_on_device()) return device_staging_at(kind, i % 2);
-    return pipeline_buffers[i % buffers].data() + pipeline_offsets[static_cast<std::size_t>(kind)];
-  };
-  const auto issue_reads = [&](std::size_t i) {
-    if (buffers == 0) return;
-    // The buffer's previous item must be written out before it is refilled.
-    for (io::Ticket& ticket : writes[i % buffers]) wait_timed(ticket);
-    writes[i % buffers].clear();
-    UnitState& unit = units[items[i].unit];
-    const SubGroup& sub = unit.groups[items[i].group];
-    for (Kind kind : read_kinds) {
-      if (!unit.has(kind) || unit.home(kind).tier != Tier::kNvme) continue;
-      ShardHome& home = unit.home(kind);
-      reads[i].push_back(
-          store->read(home.extents[items[i].group],
-                      std::span(location(i, kind), sub.numel * home.element_bytes())));
-    }
-  };
-
+// Returns the seconds spent in the CPU optimizer.
+double EngineState::run_optimizer(const cpu_adam::Hyperparams& hyper,
+                                  const cpu_adam::GradScaling& scaling) {
+  OptimizerPipeline pipeline(*this);
+  const std::size_t count = pipeline.size();
   double adam_s = 0;
   std::size_t next_read = 0;
-  const std::size_t lookahead = buffers >= 2 ? buffers - 2 : 0;  // one buffer computes, one drains
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    while (next_read < items.size() && next_read <= i + lookahead) issue_reads(next_read++);
-    for (tiers::StoreRead& read : reads[i]) wait_timed(read);
-    reads[i].clear();
-
-    UnitState& unit = units[items[i].unit];
+  for (std::size_t i = 0; i < count; ++i) {
+    while (next_read < count && next_read <= i + pipeline.lookahead()) {
+      pipeline.issue_reads(next_read++);
+    }
+    pipeline.wait_reads(i);
+    UnitState& unit = pipeline.unit(i);
     // Device-homed state: this sub-group's d2h was issued a sub-group ago; the next one's starts
     // now, into the other slot, and overlaps Adam on this one.
-    if (i == 0) stage_in(unit, items[i].group, 0, read_kinds);
+    if (i == 0) stage_in(unit, pipeline.group(i), 0, kReadKinds);
     wait_staged_in(i % 2);
-    if (i + 1 < items.size()) {
-      stage_in(units[items[i + 1].unit], items[i + 1].group, (i + 1) % 2, read_kinds);
-    }
-    const SubGroup& sub = unit.groups[items[i].group];
-    cpu_adam::ParamSpans spans;
-    spans.master = {reinterpret_cast<float*>(location(i, Kind::kMaster)), sub.numel};
-    if (unit.has(Kind::kExpAvg)) {
-      spans.exp_avg = {reinterpret_cast<float*>(location(i, Kind::kExpAvg)), sub.numel};
-    }
-    if (unit.has(Kind::kExpAvgSq)) {
-      spans.exp_avg_sq = {reinterpret_cast<float*>(location(i, Kind::kExpAvgSq)), sub.numel};
-    }
-    spans.grad =
-        cpu_adam::ConstTypedSpan(location(i, Kind::kGrad), sub.numel, unit.home(Kind::kGrad).dtype);
-    std::byte* param_out = location(i, Kind::kParam16);
-    if (param_dtype != cpu_adam::Dtype::kFp32) {
-      spans.param_out = cpu_adam::TypedSpan(param_out, sub.numel, param_dtype);
-    }
+    if (i + 1 < count) stage_in(pipeline.unit(i + 1), pipeline.group(i + 1), (i + 1) % 2, kReadKinds);
     const auto adam_start = std::chrono::steady_clock::now();
-    Tracer::Scope scope(options.tracer, TraceTrack::kOptimizer,
-                        fmt::format("adam {} [{}]", unit.spec.name, items[i].group));
-    if (options.optimizer_compute == EngineOptions::OptimizerCompute::kRun) {
-      if (hyper.weight_decay == 0) {
-        cpu_adam::step(hyper, spans, scaling, *arena);
-      } else {
-        // Weight decay per tensor: one call per run of tensors that agree on it. The update is
-        // element-wise, so cutting the sub-group changes no bits.
-        for_each_decay_run(unit.spec, unit.layout, unit.layout.shard_begin(rank) + sub.begin,
-                           sub.numel, [&](const DecayRun& run) {
-                             cpu_adam::Hyperparams run_hyper = hyper;
-                             if (!run.weight_decay) run_hyper.weight_decay = 0;
-                             cpu_adam::step(run_hyper, slice(spans, run.begin, run.numel), scaling,
-                                            *arena);
-                           });
-      }
-    }
-    if (param_dtype == cpu_adam::Dtype::kFp32) {
-      std::memcpy(param_out, spans.master.data(), sub.numel * sizeof(float));
-    }
+    update_sub_group(unit, pipeline.group(i), pipeline.spans(i),
+                     pipeline.location(i, Kind::kParam), hyper, scaling);
     adam_s += seconds_since(adam_start);
-    stage_out(unit, items[i].group, i % 2, write_kinds);
+    stage_out(unit, pipeline.group(i), i % 2, kWriteKinds);
+    pipeline.issue_writes(i);
+  }
+  pipeline.drain();
+  finish_staging();
+  return adam_s;
+}
 
-    if (buffers == 0) continue;
-    for (Kind kind : write_kinds) {
-      if (!unit.has(kind) || unit.home(kind).tier != Tier::kNvme) continue;
-      ShardHome& home = unit.home(kind);
-      writes[i % buffers].push_back(store->write(
-          home.extents[items[i].group],
-          std::span<const std::byte>(location(i, kind), sub.numel * home.element_bytes())));
+void EngineState::update_sub_group(UnitState& unit, std::size_t group,
+                                   const cpu_adam::ParamSpans& spans, std::byte* param_out,
+                                   const cpu_adam::Hyperparams& hyper,
+                                   const cpu_adam::GradScaling& scaling) {
+  const SubGroup& sub = unit.groups[group];
+  Tracer::Scope scope(options_.tracer, TraceTrack::kOptimizer,
+                      fmt::format("adam {} [{}]", unit.spec.name, group));
+  if (options_.optimizer_compute == EngineOptions::OptimizerCompute::kRun) {
+    if (hyper.weight_decay == 0) {
+      cpu_adam::step(hyper, spans, scaling, *arena_);
+    } else {
+      // Weight decay per tensor: one call per run of tensors that agree on it. The update is
+      // element-wise, so cutting the sub-group changes no bits.
+      for_each_decay_run(unit.spec, unit.layout, unit.layout.shard_begin(rank_) + sub.begin,
+                         sub.numel, [&](const DecayRun& run) {
+                           cpu_adam::Hyperparams run_hyper = hyper;
+                           if (!run.weight_decay) run_hyper.weight_decay = 0;
+                           cpu_adam::step(run_hyper, slice(spans, run.begin, run.numel), scaling,
+                                          *arena_);
+                         });
     }
   }
-  for (auto& buffer_writes : writes) {
-    for (io::Ticket& ticket : buffer_writes) wait_timed(ticket);
+  if (param_dtype() == DType::kFp32) {
+    std::memcpy(param_out, spans.master.data(), sub.numel * sizeof(float));
   }
-  finish_staging();
+}
 
-  ++step_count;
-  if (store) store->commit(step_count);
-  // The gathered copies hold the old parameters.
-  residency->invalidate();
-  if (fp16 && config.precision.dynamic_loss_scale &&
-      ++clean_steps >= config.precision.loss_scale_window) {
-    loss_scale *= 2;
-    clean_steps = 0;
+// The step is taken: commit it, drop the gathered copies (they hold the old parameters), grow the
+// loss scale after a window of clean steps, and report.
+void EngineState::finish_step(StepStats& stats, const StepMarks& marks) {
+  ++progress_.step;
+  if (store_) store_->commit(progress_.step);
+  residency_->invalidate();
+  if (uses_fp16(config_) && config_.precision.dynamic_loss_scale &&
+      ++progress_.clean_steps >= config_.precision.loss_scale_window) {
+    progress_.loss_scale *= 2;
+    progress_.clean_steps = 0;
   }
-
-  stats.step = step_count;
-  stats.loss_scale = loss_scale;
-  stats.adam_s = adam_s;
-  stats.io_wait_s = io_wait_s - io_wait_at_start;
-  io_wait_s = 0;
-  if (store) {
-    stats.nvme.read_bytes = store->bytes_read() - nvme_read_mark;
-    stats.nvme.written_bytes = store->bytes_written() - nvme_written_mark;
-    stats.nvme_in_step.read_bytes = store->bytes_read() - read_at_start;
-    stats.nvme_in_step.written_bytes = store->bytes_written() - written_at_start;
-    nvme_read_mark = store->bytes_read();
-    nvme_written_mark = store->bytes_written();
+  stats.step = progress_.step;
+  stats.loss_scale = progress_.loss_scale;
+  stats.io_wait_s = io_wait_s_ - marks.io_wait_s;
+  io_wait_s_ = 0;
+  if (store_) {
+    stats.nvme.read_bytes = store_->bytes_read() - nvme_read_mark_;
+    stats.nvme.written_bytes = store_->bytes_written() - nvme_written_mark_;
+    stats.nvme_in_step.read_bytes = store_->bytes_read() - marks.read_bytes;
+    stats.nvme_in_step.written_bytes = store_->bytes_written() - marks.written_bytes;
+    nvme_read_mark_ = store_->bytes_read();
+    nvme_written_mark_ = store_->bytes_written();
   }
-  stats.comm_bytes = comm->stats().total_payload_bytes();
-  comm->reset_stats();
-  stats.step_s = seconds_since(step_start);
+  stats.comm_bytes = comm_->stats().total_payload_bytes();
+  comm_->reset_stats();
+  stats.step_s = seconds_since(marks.start);
 }
 
 }  // namespace strata::runtime::detail

@@ -1,18 +1,14 @@
 #include "runtime/safetensors.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 
 #include "base/assert.hpp"
-#include "cpu_adam/dtype.hpp"
+#include "base/dtype.hpp"
+#include "io/whole_file.hpp"
 
 namespace strata::runtime {
 namespace {
@@ -23,22 +19,6 @@ static_assert(std::endian::native == std::endian::little,
 constexpr std::size_t kLengthBytes = 8;
 constexpr const char* kMetadataKey = "__metadata__";
 
-// Closes the descriptor quietly on every exit path; close errors after a checked fsync carry no
-// news about the data.
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 std::string shape_text(std::span<const std::size_t> shape) {
   std::string text = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) {
@@ -47,7 +27,8 @@ std::string shape_text(std::span<const std::size_t> shape) {
   return text + "]";
 }
 
-const char* dtype_name(DType dtype) {
+// The format's names of the three floating types it carries.
+const char* safetensors_dtype_name(DType dtype) {
   switch (dtype) {
     case DType::kFp32:
       return "F32";
@@ -55,13 +36,16 @@ const char* dtype_name(DType dtype) {
       return "BF16";
     case DType::kFp16:
       return "F16";
+    case DType::kUint8:
+    case DType::kUint64:
+      break;  // never written: exports are floating
   }
   return "?";
 }
 
-bool parse_dtype(const std::string& name, DType& dtype) {
+bool parse_safetensors_dtype(const std::string& name, DType& dtype) {
   for (const DType candidate : {DType::kFp32, DType::kBf16, DType::kFp16}) {
-    if (name == dtype_name(candidate)) {
+    if (name == safetensors_dtype_name(candidate)) {
       dtype = candidate;
       return true;
     }
@@ -102,7 +86,7 @@ SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& valu
   SafetensorsEntry entry;
   entry.name = name;
   const nlohmann::json& dtype = value["dtype"];
-  if (!dtype.is_string() || !parse_dtype(dtype.get<std::string>(), entry.dtype)) {
+  if (!dtype.is_string() || !parse_safetensors_dtype(dtype.get<std::string>(), entry.dtype)) {
     throw SafetensorsError(
         file, name,
         "unknown or unsupported dtype " + dtype.dump() + " (supported: F32, BF16, F16)");
@@ -132,9 +116,10 @@ SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& valu
   const std::size_t expected = elements * dtype_bytes(entry.dtype);
   if (entry.end - entry.begin != expected) {
     throw SafetensorsError(file, name,
-                           "shape " + shape.dump() + " of " + dtype_name(entry.dtype) + " needs " +
-                               std::to_string(expected) + " bytes, data_offsets " + offsets.dump() +
-                               " hold " + std::to_string(entry.end - entry.begin));
+                           "shape " + shape.dump() + " of " + safetensors_dtype_name(entry.dtype) +
+                               " needs " + std::to_string(expected) + " bytes, data_offsets " +
+                               offsets.dump() + " hold " +
+                               std::to_string(entry.end - entry.begin));
   }
   return entry;
 }
@@ -163,85 +148,8 @@ SafetensorsError::SafetensorsError(std::string file, std::string tensor, std::st
       tensor_(std::move(tensor)),
       problem_(std::move(problem)) {}
 
-FileError::FileError(int error_number, const std::string& operation, std::filesystem::path path)
-    : std::system_error(error_number, std::generic_category(),
-                        operation + " '" + path.string() + "'"),
-      path_(std::move(path)) {}
-
-std::vector<std::uint8_t> read_file_bytes(const std::filesystem::path& path) {
-  const FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) throw FileError(errno, "open for reading", path);
-  struct stat info {};
-  if (::fstat(fd.get(), &info) != 0) throw FileError(errno, "stat", path);
-  if (!S_ISREG(info.st_mode)) {
-    throw FileError(S_ISDIR(info.st_mode) ? EISDIR : EINVAL, "read (not a regular file)", path);
-  }
-  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(info.st_size));
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t got = ::read(fd.get(), bytes.data() + done, bytes.size() - done);
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      throw FileError(errno, "read at offset " + std::to_string(done) + " of", path);
-    }
-    if (got == 0) {  // the file shrank under us
-      bytes.resize(done);
-      break;
-    }
-    done += static_cast<std::size_t>(got);
-  }
-  return bytes;
-}
-
-void sync_directory(const std::filesystem::path& directory) {
-  const FileDescriptor fd(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd.get() < 0) throw FileError(errno, "open directory", directory);
-  if (::fsync(fd.get()) != 0) throw FileError(errno, "fsync directory", directory);
-}
-
-void write_file_atomically(const std::filesystem::path& path,
-                           std::span<const std::span<const std::uint8_t>> chunks) {
-  std::filesystem::path temporary = path;
-  temporary += ".tmp";
-  {
-    const FileDescriptor fd(
-        ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (fd.get() < 0) throw FileError(errno, "create", temporary);
-    std::size_t offset = 0;
-    for (const std::span<const std::uint8_t> chunk : chunks) {
-      std::size_t done = 0;
-      while (done < chunk.size()) {
-        const ssize_t wrote = ::write(fd.get(), chunk.data() + done, chunk.size() - done);
-        if (wrote < 0) {
-          if (errno == EINTR) continue;
-          const int error_number = errno;
-          ::unlink(temporary.c_str());
-          throw FileError(error_number,
-                          "write " + std::to_string(chunk.size() - done) + " bytes at offset " +
-                              std::to_string(offset + done) + " of",
-                          temporary);
-        }
-        done += static_cast<std::size_t>(wrote);
-      }
-      offset += chunk.size();
-    }
-    if (::fsync(fd.get()) != 0) {
-      const int error_number = errno;
-      ::unlink(temporary.c_str());
-      throw FileError(error_number, "fsync", temporary);
-    }
-  }
-  if (::rename(temporary.c_str(), path.c_str()) != 0) {
-    const int error_number = errno;
-    ::unlink(temporary.c_str());
-    throw FileError(error_number, "rename '" + temporary.string() + "' to", path);
-  }
-  const std::filesystem::path parent = path.has_parent_path() ? path.parent_path() : ".";
-  sync_directory(parent);
-}
-
 SafetensorsFile SafetensorsFile::read(const std::filesystem::path& path) {
-  return parse(read_file_bytes(path), path.string());
+  return parse(io::read_file_bytes(path), path.string());
 }
 
 SafetensorsFile SafetensorsFile::parse(std::vector<std::uint8_t> bytes, std::string file_name) {
@@ -345,14 +253,14 @@ void SafetensorsFile::read_fp32(const SafetensorsEntry& entry, std::span<float> 
   for (std::size_t i = 0; i < out.size(); ++i) {
     std::uint16_t half = 0;
     std::memcpy(&half, data + 2 * i, 2);
-    out[i] = entry.dtype == DType::kBf16 ? cpu_adam::to_float(cpu_adam::Bf16{half})
-                                         : cpu_adam::to_float(cpu_adam::Fp16{half});
+    out[i] = entry.dtype == DType::kBf16 ? to_float(Bf16{half}) : to_float(Fp16{half});
   }
 }
 
 void save_safetensors(const std::filesystem::path& path, const std::vector<UnitSpec>& units,
                       const UnitReader& read_unit, DType dtype,
                       const std::map<std::string, std::string>& metadata, bool prefix_unit_names) {
+  STRATA_ASSERT(is_floating_point(dtype), "safetensors exports are fp32, bf16 or fp16");
   const std::size_t element_bytes = dtype_bytes(dtype);
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header[kMetadataKey] = metadata;
@@ -370,7 +278,7 @@ void save_safetensors(const std::filesystem::path& path, const std::vector<UnitS
       tensor_offset += spec.numel();
       const std::size_t bytes = values.size() * element_bytes;
       header[tensor_name(units[u], spec, prefix_unit_names)] = {
-          {"dtype", dtype_name(dtype)},
+          {"dtype", safetensors_dtype_name(dtype)},
           {"shape", spec.shape},
           {"data_offsets", {offset, offset + bytes}}};
       std::uint8_t* out = data.data() + offset;
@@ -378,8 +286,8 @@ void save_safetensors(const std::filesystem::path& path, const std::vector<UnitS
         if (bytes != 0) std::memcpy(out, values.data(), bytes);
       } else {
         for (std::size_t i = 0; i < values.size(); ++i) {
-          const std::uint16_t half = dtype == DType::kBf16 ? cpu_adam::to_bf16(values[i]).bits
-                                                           : cpu_adam::to_fp16(values[i]).bits;
+          const std::uint16_t half =
+              dtype == DType::kBf16 ? to_bf16(values[i]).bits : to_fp16(values[i]).bits;
           std::memcpy(out + 2 * i, &half, 2);
         }
       }
@@ -398,7 +306,7 @@ void save_safetensors(const std::filesystem::path& path, const std::vector<UnitS
       std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(header_text.data()),
                                     header_text.size()),
       std::span<const std::uint8_t>(data)};
-  write_file_atomically(path, chunks);
+  io::write_file_atomically(path, chunks);
 }
 
 void load_safetensors(const std::filesystem::path& path, const std::vector<UnitSpec>& units,

@@ -20,6 +20,8 @@
 #include <system_error>
 #include <vector>
 
+#include "io/io_error.hpp"
+#include "io/whole_file.hpp"
 #include "runtime/config.hpp"
 #include "runtime/unit_spec.hpp"
 
@@ -36,25 +38,6 @@ class SafetensorsError : public std::runtime_error {
   std::string file_, tensor_, problem_;
 };
 
-// A failed system call on a whole file: names the operation, the path and errno's text.
-class FileError : public std::system_error {
- public:
-  FileError(int error_number, const std::string& operation, std::filesystem::path path);
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
-// Every byte of the file at `path`.
-std::vector<std::uint8_t> read_file_bytes(const std::filesystem::path& path);
-// Writes `chunks`, in order, to `path` + ".tmp", fsyncs it, renames it over `path` and fsyncs the
-// directory: a reader sees the old file or the complete new one, never a torn one.
-void write_file_atomically(const std::filesystem::path& path,
-                           std::span<const std::span<const std::uint8_t>> chunks);
-// fsync of a directory (after a rename in it); throws FileError.
-void sync_directory(const std::filesystem::path& directory);
-
 struct SafetensorsEntry {
   std::string name;
   DType dtype = DType::kFp32;
@@ -68,7 +51,7 @@ struct SafetensorsEntry {
 // (no overlap, no gap: the format's own rule against polyglot files).
 class SafetensorsFile {
  public:
-  // Throws FileError when the file cannot be read, SafetensorsError when it is malformed.
+  // Throws io::IoError when the file cannot be read, SafetensorsError when it is malformed.
   static SafetensorsFile read(const std::filesystem::path& path);
   // `file_name` stands for the file in error messages.
   static SafetensorsFile parse(std::vector<std::uint8_t> bytes, std::string file_name);

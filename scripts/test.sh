@@ -25,7 +25,7 @@ fi
 # only their executables need building.
 labels() { local IFS='|'; echo "^($*)\$"; }
 
-asan_suites=(strata_io_tests strata_cpu_adam_tests strata_tiers_tests strata_comm_tests
+asan_suites=(strata_base_tests strata_io_tests strata_cpu_adam_tests strata_tiers_tests strata_comm_tests
              strata_runtime_tests strata_reliability_tests strata_fuzz_regression_tests)
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$jobs" --target "${asan_suites[@]}" strata_crash_child strata

@@ -1,10 +1,5 @@
 #include "tiers/nvme_store.hpp"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 #include <variant>
 
@@ -141,7 +136,7 @@ void StoreRead::wait() {
   verified_ = true;
 }
 
-NvmeStore::NvmeStore(io::Engine& engine, const NvmeStoreOptions& options,
+NvmeStore::NvmeStore(io::IoEngine& engine, const NvmeStoreOptions& options,
                      std::vector<ExtentSpec> extents)
     : engine_(&engine), options_(options) {
   if (options_.paths.empty()) {
@@ -173,18 +168,13 @@ NvmeStore::NvmeStore(io::Engine& engine, const NvmeStoreOptions& options,
   // Exclusive use of these files before any of them is opened (kCreate truncates).
   const std::filesystem::path lock_path =
       options_.paths.front() / fmt::format("strata-rank{}.lock", options_.rank);
-  lock_.fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_.fd < 0) throw io::IoError("open", lock_path.string(), 0, 0, errno);
-  if (::flock(lock_.fd, LOCK_EX | LOCK_NB) != 0) {
-    const int error = errno;
-    if (error == EWOULDBLOCK) {
-      throw StoreBusy(
-          fmt::format("the NVMe store of rank {} at {} is in use by another strata run "
-                      "(another process, or another Engine in this one): two runs must "
-                      "not share [tiers.nvme] paths",
-                      options_.rank, options_.paths.front().string()));
-    }
-    throw io::IoError("flock", lock_path.string(), 0, 0, error);
+  lock_ = io::FileHandle::open(lock_path, {io::CreateMode::kCreate, io::DirectIo::kOff});
+  if (!lock_.try_lock_exclusive()) {
+    throw StoreBusy(fmt::format(
+        "the NVMe store of rank {} at {} is in use by another strata run "
+        "(another process, or another Engine in this one): two runs must not share [tiers.nvme] "
+        "paths",
+        options_.rank, options_.paths.front().string()));
   }
   const bool manifest_exists =
       std::filesystem::exists(manifest_path(0)) || std::filesystem::exists(manifest_path(1));
@@ -227,10 +217,6 @@ NvmeStore::~NvmeStore() {
   for (Extent& extent : extents_) {
     if (extent.pending_write.valid()) extent.pending_write.wait();
   }
-}
-
-NvmeStore::LockFile::~LockFile() {
-  if (fd >= 0) ::close(fd);  // releases the flock
 }
 
 std::filesystem::path NvmeStore::manifest_path(int copy) const {

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "io/engine.hpp"
+#include "io/file_handle.hpp"
 #include "io/striped_file.hpp"
 #include "io/ticket.hpp"
 
@@ -101,7 +102,7 @@ class NvmeStore {
   // Opens the store for `extents` (the same list, in the same order, on every reopen).
   // Throws StoreMismatch when a resumed store was written for another layout, StoreCorruption when
   // no manifest copy is valid, io::IoError for file errors (path and errno named).
-  NvmeStore(io::Engine& engine, const NvmeStoreOptions& options, std::vector<ExtentSpec> extents);
+  NvmeStore(io::IoEngine& engine, const NvmeStoreOptions& options, std::vector<ExtentSpec> extents);
   NvmeStore(const NvmeStore&) = delete;
   NvmeStore& operator=(const NvmeStore&) = delete;
   ~NvmeStore();  // waits for writes in flight; never commits
@@ -158,7 +159,7 @@ class NvmeStore {
   std::uint64_t layout_hash() const;
   std::string describe(const Extent& extent, std::uint8_t slot) const;
 
-  io::Engine* engine_;
+  io::IoEngine* engine_;
   NvmeStoreOptions options_;
   std::vector<Extent> extents_;
   std::vector<std::filesystem::path> swap_paths_;
@@ -168,13 +169,7 @@ class NvmeStore {
   std::uint64_t manifest_sizes_on_disk_[2] = {0, 0};  // before opening grew them
   // flock'ed "strata-rank<R>.lock" on the first path, held for the store's life (and released
   // if the constructor throws, since members are destroyed then).
-  struct LockFile {
-    int fd = -1;
-    LockFile() = default;
-    LockFile(const LockFile&) = delete;
-    LockFile& operator=(const LockFile&) = delete;
-    ~LockFile();
-  } lock_;
+  io::FileHandle lock_;
   std::uint64_t manifest_sequence_ = 0;
   std::optional<std::uint64_t> committed_step_;
   bool resumed_ = false;

@@ -5,7 +5,7 @@
 
 #include <cstddef>
 
-#include "cpu_adam/dtype.hpp"
+#include "cpu_adam/typed_span.hpp"
 #include "cpu_adam/simd_level.hpp"
 
 namespace strata::cpu_adam::detail {

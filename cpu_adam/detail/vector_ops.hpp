@@ -11,7 +11,7 @@
 
 #include <xsimd/xsimd.hpp>
 
-#include "cpu_adam/dtype.hpp"
+#include "cpu_adam/typed_span.hpp"
 
 #if defined(__SSE2__)
 #include <immintrin.h>

@@ -85,11 +85,11 @@ std::string describe_optimizer(const strata::runtime::OptimizerConfig& optimizer
   return text;
 }
 
-strata::runtime::DType export_dtype_of(const std::string& name) {
+strata::DType export_dtype_of(const std::string& name) {
   namespace runtime = strata::runtime;
-  return name == "bf16" ? runtime::DType::kBf16
-         : name == "fp16" ? runtime::DType::kFp16
-                          : runtime::DType::kFp32;
+  return name == "bf16" ? DType::kBf16
+         : name == "fp16" ? DType::kFp16
+                          : DType::kFp32;
 }
 
 // --model: the Hugging Face path; the GPT-only flags are refused rather than ignored.

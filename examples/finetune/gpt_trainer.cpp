@@ -188,7 +188,7 @@ void GptTrainer::load_weights(const std::filesystem::path& path) {
                         });
 }
 
-void GptTrainer::export_weights(const std::filesystem::path& path, runtime::DType dtype) {
+void GptTrainer::export_weights(const std::filesystem::path& path, DType dtype) {
   // Every rank takes part in the gathers; rank 0 writes.
   std::vector<std::vector<float>> units;
   for (runtime::UnitId unit : units_) units.push_back(engine_->gather_master(unit));

@@ -56,7 +56,7 @@ class GptTrainer {
   void load_weights(const std::filesystem::path& path);
   // Every unit's full fp32 weights, gathered from all ranks, as one safetensors file (rank 0
   // writes; every rank must call).
-  void export_weights(const std::filesystem::path& path, runtime::DType dtype);
+  void export_weights(const std::filesystem::path& path, DType dtype);
 
   StepReport train_step();
   // Mean loss over the fixed validation batches (forward only).

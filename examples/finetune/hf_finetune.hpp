@@ -23,7 +23,7 @@ struct HfFinetuneOptions {
   std::optional<std::uint32_t> grad_accumulation;
   bool activation_checkpointing = false;
   std::string export_dir;
-  runtime::DType export_dtype = runtime::DType::kBf16;
+  DType export_dtype = DType::kBf16;
   std::uint64_t max_shard_bytes = 5'000'000'000;
   std::uint32_t eval_every = 25;  // 0: only at the start and the end
   std::uint32_t eval_batches = 4;

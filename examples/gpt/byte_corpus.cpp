@@ -6,7 +6,8 @@
 #include <system_error>
 
 #include "base/assert.hpp"
-#include "examples/gpt/file_bytes.hpp"
+#include "io/io_error.hpp"
+#include "io/whole_file.hpp"
 
 namespace strata::gpt {
 namespace {
@@ -15,7 +16,7 @@ std::vector<std::filesystem::path> expand(const std::filesystem::path& path) {
   std::error_code error;
   const std::filesystem::file_status status = std::filesystem::status(path, error);
   if (error) {
-    throw FileError(error.value(), "stat corpus path", path);
+    throw io::IoError("stat corpus path", path.string(), 0, 0, error.value());
   }
   if (!std::filesystem::is_directory(status)) {
     return {path};
@@ -23,7 +24,7 @@ std::vector<std::filesystem::path> expand(const std::filesystem::path& path) {
   std::vector<std::filesystem::path> files;
   std::filesystem::directory_iterator entries(path, error);
   if (error) {
-    throw FileError(error.value(), "list corpus directory", path);
+    throw io::IoError("list corpus directory", path.string(), 0, 0, error.value());
   }
   for (const std::filesystem::directory_entry& entry : entries) {
     if (entry.is_regular_file() && !entry.is_symlink()) {
@@ -32,7 +33,7 @@ std::vector<std::filesystem::path> expand(const std::filesystem::path& path) {
   }
   std::sort(files.begin(), files.end());
   if (files.empty()) {
-    throw FileError(ENOENT, "find a regular file in corpus directory", path);
+    throw io::IoError("find a regular file in corpus directory", path.string(), 0, 0, ENOENT);
   }
   return files;
 }
@@ -64,21 +65,21 @@ Corpus load_corpus(std::span<const std::filesystem::path> paths, const CorpusOpt
   }
   std::vector<std::uint8_t> all;
   for (const std::filesystem::path& file : corpus.files) {
-    const std::vector<std::uint8_t> bytes = read_file_bytes(file);
+    const std::vector<std::uint8_t> bytes = io::read_file_bytes(file);
     all.insert(all.end(), bytes.begin(), bytes.end());
   }
   const auto validation_bytes = static_cast<std::size_t>(
       std::floor(static_cast<double>(all.size()) * options.validation_fraction));
   const std::size_t train_bytes = all.size() - validation_bytes;
   if (train_bytes < options.min_split_bytes || validation_bytes < options.min_split_bytes) {
-    throw FileError(
-        EINVAL,
-        "use as corpus: " + std::to_string(all.size()) + " bytes give " +
+    throw io::IoError(
+        "use as corpus (" + std::to_string(all.size()) + " bytes give " +
             std::to_string(train_bytes) + " training and " + std::to_string(validation_bytes) +
             " validation bytes, each split needs " + std::to_string(options.min_split_bytes) +
-            " (seq_len + 1); files:",
+            ", seq_len + 1) the files",
         describe(corpus.files.empty() ? paths
-                                      : std::span<const std::filesystem::path>(corpus.files)));
+                                      : std::span<const std::filesystem::path>(corpus.files)),
+        0, 0, EINVAL);
   }
   corpus.train.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(train_bytes));
   corpus.validation.assign(all.begin() + static_cast<std::ptrdiff_t>(train_bytes), all.end());

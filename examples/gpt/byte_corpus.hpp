@@ -28,7 +28,7 @@ struct CorpusOptions {
 
 // Reads `paths` in order; a directory stands for its regular files sorted by name (symbolic
 // links are skipped: /usr/share/common-licenses links GPL -> GPL-3, which would duplicate text).
-// Throws FileError (path + errno text) for a missing or unreadable path, and for a corpus whose
+// Throws io::IoError (path + errno text) for a missing or unreadable path, and for a corpus whose
 // train or validation part is smaller than options.min_split_bytes (EINVAL, naming the paths).
 Corpus load_corpus(std::span<const std::filesystem::path> paths, const CorpusOptions& options);
 Corpus load_default_corpus(const CorpusOptions& options);

@@ -23,7 +23,7 @@ std::vector<runtime::UnitSpec> runtime_units(const std::vector<UnitSpec>& units)
 }  // namespace
 
 void save_safetensors(const std::filesystem::path& path, const std::vector<UnitSpec>& units,
-                      const UnitReader& read_unit, runtime::DType dtype,
+                      const UnitReader& read_unit, DType dtype,
                       const std::map<std::string, std::string>& metadata) {
   runtime::save_safetensors(
       path, runtime_units(units),
@@ -35,7 +35,7 @@ void save_safetensors(const std::filesystem::path& path, const std::vector<UnitS
 }
 
 void save_safetensors(const std::filesystem::path& path, const ParameterStore& params,
-                      runtime::DType dtype, const std::map<std::string, std::string>& metadata) {
+                      DType dtype, const std::map<std::string, std::string>& metadata) {
   save_safetensors(
       path, params.units(), [&](std::size_t index) { return params.unit(index); }, dtype, metadata);
 }

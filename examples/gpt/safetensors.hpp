@@ -30,10 +30,9 @@ using UnitWriter = runtime::UnitWriter;
 
 // Writes every tensor of `units` as `dtype`, in unit order, atomically (temporary + rename).
 void save_safetensors(const std::filesystem::path& path, const std::vector<UnitSpec>& units,
-                      const UnitReader& read_unit, runtime::DType dtype,
+                      const UnitReader& read_unit, DType dtype,
                       const std::map<std::string, std::string>& metadata = {});
-void save_safetensors(const std::filesystem::path& path, const ParameterStore& params,
-                      runtime::DType dtype,
+void save_safetensors(const std::filesystem::path& path, const ParameterStore& params, DType dtype,
                       const std::map<std::string, std::string>& metadata = {});
 // Fills every tensor of `params` from the file. A tensor of the model missing from the file, a
 // shape that differs from the model's, or a tensor in the file the model does not have (e.g.

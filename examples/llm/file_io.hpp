@@ -1,6 +1,7 @@
-// Files for checkpoint I/O: a read-only file read by byte range (pread), so a loader touches only
-// the bytes it needs, and an output file written sequentially then renamed into place.
-// Errors are runtime::FileError naming the operation, the path and (for reads) offset and length.
+// Files for checkpoint I/O, on io/'s one file layer (io::FileHandle, io/whole_file.hpp): a
+// read-only file read by byte range (pread), so a loader touches only the bytes it needs, and an
+// output file written sequentially then renamed into place. Errors are io::IoError naming the
+// operation, the path, the offset and the length.
 #pragma once
 
 #include <cstddef>
@@ -9,27 +10,24 @@
 #include <span>
 #include <string>
 
+#include "io/file_handle.hpp"
+
 namespace strata::llm {
 
 // Move-only; closes its descriptor quietly.
 class ReadOnlyFile {
  public:
   static ReadOnlyFile open(const std::filesystem::path& path);
-  ReadOnlyFile(ReadOnlyFile&& other) noexcept;
-  ReadOnlyFile& operator=(ReadOnlyFile&& other) noexcept;
-  ReadOnlyFile(const ReadOnlyFile&) = delete;
-  ReadOnlyFile& operator=(const ReadOnlyFile&) = delete;
-  ~ReadOnlyFile();
 
   const std::filesystem::path& path() const { return path_; }
   std::uint64_t size_bytes() const { return size_bytes_; }
-  // Exactly out.size() bytes from `offset` (short reads are resumed; EOF before the end throws).
+  // Exactly out.size() bytes from `offset` (EOF before the end throws io::IoError with EIO).
   void read_exact(std::uint64_t offset, std::span<std::byte> out) const;
 
  private:
-  ReadOnlyFile(std::filesystem::path path, int fd, std::uint64_t size_bytes);
+  ReadOnlyFile(std::filesystem::path path, io::FileHandle file, std::uint64_t size_bytes);
   std::filesystem::path path_;
-  int fd_ = -1;
+  io::FileHandle file_;
   std::uint64_t size_bytes_ = 0;
 };
 
@@ -38,7 +36,7 @@ class ReadOnlyFile {
 class OutputFile {
  public:
   static OutputFile create(const std::filesystem::path& path);
-  OutputFile(OutputFile&& other) noexcept;
+  OutputFile(OutputFile&& other) noexcept = default;
   OutputFile& operator=(OutputFile&& other) = delete;
   OutputFile(const OutputFile&) = delete;
   OutputFile& operator=(const OutputFile&) = delete;
@@ -49,10 +47,10 @@ class OutputFile {
   void commit();
 
  private:
-  OutputFile(std::filesystem::path path, std::filesystem::path temporary, int fd);
+  OutputFile(std::filesystem::path path, std::filesystem::path temporary, io::FileHandle file);
   std::filesystem::path path_;
   std::filesystem::path temporary_;
-  int fd_ = -1;
+  io::FileHandle file_;
   std::uint64_t written_bytes_ = 0;
 };
 

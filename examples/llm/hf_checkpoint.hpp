@@ -44,7 +44,7 @@ std::string stored_name(const std::string& hf_name, bool gpt2_prefix_stripped);
 class HfCheckpoint {
  public:
   // Throws CheckpointError when neither file exists or the index is malformed,
-  // runtime::SafetensorsError for a malformed shard, runtime::FileError when one cannot be read.
+  // runtime::SafetensorsError for a malformed shard, io::IoError when one cannot be read.
   static HfCheckpoint open(const std::filesystem::path& model_dir);
 
   const std::filesystem::path& dir() const { return dir_; }

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/assert.hpp"
-#include "examples/gpt/half_float.hpp"
+#include "base/float16.hpp"
 #include "examples/llm/hf_checkpoint.hpp"
 #include "examples/llm/safetensors_header.hpp"
 
@@ -27,7 +27,7 @@ bool is_weight_file(const std::string& name) {
 }
 
 // The shard's header, padded with spaces to a multiple of 8 bytes as transformers writes it.
-std::string shard_header(const ShardPlan& plan, std::size_t shard, runtime::DType dtype) {
+std::string shard_header(const ShardPlan& plan, std::size_t shard, DType dtype) {
   nlohmann::ordered_json header;
   header["__metadata__"] = {{"format", "pt"}};
   for (const PlannedTensor& tensor : plan.tensors) {
@@ -41,8 +41,8 @@ std::string shard_header(const ShardPlan& plan, std::size_t shard, runtime::DTyp
   return text;
 }
 
-void write_converted(OutputFile& file, std::span<const float> values, runtime::DType dtype) {
-  if (dtype == runtime::DType::kFp32) {
+void write_converted(OutputFile& file, std::span<const float> values, DType dtype) {
+  if (dtype == DType::kFp32) {
     file.write(std::as_bytes(values));
     return;
   }
@@ -52,8 +52,8 @@ void write_converted(OutputFile& file, std::span<const float> values, runtime::D
         values.subspan(begin, std::min(kChunkElements, values.size() - begin));
     halves.resize(chunk.size());
     for (std::size_t i = 0; i < chunk.size(); ++i) {
-      halves[i] = dtype == runtime::DType::kBf16 ? gpt::detail::float_to_bf16(chunk[i])
-                                                 : gpt::detail::float_to_fp16(chunk[i]);
+      halves[i] = dtype == DType::kBf16 ? to_bf16(chunk[i]).bits
+                                                 : to_fp16(chunk[i]).bits;
     }
     file.write(std::as_bytes(std::span<const std::uint16_t>(halves)));
   }

@@ -27,7 +27,7 @@
 namespace strata::llm {
 
 struct ExportOptions {
-  runtime::DType dtype = runtime::DType::kBf16;
+  DType dtype = DType::kBf16;
   std::uint64_t max_shard_bytes = 5'000'000'000;  // transformers' default "5GB"
   bool gpt2_prefix_stripped = false;              // HfCheckpoint::gpt2_prefix_stripped()
 };

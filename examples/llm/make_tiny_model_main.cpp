@@ -35,9 +35,9 @@ int main(int argc, char** argv) {
                    : family == "mistral" ? llm::Family::kMistral
                    : family == "gpt2"    ? llm::Family::kGpt2
                                          : llm::Family::kLlama;
-  options.dtype = dtype == "fp32"   ? strata::runtime::DType::kFp32
-                  : dtype == "fp16" ? strata::runtime::DType::kFp16
-                                    : strata::runtime::DType::kBf16;
+  options.dtype = dtype == "fp32"   ? strata::DType::kFp32
+                  : dtype == "fp16" ? strata::DType::kFp16
+                                    : strata::DType::kBf16;
   try {
     llm::write_tiny_model(out, options);
     const llm::HfConfig config = llm::read_hf_config(std::filesystem::path(out) / "config.json");

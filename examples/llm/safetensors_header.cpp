@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/assert.hpp"
-#include "examples/gpt/half_float.hpp"
+#include "base/float16.hpp"
 #include "runtime/safetensors.hpp"
 
 namespace strata::llm {
@@ -30,10 +30,10 @@ std::uint32_t element_bytes(const std::string& dtype) {
   return found == kSizes.end() ? 0 : found->second;
 }
 
-std::optional<runtime::DType> convertible(const std::string& dtype) {
-  if (dtype == "F32") return runtime::DType::kFp32;
-  if (dtype == "BF16") return runtime::DType::kBf16;
-  if (dtype == "F16") return runtime::DType::kFp16;
+std::optional<DType> convertible(const std::string& dtype) {
+  if (dtype == "F32") return DType::kFp32;
+  if (dtype == "BF16") return DType::kBf16;
+  if (dtype == "F16") return DType::kFp16;
   return std::nullopt;
 }
 
@@ -180,25 +180,25 @@ void read_tensor_elements(const ReadOnlyFile& file, const StoredTensor& tensor, 
   STRATA_ASSERT(first + out.size() <= tensor.numel());
   const std::uint32_t width = runtime::dtype_bytes(*tensor.dtype);
   const std::uint64_t offset = tensor.offset_bytes + std::uint64_t{first} * width;
-  if (*tensor.dtype == runtime::DType::kFp32) {
+  if (*tensor.dtype == DType::kFp32) {
     file.read_exact(offset, std::as_writable_bytes(out));
     return;
   }
   std::vector<std::uint16_t> halves(out.size());
   file.read_exact(offset, std::as_writable_bytes(std::span<std::uint16_t>(halves)));
-  const bool bf16 = *tensor.dtype == runtime::DType::kBf16;
+  const bool bf16 = *tensor.dtype == DType::kBf16;
   for (std::size_t i = 0; i < out.size(); ++i) {
-    out[i] = bf16 ? gpt::detail::bf16_to_float(halves[i]) : gpt::detail::fp16_to_float(halves[i]);
+    out[i] = bf16 ? to_float(Bf16{halves[i]}) : to_float(Fp16{halves[i]});
   }
 }
 
-const char* safetensors_dtype_name(runtime::DType dtype) {
+const char* safetensors_dtype_name(DType dtype) {
   switch (dtype) {
-    case runtime::DType::kFp32:
+    case DType::kFp32:
       return "F32";
-    case runtime::DType::kBf16:
+    case DType::kBf16:
       return "BF16";
-    case runtime::DType::kFp16:
+    case DType::kFp16:
       return "F16";
   }
   return "?";

@@ -22,7 +22,7 @@ namespace strata::llm {
 struct StoredTensor {
   std::string name;
   std::string dtype_name;               // as in the header: "F32", "BF16", "I64", ...
-  std::optional<runtime::DType> dtype;  // F32, BF16, F16: what strata converts to fp32
+  std::optional<DType> dtype;  // F32, BF16, F16: what strata converts to fp32
   std::vector<std::size_t> shape;
   std::uint64_t offset_bytes = 0;  // from the start of the file
   std::uint64_t size_bytes = 0;
@@ -47,7 +47,7 @@ void read_tensor_elements(const ReadOnlyFile& file, const StoredTensor& tensor, 
                           std::span<float> out);
 
 // "F32", "BF16", "F16".
-const char* safetensors_dtype_name(runtime::DType dtype);
+const char* safetensors_dtype_name(DType dtype);
 std::string shape_text(std::span<const std::size_t> shape);
 
 }  // namespace strata::llm

@@ -181,8 +181,8 @@ std::string tiny_config_json(const TinyModelOptions& options) {
   const std::int32_t eos = special_id(family, specials.eos);
   const ordered_json bos =
       specials.bos.empty() ? ordered_json(nullptr) : ordered_json(special_id(family, specials.bos));
-  const char* dtype = options.dtype == runtime::DType::kBf16   ? "bfloat16"
-                      : options.dtype == runtime::DType::kFp16 ? "float16"
+  const char* dtype = options.dtype == DType::kBf16   ? "bfloat16"
+                      : options.dtype == DType::kFp16 ? "float16"
                                                                : "float32";
   ordered_json config;
   if (family == Family::kGpt2) {

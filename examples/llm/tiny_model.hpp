@@ -21,7 +21,7 @@ struct TinyModelOptions {
   std::uint32_t heads = 4;
   std::uint32_t kv_heads = 2;  // GQA (GPT-2: ignored)
   std::uint32_t max_positions = 256;
-  runtime::DType dtype = runtime::DType::kFp32;
+  DType dtype = DType::kFp32;
   std::uint64_t max_shard_bytes = 5'000'000'000;  // small values give a sharded checkpoint
   bool gpt2_prefix_stripped = false;              // GPT-2: names without "transformer."
   std::uint64_t seed = 1;

@@ -28,7 +28,6 @@ namespace strata::cli {
 namespace {
 
 using cpu_adam::ConstTypedSpan;
-using cpu_adam::Dtype;
 using cpu_adam::TypedSpan;
 using Clock = std::chrono::steady_clock;
 
@@ -109,15 +108,15 @@ int run_bench_adam(const BenchAdamOptions& options) {
     return kExitBadInput;
   }
   const auto count = static_cast<std::size_t>(params_value);
-  const std::optional<Dtype> grad_dtype = cpu_adam::parse_dtype(options.grad_dtype);
+  const std::optional<DType> grad_dtype = parse_floating_dtype(options.grad_dtype);
   if (!grad_dtype) {
     std::cerr << "strata bench adam: --grad-dtype must be fp32, bf16 or fp16\n";
     return kExitBadInput;
   }
-  std::optional<Dtype> out_dtype;
+  std::optional<DType> out_dtype;
   if (options.param_out != "none") {
-    out_dtype = cpu_adam::parse_dtype(options.param_out);
-    if (!out_dtype || *out_dtype == Dtype::kFp32) {
+    out_dtype = parse_floating_dtype(options.param_out);
+    if (!out_dtype || *out_dtype == DType::kFp32) {
       std::cerr << "strata bench adam: --param-out must be none, bf16 or fp16\n";
       return kExitBadInput;
     }
@@ -133,12 +132,12 @@ int run_bench_adam(const BenchAdamOptions& options) {
   }
   const cpu_adam::SimdLevel level = exec.simd_level.value_or(cpu_adam::best_simd_level());
   // The full-step comparison always writes a 16-bit copy: the one asked for, else bf16.
-  const Dtype copy_dtype = out_dtype.value_or(Dtype::kBf16);
+  const DType copy_dtype = out_dtype.value_or(DType::kBf16);
 
   tbb::task_arena arena(options.threads);
   HostArray master(count * 4, arena), exp_avg(count * 4, arena), exp_avg_sq(count * 4, arena);
-  HostArray grad(count * cpu_adam::dtype_bytes(*grad_dtype), arena);
-  HostArray arrived(count * cpu_adam::dtype_bytes(*grad_dtype), arena);  // the landing source
+  HostArray grad(count * dtype_bytes(*grad_dtype), arena);
+  HostArray arrived(count * dtype_bytes(*grad_dtype), arena);  // the landing source
   HostArray out(count * 2, arena);
   arena.execute([&] {
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, count, 1 << 16), [&](const auto& range) {
@@ -146,20 +145,23 @@ int run_bench_adam(const BenchAdamOptions& options) {
         master.as<float>()[i] = 0.01f * static_cast<float>(i % 1000) - 5.0f;
         const float g = 1e-3f * static_cast<float>(static_cast<int>(i % 977) - 488);
         switch (*grad_dtype) {
-          case Dtype::kFp32:
+          case DType::kFp32:
             arrived.as<float>()[i] = g;
             break;
-          case Dtype::kBf16:
-            arrived.as<cpu_adam::Bf16>()[i] = cpu_adam::to_bf16(g);
+          case DType::kBf16:
+            arrived.as<Bf16>()[i] = to_bf16(g);
             break;
-          case Dtype::kFp16:
-            arrived.as<cpu_adam::Fp16>()[i] = cpu_adam::to_fp16(g);
+          case DType::kFp16:
+            arrived.as<Fp16>()[i] = to_fp16(g);
             break;
+          case DType::kUint8:
+          case DType::kUint64:
+            break;  // parse_floating_dtype never gives these
         }
       }
     });
   });
-  const std::size_t grad_bytes = count * cpu_adam::dtype_bytes(*grad_dtype);
+  const std::size_t grad_bytes = count * dtype_bytes(*grad_dtype);
   std::memcpy(grad.as<unsigned char>(), arrived.as<unsigned char>(), grad_bytes);
 
   cpu_adam::ParamSpans spans;
@@ -173,7 +175,7 @@ int run_bench_adam(const BenchAdamOptions& options) {
   hyper.algorithm = cpu_adam::Algorithm::kAdamW;
   hyper.lr = 1e-4;
   hyper.weight_decay = 0.01;
-  const double loss_scale = *grad_dtype == Dtype::kFp16 ? 1024.0 : 1.0;
+  const double loss_scale = *grad_dtype == DType::kFp16 ? 1024.0 : 1.0;
   const double max_norm = 1.0;
 
   Figures f;
@@ -201,7 +203,7 @@ int run_bench_adam(const BenchAdamOptions& options) {
   // stands for the device-to-host transfer and is not timed), then one fused step.
   cpu_adam::ParamSpans fused_spans = spans;
   fused_spans.param_out = TypedSpan(out.as<void>(), count, copy_dtype);
-  const std::size_t element_bytes = cpu_adam::dtype_bytes(*grad_dtype);
+  const std::size_t element_bytes = dtype_bytes(*grad_dtype);
   const std::size_t arrival_elems = 256 * kKiB / element_bytes;  // L2-sized landing chunks
   cpu_adam::GradNormAccumulator norm(exec);
   double fused_norm_s = 0;
@@ -243,7 +245,7 @@ int run_bench_adam(const BenchAdamOptions& options) {
     cpu_adam::step(hyper, plain_spans, cpu_adam::GradScaling{}, arena, exec);
     pass_s[2] = seconds_since(start);
     start = Clock::now();
-    cpu_adam::convert(ConstTypedSpan(master.as<float>(), count, Dtype::kFp32),
+    cpu_adam::convert(ConstTypedSpan(master.as<float>(), count, DType::kFp32),
                       TypedSpan(out.as<void>(), count, copy_dtype), arena, exec);
     pass_s[3] = seconds_since(start);
     return pass_s[0] + pass_s[1] + pass_s[2] + pass_s[3];
@@ -270,7 +272,7 @@ int run_bench_adam(const BenchAdamOptions& options) {
   f.full_step_bytes_fused = cpu_adam::bytes_per_element(hyper.algorithm, *grad_dtype, copy_dtype);
   f.full_step_bytes_separate = element_bytes + 2 * element_bytes +
                                cpu_adam::bytes_per_element(hyper.algorithm, *grad_dtype, {}) + 4 +
-                               cpu_adam::dtype_bytes(copy_dtype);
+                               dtype_bytes(copy_dtype);
 
   const double n = static_cast<double>(count);
   const double params_per_s = n / f.optimizer_s;
@@ -330,7 +332,7 @@ int run_bench_adam(const BenchAdamOptions& options) {
   std::printf(
       "  d/c (fused speed-up): %.2fx   (%s copy-out; DRAM bytes per parameter: fused %zu, "
       "separate %zu)\n",
-      fused_speedup, std::string(cpu_adam::dtype_name(copy_dtype)).c_str(), f.full_step_bytes_fused,
+      fused_speedup, std::string(dtype_name(copy_dtype)).c_str(), f.full_step_bytes_fused,
       f.full_step_bytes_separate);
   return 0;
 }

@@ -44,17 +44,17 @@ double time_per_call(Communicator& comm, int iterations, Operation&& operation,
 }
 
 int run_bench_comm(const BenchCommOptions& options) {
-  const DataType dtype = options.dtype == "bf16"   ? DataType::kBf16
-                         : options.dtype == "fp16" ? DataType::kFp16
-                                                   : DataType::kFp32;
+  const DType dtype = options.dtype == "bf16"   ? DType::kBf16
+                         : options.dtype == "fp16" ? DType::kFp16
+                                                   : DType::kFp32;
   auto comm = make_communicator(CommOptions{std::chrono::seconds(120)});
   const auto ranks = static_cast<std::size_t>(comm->size());
-  const std::size_t element = element_bytes(dtype);
+  const std::size_t element = dtype_bytes(dtype);
   const bool mpi = comm->backend_name() == "mpi";
   const bool print = comm->rank() == 0;
   if (print) {
     fmt::print("strata bench comm: backend {}, {} rank(s), {}, {} iterations per size\n",
-               comm->backend_name(), ranks, to_string(dtype), options.iterations);
+               comm->backend_name(), ranks, dtype_name(dtype), options.iterations);
     fmt::print("{:<26} {:>10} {:>10} {:>12} {:>12} {:>12}\n", "collective", "shard", "payload",
                "time/call", "algbw GB/s", "busbw GB/s");
   }
@@ -104,7 +104,7 @@ int run_bench_comm(const BenchCommOptions& options) {
         MPI_Allgather(shard.data(), bytes, MPI_BYTE, full.data(), bytes, MPI_BYTE, MPI_COMM_WORLD);
       });
       report("bound: MPI_Allgather", full.size(), (ranks - 1) * shard_bytes, gather_seconds);
-      if (dtype == DataType::kFp32) {
+      if (dtype == DType::kFp32) {
         const double reduce_seconds = time_per_call(*comm, options.iterations, [&] {
           MPI_Allreduce(MPI_IN_PLACE, full.data(), static_cast<int>(ranks * shard_count), MPI_FLOAT,
                         MPI_SUM, MPI_COMM_WORLD);

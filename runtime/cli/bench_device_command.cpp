@@ -68,16 +68,16 @@ void run_bench_device(const BenchDeviceOptions& options) {
   measure("copy device->host", 2 * b, [&] { stream.copy_to_host(host_b.data(), wide.span()); });
   measure("copy device->device", 2 * b, [&] { stream.copy_on_device(wide2.span(), wide.span()); });
   measure("cast fp32->bf16", 1.5 * b, [&] {
-    stream.cast(narrow.span(), tiers::DType::kBFloat16, wide.span(), tiers::DType::kFloat32);
+    stream.cast(narrow.span(), DType::kBf16, wide.span(), DType::kFp32);
   });
   measure("cast fp32->fp16", 1.5 * b, [&] {
-    stream.cast(narrow.span(), tiers::DType::kFloat16, wide.span(), tiers::DType::kFloat32);
+    stream.cast(narrow.span(), DType::kFp16, wide.span(), DType::kFp32);
   });
   measure("cast bf16->fp32", 1.5 * b, [&] {
-    stream.cast(wide2.span(), tiers::DType::kFloat32, narrow.span(), tiers::DType::kBFloat16);
+    stream.cast(wide2.span(), DType::kFp32, narrow.span(), DType::kBf16);
   });
   measure("accumulate bf16 into fp32", 2.5 * b,
-          [&] { stream.accumulate(wide2.span(), narrow.span(), tiers::DType::kBFloat16); });
+          [&] { stream.accumulate(wide2.span(), narrow.span(), DType::kBf16); });
   measure("scale fp32", 2 * b, [&] { stream.scale(wide2.span(), 0.5f); });
 
   const double memcpy_seconds = seconds_per_iteration(

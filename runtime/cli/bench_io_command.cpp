@@ -123,7 +123,7 @@ void run_bench_io(const BenchIoOptions& options) {
     bad_input("--block-size must be a multiple of 4 KiB, at most 1 GiB");
   }
   const std::uint64_t size_bytes = round_up(parse_size_option("--size", options.size), block_bytes);
-  const std::optional<io::EngineKind> kind = io::parse_engine_kind(options.engine);
+  const std::optional<io::IoEngineKind> kind = io::parse_io_engine_kind(options.engine);
   if (!kind) {
     bad_input(fmt::format("--engine '{}' is not one of io_uring, posix, auto", options.engine));
   }
@@ -139,7 +139,7 @@ void run_bench_io(const BenchIoOptions& options) {
   // benchmark keeps twice that many requests submitted, so a ring never waits for this thread to
   // notice a completion and submit the next block.
   io::BufferPool pool(2 * std::size_t{options.queue_depth} * options.rings, block_bytes);
-  io::EngineOptions engine_options;
+  io::IoEngineOptions engine_options;
   engine_options.kind = *kind;
   engine_options.block_size_bytes = block_bytes;
   engine_options.queue_depth = options.queue_depth;
@@ -148,7 +148,7 @@ void run_bench_io(const BenchIoOptions& options) {
   if (options.fixed_buffers) {
     engine_options.fixed_buffers = pool.buffers();
   }
-  std::unique_ptr<io::Engine> engine = io::make_engine(engine_options);
+  std::unique_ptr<io::IoEngine> engine = io::make_io_engine(engine_options);
 
   std::vector<std::filesystem::path> paths;
   for (std::size_t i = 0; i < options.dirs.size(); ++i) {

@@ -113,13 +113,13 @@ Timings run_steps(const runtime::Config& config, tiers::Device& device,
 double time_adam(const runtime::Config& config, std::uint64_t params, std::uint32_t steps) {
   const std::uint64_t group = std::min<std::uint64_t>(config.zero.sub_group_size, params);
   std::vector<float> master(group, 0.1f), exp_avg(group), exp_avg_sq(group);
-  std::vector<cpu_adam::Bf16> grad(group, cpu_adam::to_bf16(1e-3f)), param_out(group);
+  std::vector<Bf16> grad(group, to_bf16(1e-3f)), param_out(group);
   cpu_adam::ParamSpans spans;
   spans.master = master;
   spans.exp_avg = exp_avg;
   spans.exp_avg_sq = exp_avg_sq;
-  spans.grad = std::span<const cpu_adam::Bf16>(grad);
-  spans.param_out = std::span<cpu_adam::Bf16>(param_out);
+  spans.grad = std::span<const Bf16>(grad);
+  spans.param_out = std::span<Bf16>(param_out);
   cpu_adam::Hyperparams hyper;
   const int threads = config.optimizer.threads == 0 ? tbb::task_arena::automatic
                                                     : static_cast<int>(config.optimizer.threads);
@@ -133,8 +133,8 @@ double time_adam(const runtime::Config& config, std::uint64_t params, std::uint3
       part.master = spans.master.first(count);
       part.exp_avg = spans.exp_avg.first(count);
       part.exp_avg_sq = spans.exp_avg_sq.first(count);
-      part.grad = cpu_adam::ConstTypedSpan(grad.data(), count, cpu_adam::Dtype::kBf16);
-      part.param_out = cpu_adam::TypedSpan(param_out.data(), count, cpu_adam::Dtype::kBf16);
+      part.grad = cpu_adam::ConstTypedSpan(grad.data(), count, DType::kBf16);
+      part.param_out = cpu_adam::TypedSpan(param_out.data(), count, DType::kBf16);
       cpu_adam::step(hyper, part, {}, arena);
     }
   }

@@ -65,7 +65,7 @@ void Communicator::all_reduce(MutableBuffer data, ReduceOp op) {
   STRATA_ASSERT(data.count == 0 || data.data != nullptr);
   const Chunk own = chunk_of(data.count, size(), rank());
   count(Collective::kAllReduce, data.bytes(),
-        size() == 1 ? 0 : 2 * (data.count - own.count) * element_bytes(data.dtype));
+        size() == 1 ? 0 : 2 * (data.count - own.count) * dtype_bytes(data.dtype));
   do_all_reduce(data, op);
 }
 

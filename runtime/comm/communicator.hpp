@@ -32,7 +32,7 @@
 #include <string_view>
 
 #include "runtime/comm/comm_error.hpp"
-#include "runtime/comm/dtype.hpp"
+#include "runtime/comm/reduction.hpp"
 
 namespace strata::runtime::comm {
 
@@ -40,25 +40,25 @@ namespace strata::runtime::comm {
 struct ConstBuffer {
   const void* data = nullptr;
   std::size_t count = 0;  // elements
-  DataType dtype = DataType::kUint8;
+  DType dtype = DType::kUint8;
 
-  std::size_t bytes() const { return count * element_bytes(dtype); }
+  std::size_t bytes() const { return count * dtype_bytes(dtype); }
   template <CommElement T>
   static ConstBuffer of(std::span<const T> elements) {
-    return {elements.data(), elements.size(), data_type_v<T>};
+    return {elements.data(), elements.size(), dtype_v<T>};
   }
 };
 
 struct MutableBuffer {
   void* data = nullptr;
   std::size_t count = 0;  // elements
-  DataType dtype = DataType::kUint8;
+  DType dtype = DType::kUint8;
 
-  std::size_t bytes() const { return count * element_bytes(dtype); }
+  std::size_t bytes() const { return count * dtype_bytes(dtype); }
   ConstBuffer as_const() const { return {data, count, dtype}; }
   template <CommElement T>
   static MutableBuffer of(std::span<T> elements) {
-    return {elements.data(), elements.size(), data_type_v<T>};
+    return {elements.data(), elements.size(), dtype_v<T>};
   }
 };
 

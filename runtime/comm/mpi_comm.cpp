@@ -69,16 +69,16 @@ class MpiLifetime {
   bool owned_ = false;
 };
 
-MPI_Datatype mpi_type_of(DataType dtype) {
+MPI_Datatype mpi_type_of(DType dtype) {
   switch (dtype) {
-    case DataType::kFp32:
+    case DType::kFp32:
       return MPI_FLOAT;
-    case DataType::kBf16:
-    case DataType::kFp16:
+    case DType::kBf16:
+    case DType::kFp16:
       return MPI_UINT16_T;  // moved as bits; MPI never reduces them
-    case DataType::kUint8:
+    case DType::kUint8:
       return MPI_UINT8_T;
-    case DataType::kUint64:
+    case DType::kUint64:
       return MPI_UINT64_T;
   }
   return MPI_DATATYPE_NULL;
@@ -277,9 +277,9 @@ void MpiComm::fail_timeout(Collective collective) {
   throw error;
 }
 
-void MpiComm::exchange(Collective collective, int phase, DataType dtype, const std::byte* send_base,
+void MpiComm::exchange(Collective collective, int phase, DType dtype, const std::byte* send_base,
                        std::byte* recv_base) {
-  const std::size_t element = element_bytes(dtype);
+  const std::size_t element = dtype_bytes(dtype);
   const MPI_Datatype type = mpi_type_of(dtype);
   const int tag = static_cast<int>(collective) * 2 + phase;
   auto& requests = state_->requests;
@@ -353,7 +353,7 @@ void MpiComm::do_all_reduce(MutableBuffer data, ReduceOp op) {
   const Chunk own = chunk_of(data.count, size_, rank_);
   check_count(chunk_of(data.count, size_, 0).count, kKind);  // rank 0 has the largest chunk
   begin(kKind);
-  const std::size_t element = element_bytes(data.dtype);
+  const std::size_t element = dtype_bytes(data.dtype);
   const auto ranks = static_cast<std::size_t>(size_);
   if (state_->scratch.size() < ranks * own.count * element) {
     state_->scratch.resize(ranks * own.count * element);

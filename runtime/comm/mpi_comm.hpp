@@ -64,7 +64,7 @@ class MpiComm final : public Communicator {
   void begin(Collective collective);
   // Sends block p of send_base to every peer p and receives block p of recv_base from it (the
   // per-peer counts and offsets in State), all messages in flight at once; the own block is copied.
-  void exchange(Collective collective, int phase, DataType dtype, const std::byte* send_base,
+  void exchange(Collective collective, int phase, DType dtype, const std::byte* send_base,
                 std::byte* recv_base);
   void wait(Collective collective);
   [[noreturn]] void fail_timeout(Collective collective);

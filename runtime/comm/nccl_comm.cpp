@@ -19,17 +19,17 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr std::size_t kScratchBytes = 64;
 
-ncclDataType_t nccl_type_of(DataType dtype) {
+ncclDataType_t nccl_type_of(DType dtype) {
   switch (dtype) {
-    case DataType::kFp32:
+    case DType::kFp32:
       return ncclFloat32;
-    case DataType::kBf16:
+    case DType::kBf16:
       return ncclBfloat16;
-    case DataType::kFp16:
+    case DType::kFp16:
       return ncclFloat16;
-    case DataType::kUint8:
+    case DType::kUint8:
       return ncclUint8;
-    case DataType::kUint64:
+    case DType::kUint64:
       return ncclUint64;
   }
   return ncclFloat32;

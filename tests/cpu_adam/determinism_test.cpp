@@ -24,11 +24,11 @@ constexpr std::size_t kCount = 3 * 4096 + 21;
 
 struct RunResult {
   std::vector<float> master, exp_avg, exp_avg_sq;
-  TypedBuffer out{Dtype::kBf16, 0};
+  TypedBuffer out{DType::kBf16, 0};
 };
 
 // Two steps from the same seeded state; returns the state after them.
-RunResult run(Algorithm algorithm, Dtype grad_dtype, Dtype out_dtype, int threads,
+RunResult run(Algorithm algorithm, DType grad_dtype, DType out_dtype, int threads,
               const ExecOptions& options, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   RunResult r;
@@ -46,7 +46,7 @@ RunResult run(Algorithm algorithm, Dtype grad_dtype, Dtype out_dtype, int thread
   for (int step = 1; step <= 2; ++step) {
     for (std::size_t i = 0; i < kCount; ++i) {
       float g = testing::random_value(rng, -16, 4, true);
-      if (grad_dtype == Dtype::kFp16) g = std::clamp(g, -6e4f, 6e4f);
+      if (grad_dtype == DType::kFp16) g = std::clamp(g, -6e4f, 6e4f);
       grad.set(i, g);
     }
     Hyperparams h;
@@ -79,14 +79,14 @@ void expect_same(const RunResult& expected, const RunResult& actual, const std::
 }
 
 std::string determinism_name(
-    const ::testing::TestParamInfo<std::tuple<Algorithm, Dtype, Dtype>>& param_info) {
+    const ::testing::TestParamInfo<std::tuple<Algorithm, DType, DType>>& param_info) {
   static const char* kNames[] = {"AdamW", "Adam", "Adagrad", "Lion"};
   return std::string(kNames[static_cast<int>(std::get<0>(param_info.param))]) + "_grad" +
          std::string(dtype_name(std::get<1>(param_info.param))) + "_out" +
          std::string(dtype_name(std::get<2>(param_info.param)));
 }
 
-class StepDeterminism : public ::testing::TestWithParam<std::tuple<Algorithm, Dtype, Dtype>> {};
+class StepDeterminism : public ::testing::TestWithParam<std::tuple<Algorithm, DType, DType>> {};
 
 TEST_P(StepDeterminism, SameBitsForEveryThreadCountChunkingAndLevel) {
   const auto [algorithm, grad_dtype, out_dtype] = GetParam();
@@ -117,8 +117,8 @@ INSTANTIATE_TEST_SUITE_P(
     AllRules, StepDeterminism,
     ::testing::Combine(::testing::Values(Algorithm::kAdamW, Algorithm::kAdam, Algorithm::kAdagrad,
                                          Algorithm::kLion),
-                       ::testing::Values(Dtype::kFp32, Dtype::kBf16, Dtype::kFp16),
-                       ::testing::Values(Dtype::kBf16, Dtype::kFp16)),
+                       ::testing::Values(DType::kFp32, DType::kBf16, DType::kFp16),
+                       ::testing::Values(DType::kBf16, DType::kFp16)),
     determinism_name);
 
 }  // namespace
@@ -132,7 +132,7 @@ TEST(StreamBound, LeavesStateUnchangedAtEveryLevel) {
   std::mt19937_64 rng(testing::test_seed(3));
   tbb::task_arena arena(2);
   for (SimdLevel level : available_simd_levels()) {
-    for (Dtype grad_dtype : {Dtype::kFp32, Dtype::kBf16, Dtype::kFp16}) {
+    for (DType grad_dtype : {DType::kFp32, DType::kBf16, DType::kFp16}) {
       for (std::size_t count : {std::size_t{0}, std::size_t{31}, std::size_t{40'000}}) {
         std::vector<float> master(count), exp_avg(count), exp_avg_sq(count);
         for (std::size_t i = 0; i < count; ++i) {
@@ -142,7 +142,7 @@ TEST(StreamBound, LeavesStateUnchangedAtEveryLevel) {
         }
         const std::vector<float> master0 = master, exp_avg0 = exp_avg, exp_avg_sq0 = exp_avg_sq;
         TypedBuffer grad(grad_dtype, count, 1);
-        TypedBuffer out(Dtype::kBf16, count, 1);
+        TypedBuffer out(DType::kBf16, count, 1);
         ParamSpans spans;
         spans.master = master;
         spans.exp_avg = exp_avg;
@@ -174,7 +174,7 @@ TEST(SubGroups, SplitStepsGiveTheSameBitsAsOneSpan) {
   std::mt19937_64 rng(seed);
   constexpr std::size_t kTotal = 50'000;
   std::vector<float> master(kTotal), exp_avg(kTotal), exp_avg_sq(kTotal);
-  TypedBuffer grad(Dtype::kBf16, kTotal);
+  TypedBuffer grad(DType::kBf16, kTotal);
   for (std::size_t i = 0; i < kTotal; ++i) {
     master[i] = testing::random_value(rng, -6, 2, false);
     exp_avg[i] = testing::random_value(rng, -12, -4, false);
@@ -182,7 +182,7 @@ TEST(SubGroups, SplitStepsGiveTheSameBitsAsOneSpan) {
     grad.set(i, testing::random_value(rng, -10, 2, false));
   }
   std::vector<float> master2 = master, exp_avg2 = exp_avg, exp_avg_sq2 = exp_avg_sq;
-  TypedBuffer out(Dtype::kBf16, kTotal), out2(Dtype::kBf16, kTotal);
+  TypedBuffer out(DType::kBf16, kTotal), out2(DType::kBf16, kTotal);
   tbb::task_arena arena(2);
   Hyperparams h;
   h.weight_decay = 0.1;

@@ -28,11 +28,11 @@ long double reference_sum(const TypedBuffer& grad) {
   return sum;
 }
 
-TypedBuffer random_grad(Dtype dtype, std::size_t count, std::size_t offset, std::mt19937_64& rng) {
+TypedBuffer random_grad(DType dtype, std::size_t count, std::size_t offset, std::mt19937_64& rng) {
   TypedBuffer grad(dtype, count, offset);
   for (std::size_t i = 0; i < count; ++i) {
     float g = testing::random_value(rng, -20, 6, true);
-    if (dtype == Dtype::kFp16) g = std::clamp(g, -6e4f, 6e4f);
+    if (dtype == DType::kFp16) g = std::clamp(g, -6e4f, 6e4f);
     grad.set(i, g);
   }
   return grad;
@@ -49,7 +49,7 @@ const std::size_t kLengths[] = {0,
                                 9 * kNormBlockElems + 5,
                                 40 * kNormBlockElems + 77};
 
-class GradNorm : public ::testing::TestWithParam<Dtype> {};
+class GradNorm : public ::testing::TestWithParam<DType> {};
 
 // Relative tolerance 1e-10: each double lane adds at most n terms (n <= 1e6 here), each add erring
 // by at most 2^-53 of the running sum, so the error is below 1e6 * 1.1e-16 ~ 1.1e-10 of the sum in
@@ -129,7 +129,7 @@ TEST_P(GradNorm, FlagsInfAndNanAnywhere) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryDtype, GradNorm,
-                         ::testing::Values(Dtype::kFp32, Dtype::kBf16, Dtype::kFp16),
+                         ::testing::Values(DType::kFp32, DType::kBf16, DType::kFp16),
                          [](const auto& param_info) {
                            return std::string(dtype_name(param_info.param));
                          });
@@ -141,10 +141,10 @@ TEST(GradNormManySpans, ParallelOverSpansGivesTheSerialBits) {
   std::uniform_int_distribution<std::size_t> length(0, 5000);
   std::vector<TypedBuffer> grads;
   for (int k = 0; k < 300; ++k) {
-    const Dtype dtype = static_cast<Dtype>(k % 3);
+    const DType dtype = static_cast<DType>(k % 3);
     grads.push_back(random_grad(dtype, length(rng), static_cast<std::size_t>(k % 2), rng));
   }
-  grads.push_back(random_grad(Dtype::kFp32, 20 * kNormBlockElems + 3, 0, rng));  // one big span
+  grads.push_back(random_grad(DType::kFp32, 20 * kNormBlockElems + 3, 0, rng));  // one big span
   std::vector<ConstTypedSpan> spans;
   for (const auto& g : grads) spans.push_back(g.cspan());
   for (int threads : {1, 2, 5}) {

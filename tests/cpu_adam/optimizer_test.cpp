@@ -41,12 +41,12 @@ double tolerance(double magnitude, double gain = 0.0) {
 struct Config {
   SimdLevel level;
   Algorithm algorithm;
-  Dtype grad_dtype;
-  std::optional<Dtype> out_dtype;
+  DType grad_dtype;
+  std::optional<DType> out_dtype;
 };
 
 std::string config_name(
-    const ::testing::TestParamInfo<std::tuple<SimdLevel, Algorithm, Dtype, int>>& info) {
+    const ::testing::TestParamInfo<std::tuple<SimdLevel, Algorithm, DType, int>>& info) {
   const auto [level, algorithm, grad, out] = info.param;
   static const char* kAlgorithms[] = {"AdamW", "Adam", "Adagrad", "Lion"};
   static const char* kOuts[] = {"NoOut", "OutBf16", "OutFp16"};
@@ -57,11 +57,11 @@ std::string config_name(
 // One sub-group's buffers, with a copy of the state before the step for the reference.
 struct Problem {
   Problem(const Config& config, std::size_t count, std::size_t offset)
-      : master(Dtype::kFp32, count, offset),
-        exp_avg(Dtype::kFp32, count, offset),
-        exp_avg_sq(Dtype::kFp32, count, offset),
+      : master(DType::kFp32, count, offset),
+        exp_avg(DType::kFp32, count, offset),
+        exp_avg_sq(DType::kFp32, count, offset),
         grad(config.grad_dtype, count, offset),
-        out(config.out_dtype.value_or(Dtype::kBf16), count, offset),
+        out(config.out_dtype.value_or(DType::kBf16), count, offset),
         has_out(config.out_dtype.has_value()) {}
 
   ParamSpans spans(Algorithm algorithm) {
@@ -89,10 +89,10 @@ void fill_state(Problem& p, std::mt19937_64& rng, bool edges) {
 }
 
 // A fresh gradient every step; the state evolves.
-void fill_grad(Problem& p, Dtype grad_dtype, std::mt19937_64& rng, bool edges) {
+void fill_grad(Problem& p, DType grad_dtype, std::mt19937_64& rng, bool edges) {
   for (std::size_t i = 0; i < p.master.count(); ++i) {
     float g = testing::random_value(rng, -20, 4, edges);
-    if (grad_dtype == Dtype::kFp16) g = std::clamp(g, -6e4f, 6e4f);  // fp16 has no 1e18
+    if (grad_dtype == DType::kFp16) g = std::clamp(g, -6e4f, 6e4f);  // fp16 has no 1e18
     p.grad.set(i, g);
   }
 }
@@ -226,9 +226,9 @@ void run_steps(const Config& config, Problem& problem, int steps, tbb::task_aren
       if (config.algorithm == Algorithm::kAdagrad) {
         EXPECT_EQ(problem.exp_avg.get(i), m0[i]) << where;
       }
-      if (config.out_dtype == Dtype::kBf16) {
+      if (config.out_dtype == DType::kBf16) {
         ASSERT_EQ(problem.out.bits(i), testing::reference_bf16_bits(p1)) << "bf16 out " << where;
-      } else if (config.out_dtype == Dtype::kFp16) {
+      } else if (config.out_dtype == DType::kFp16) {
         ASSERT_EQ(problem.out.bits(i), to_fp16(p1).bits) << "fp16 out " << where;
       }
       if (::testing::Test::HasFailure()) return;
@@ -237,13 +237,13 @@ void run_steps(const Config& config, Problem& problem, int steps, tbb::task_aren
 }
 
 class OptimizerReference
-    : public ::testing::TestWithParam<std::tuple<SimdLevel, Algorithm, Dtype, int>> {
+    : public ::testing::TestWithParam<std::tuple<SimdLevel, Algorithm, DType, int>> {
  protected:
   Config config() const {
     const auto [level, algorithm, grad, out] = GetParam();
-    std::optional<Dtype> out_dtype;
-    if (out == 1) out_dtype = Dtype::kBf16;
-    if (out == 2) out_dtype = Dtype::kFp16;
+    std::optional<DType> out_dtype;
+    if (out == 1) out_dtype = DType::kBf16;
+    if (out == 2) out_dtype = DType::kFp16;
     return Config{level, algorithm, grad, out_dtype};
   }
   void SetUp() override {
@@ -289,7 +289,7 @@ INSTANTIATE_TEST_SUITE_P(
                                          SimdLevel::kAvx512),
                        ::testing::Values(Algorithm::kAdamW, Algorithm::kAdam, Algorithm::kAdagrad,
                                          Algorithm::kLion),
-                       ::testing::Values(Dtype::kFp32, Dtype::kBf16, Dtype::kFp16),
+                       ::testing::Values(DType::kFp32, DType::kBf16, DType::kFp16),
                        ::testing::Values(0, 1, 2)),
     config_name);
 
@@ -314,10 +314,10 @@ TEST(OptimizerValidation, RejectsBadHyperparameters) {
 }
 
 TEST(OptimizerBytes, CountsEachArrayOnce) {
-  EXPECT_EQ(bytes_per_element(Algorithm::kAdamW, Dtype::kFp32, std::nullopt), 28u);
-  EXPECT_EQ(bytes_per_element(Algorithm::kAdamW, Dtype::kBf16, Dtype::kBf16), 28u);
-  EXPECT_EQ(bytes_per_element(Algorithm::kAdam, Dtype::kFp16, std::nullopt), 26u);
-  EXPECT_EQ(bytes_per_element(Algorithm::kLion, Dtype::kFp32, std::nullopt), 20u);
+  EXPECT_EQ(bytes_per_element(Algorithm::kAdamW, DType::kFp32, std::nullopt), 28u);
+  EXPECT_EQ(bytes_per_element(Algorithm::kAdamW, DType::kBf16, DType::kBf16), 28u);
+  EXPECT_EQ(bytes_per_element(Algorithm::kAdam, DType::kFp16, std::nullopt), 26u);
+  EXPECT_EQ(bytes_per_element(Algorithm::kLion, DType::kFp32, std::nullopt), 20u);
 }
 
 }  // namespace

@@ -10,15 +10,16 @@
 #include <string>
 #include <vector>
 
-#include "cpu_adam/dtype.hpp"
+#include "base/debug_knobs.hpp"
+#include "cpu_adam/typed_span.hpp"
 #include "cpu_adam/simd_level.hpp"
+#include "tests/base/float16_reference.hpp"
 
 namespace strata::cpu_adam::testing {
 
 // STRATA_TEST_SEED overrides the default seed; tests print the seed they used on failure.
 inline std::uint64_t test_seed(std::uint64_t fallback) {
-  if (const char* text = std::getenv("STRATA_TEST_SEED")) return std::strtoull(text, nullptr, 10);
-  return fallback;
+  return test_seed_knob().value_or(fallback);
 }
 
 inline std::string seed_note(std::uint64_t seed) {
@@ -44,7 +45,7 @@ class TypedBuffer {
   static constexpr unsigned char kGuard = 0xA5;
   static constexpr std::uint64_t kGuardWord = 0xA5A5'A5A5'A5A5'A5A5ull;
 
-  TypedBuffer(Dtype dtype, std::size_t count, std::size_t offset_elems = 0)
+  TypedBuffer(DType dtype, std::size_t count, std::size_t offset_elems = 0)
       : dtype_(dtype), count_(count), offset_bytes_(offset_elems * dtype_bytes(dtype)) {
     // Every byte outside the span holds kGuard, so guards_intact() catches stray vector writes.
     storage_.resize((offset_bytes_ + count * dtype_bytes(dtype) + 64) / 8 + 8, kGuardWord);
@@ -70,42 +71,48 @@ class TypedBuffer {
   TypedSpan span() { return TypedSpan(data(), count_, dtype_); }
   ConstTypedSpan cspan() const { return ConstTypedSpan(data(), count_, dtype_); }
   std::size_t count() const { return count_; }
-  Dtype dtype() const { return dtype_; }
+  DType dtype() const { return dtype_; }
 
   void set(std::size_t i, float value) {
     switch (dtype_) {
-      case Dtype::kFp32:
+      case DType::kFp32:
         std::memcpy(at(i), &value, 4);
         break;
-      case Dtype::kBf16: {
+      case DType::kBf16: {
         const Bf16 v = to_bf16(value);
         std::memcpy(at(i), &v, 2);
         break;
       }
-      case Dtype::kFp16: {
+      case DType::kFp16: {
         const Fp16 v = to_fp16(value);
         std::memcpy(at(i), &v, 2);
         break;
       }
+      case DType::kUint8:
+      case DType::kUint64:
+        break;  // TypedSpan holds floating types only
     }
   }
   float get(std::size_t i) const {
     switch (dtype_) {
-      case Dtype::kFp32: {
+      case DType::kFp32: {
         float v;
         std::memcpy(&v, at(i), 4);
         return v;
       }
-      case Dtype::kBf16: {
+      case DType::kBf16: {
         Bf16 v;
         std::memcpy(&v, at(i), 2);
         return to_float(v);
       }
-      case Dtype::kFp16: {
+      case DType::kFp16: {
         Fp16 v;
         std::memcpy(&v, at(i), 2);
         return to_float(v);
       }
+      case DType::kUint8:
+      case DType::kUint64:
+        break;  // TypedSpan holds floating types only
     }
     return 0;
   }
@@ -125,7 +132,7 @@ class TypedBuffer {
     return base_ + offset_bytes_ + i * dtype_bytes(dtype_);
   }
 
-  Dtype dtype_;
+  DType dtype_;
   std::size_t count_;
   std::size_t offset_bytes_;
   std::vector<std::uint64_t> storage_;
@@ -162,24 +169,7 @@ inline float random_value(std::mt19937_64& rng, int min_exp, int max_exp, bool e
 
 // Round-to-nearest-even to bf16 by comparing distances in double: independent of the bit trick
 // that to_bf16() and the kernels use.
-inline std::uint16_t reference_bf16_bits(float value) {
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
-  if (std::isnan(value)) return static_cast<std::uint16_t>((bits >> 16) | 0x40u);
-  const std::uint32_t down = bits & 0xFFFF0000u;
-  const std::uint32_t up = down + 0x10000u;
-  const double low = std::bit_cast<float>(down);
-  // Past the largest finite bf16 the next step up is where 2^128 would be.
-  const double high = (up & 0x7F800000u) == 0x7F800000u && (down & 0x7F800000u) != 0x7F800000u
-                          ? std::copysign(std::ldexp(1.0, 128), static_cast<double>(value))
-                          : static_cast<double>(std::bit_cast<float>(up));
-  const double distance_low = std::fabs(static_cast<double>(value) - low);
-  const double distance_high = std::fabs(high - static_cast<double>(value));
-  std::uint32_t chosen = down;
-  if (distance_high < distance_low || (distance_high == distance_low && ((down >> 16) & 1u) != 0)) {
-    chosen = up;
-  }
-  return static_cast<std::uint16_t>(chosen >> 16);
-}
+using float16_reference::reference_bf16_bits;
 
 inline const char* level_name(SimdLevel level) {
   return simd_level_name(level).data();

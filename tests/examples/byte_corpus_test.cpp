@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "examples/gpt/file_bytes.hpp"
+#include "io/whole_file.hpp"
 #include "tests/io/io_test_support.hpp"
 
 namespace strata::gpt {
@@ -59,7 +59,7 @@ TEST(ByteCorpus, MissingFileNamesPathAndErrno) {
   try {
     load_corpus(std::span(&missing, 1), CorpusOptions{});
     FAIL() << "loaded a missing file";
-  } catch (const FileError& error) {
+  } catch (const io::IoError& error) {
     EXPECT_EQ(error.code().value(), ENOENT);
     EXPECT_EQ(error.path(), missing);
     EXPECT_NE(std::string(error.what()).find(missing.string()), std::string::npos);
@@ -78,7 +78,7 @@ TEST(ByteCorpus, UnreadableFileNamesPathAndErrno) {
   try {
     load_corpus(std::span(&locked, 1), CorpusOptions{});
     FAIL() << "read a mode-000 file";
-  } catch (const FileError& error) {
+  } catch (const io::IoError& error) {
     EXPECT_EQ(error.code().value(), EACCES);
     EXPECT_EQ(error.path(), locked);
   }
@@ -91,7 +91,7 @@ TEST(ByteCorpus, TooSmallCorpusNamesPathAndSizes) {
   try {
     load_corpus(std::span(&small, 1), CorpusOptions{0.1, 129});  // validation gets 50 bytes
     FAIL() << "accepted a corpus whose validation split cannot hold one sequence";
-  } catch (const FileError& error) {
+  } catch (const io::IoError& error) {
     EXPECT_EQ(error.code().value(), EINVAL);
     const std::string what = error.what();
     EXPECT_NE(what.find(small.string()), std::string::npos) << what;

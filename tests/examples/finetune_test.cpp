@@ -80,7 +80,7 @@ TEST(Finetune, ExportedWeightsLoadBackToTheSameLoss) {
     GptTrainer trainer(config, *device, comm, {});
     for (int step = 0; step < 3; ++step) trainer.train_step();
     trained_loss = trainer.validation_loss();
-    trainer.export_weights(exported, runtime::DType::kFp32);
+    trainer.export_weights(exported, DType::kFp32);
   }
   ScratchDir other_dir;
   runtime::Config fresh = tiny_config(other_dir, Tier::kHost, Tier::kHost, Tier::kHost);

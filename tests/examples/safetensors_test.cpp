@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "examples/gpt/file_bytes.hpp"
+#include "base/float16.hpp"
+#include "io/whole_file.hpp"
 #include "examples/gpt/gpt_model.hpp"
-#include "examples/gpt/half_float.hpp"
 #include "examples/gpt/parameter_store.hpp"
 #include "tests/examples/tiny_gpt_config.hpp"
 #include "tests/io/io_test_support.hpp"
@@ -31,38 +31,7 @@ std::vector<std::int32_t> some_tokens(std::size_t count, std::uint32_t vocab) {
   return tokens;
 }
 
-TEST(HalfFloat, EveryFp16AndBf16ValueRoundTripsThroughFp32) {
-  for (std::uint32_t bits = 0; bits < 0x10000; ++bits) {
-    const auto half = static_cast<std::uint16_t>(bits);
-    const float from_fp16 = detail::fp16_to_float(half);
-    if (!std::isnan(from_fp16)) {
-      ASSERT_EQ(detail::float_to_fp16(from_fp16), half) << "fp16 0x" << std::hex << bits;
-    }
-    const float from_bf16 = detail::bf16_to_float(half);
-    if (!std::isnan(from_bf16)) {
-      ASSERT_EQ(detail::float_to_bf16(from_bf16), half) << "bf16 0x" << std::hex << bits;
-    }
-  }
-}
-
-TEST(HalfFloat, RoundsToNearestEvenAndSaturatesToInfinity) {
-  EXPECT_EQ(detail::float_to_fp16(1.0f), 0x3c00);
-  EXPECT_EQ(detail::float_to_fp16(65504.0f), 0x7bff);
-  EXPECT_EQ(detail::float_to_fp16(65519.0f), 0x7bff);
-  EXPECT_EQ(detail::float_to_fp16(65520.0f), 0x7c00);
-  EXPECT_EQ(detail::float_to_fp16(-1e9f), 0xfc00);
-  EXPECT_EQ(detail::float_to_fp16(0x1p-24f), 0x0001);
-  EXPECT_EQ(detail::float_to_fp16(0x1p-25f), 0x0000);         // tie: to even (zero)
-  EXPECT_EQ(detail::float_to_fp16(0x1.8p-24f), 0x0002);       // tie: to even (2)
-  EXPECT_EQ(detail::float_to_fp16(1.0f + 0x1p-11f), 0x3c00);  // tie: to even
-  EXPECT_EQ(detail::float_to_fp16(1.0f + 0x3p-11f), 0x3c02);  // tie: to even
-  EXPECT_TRUE(std::isnan(detail::fp16_to_float(detail::float_to_fp16(std::nanf("")))));
-  EXPECT_EQ(detail::float_to_bf16(1.0f + 0x1p-8f), 0x3f80);  // tie: to even
-  EXPECT_EQ(detail::float_to_bf16(1.0f + 0x3p-8f), 0x3f82);  // tie: to even
-  EXPECT_TRUE(std::isnan(detail::bf16_to_float(detail::float_to_bf16(std::nanf("")))));
-}
-
-class SafetensorsRoundTrip : public ::testing::TestWithParam<std::tuple<runtime::DType, bool>> {};
+class SafetensorsRoundTrip : public ::testing::TestWithParam<std::tuple<DType, bool>> {};
 
 TEST_P(SafetensorsRoundTrip, ExportLoadGivesSameValuesBytesAndLoss) {
   const auto [dtype, tied] = GetParam();
@@ -79,17 +48,17 @@ TEST_P(SafetensorsRoundTrip, ExportLoadGivesSameValuesBytesAndLoss) {
   for (std::size_t u = 0; u < model.unit_count(); ++u) {
     for (std::size_t i = 0; i < original.unit(u).size(); ++i) {
       const float value = original.unit(u)[i];
-      const float expected = dtype == runtime::DType::kFp32 ? value
-                             : dtype == runtime::DType::kBf16
-                                 ? detail::bf16_to_float(detail::float_to_bf16(value))
-                                 : detail::fp16_to_float(detail::float_to_fp16(value));
+      const float expected = dtype == DType::kFp32 ? value
+                             : dtype == DType::kBf16
+                                 ? to_float(to_bf16(value))
+                                 : to_float(to_fp16(value));
       ASSERT_EQ(std::bit_cast<std::uint32_t>(loaded.unit(u)[i]),
                 std::bit_cast<std::uint32_t>(expected))
           << model.units()[u].name << " element " << i;
     }
   }
   save_safetensors(second, loaded, dtype, {{"format", "pt"}, {"step", "12"}});
-  EXPECT_EQ(read_file_bytes(first), read_file_bytes(second));
+  EXPECT_EQ(io::read_file_bytes(first), io::read_file_bytes(second));
 
   const SafetensorsFile file = SafetensorsFile::read(first);
   EXPECT_EQ(file.metadata().at("step"), "12");
@@ -98,7 +67,7 @@ TEST_P(SafetensorsRoundTrip, ExportLoadGivesSameValuesBytesAndLoss) {
   const std::vector<std::int32_t> tokens = some_tokens(model.batch_tokens(), 32);
   const double original_loss = forward_loss(model, original, tokens);
   const double loaded_loss = forward_loss(model, loaded, tokens);
-  if (dtype == runtime::DType::kFp32) {
+  if (dtype == DType::kFp32) {
     EXPECT_EQ(original_loss, loaded_loss);
   } else {
     EXPECT_NEAR(original_loss, loaded_loss, 1e-2);  // parameters moved by <= 2⁻⁸ relative
@@ -107,8 +76,8 @@ TEST_P(SafetensorsRoundTrip, ExportLoadGivesSameValuesBytesAndLoss) {
 
 INSTANTIATE_TEST_SUITE_P(
     Dtypes, SafetensorsRoundTrip,
-    ::testing::Combine(::testing::Values(runtime::DType::kFp32, runtime::DType::kBf16,
-                                         runtime::DType::kFp16),
+    ::testing::Combine(::testing::Values(DType::kFp32, DType::kBf16,
+                                         DType::kFp16),
                        ::testing::Bool()),
     [](const ::testing::TestParamInfo<SafetensorsRoundTrip::ParamType>& param_info) {
       return std::string(runtime::to_string(std::get<0>(param_info.param))) +
@@ -124,7 +93,7 @@ class SafetensorsModelMismatch : public ::testing::Test {
                          const std::string& tensor, const std::string& problem) {
     ScratchDir scratch;
     const std::filesystem::path path = scratch.path() / "model.safetensors";
-    save_safetensors(path, saved, runtime::DType::kFp32);
+    save_safetensors(path, saved, DType::kFp32);
     const std::vector<std::vector<float>> before = snapshot(target);
     try {
       load_safetensors(path, target);

@@ -12,7 +12,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         std::vector<std::uint8_t>(data, data + size), "fuzz.safetensors");
     std::vector<float> values;
     for (const strata::runtime::SafetensorsEntry& entry : file.entries()) {
-      values.resize((entry.end - entry.begin) / strata::runtime::dtype_bytes(entry.dtype));
+      values.resize((entry.end - entry.begin) / strata::dtype_bytes(entry.dtype));
       file.read_fp32(entry, values);
     }
   } catch (const strata::runtime::SafetensorsError&) {

@@ -26,7 +26,7 @@ class EngineRoundTripTest : public ::testing::Test {
  protected:
   void SetUp() override { start({}); }
 
-  void start(EngineOptions options) {
+  void start(IoEngineOptions options) {
     options.block_size_bytes = kBlock;
     options.queue_depth = 8;
     options.rings = 2;
@@ -42,7 +42,7 @@ class EngineRoundTripTest : public ::testing::Test {
   std::uint64_t granule() const { return direct() ? kDirectIoAlignment : 1; }
 
   ScratchDir dir_;
-  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<IoEngine> engine_;
 };
 TYPED_TEST_SUITE(EngineRoundTripTest, AllConfigs, ConfigNames);
 
@@ -149,7 +149,7 @@ TYPED_TEST(EngineRoundTripTest, StripedRangesCrossUnitsAndFiles) {
 
 TYPED_TEST(EngineRoundTripTest, FixedBuffersRoundTrip) {
   BufferPool pool(4, 256 * kKiB);
-  EngineOptions options;
+  IoEngineOptions options;
   options.fixed_buffers = pool.buffers();
   this->start(options);
   if (this->IsSkipped()) {

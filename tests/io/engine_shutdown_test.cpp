@@ -24,12 +24,12 @@ TYPED_TEST_SUITE(EngineShutdownTest, AllConfigs, ConfigNames);
 
 TYPED_TEST(EngineShutdownTest, DestroyWithRequestsInFlightCompletesEveryTicket) {
   ScratchDir dir;
-  EngineOptions options;
+  IoEngineOptions options;
   options.block_size_bytes = 16 * kKiB;
   options.queue_depth = 4;
   options.rings = 2;
   std::string skip;
-  std::unique_ptr<Engine> engine = testing::make_test_engine<TypeParam>(options, dir, skip);
+  std::unique_ptr<IoEngine> engine = testing::make_test_engine<TypeParam>(options, dir, skip);
   if (!engine) {
     GTEST_SKIP() << skip;
   }
@@ -62,7 +62,7 @@ TYPED_TEST(EngineShutdownTest, DestroyWithRequestsInFlightCompletesEveryTicket) 
 TYPED_TEST(EngineShutdownTest, IdleEngineStopsAtOnce) {
   ScratchDir dir;
   std::string skip;
-  std::unique_ptr<Engine> engine = testing::make_test_engine<TypeParam>({}, dir, skip);
+  std::unique_ptr<IoEngine> engine = testing::make_test_engine<TypeParam>({}, dir, skip);
   if (!engine) {
     GTEST_SKIP() << skip;
   }
@@ -83,11 +83,11 @@ TEST(UringShutdownTest, PiecesStuckInTheKernelAreCancelled) {
   testing::ScratchDir dir;
   const std::filesystem::path fifo = dir / "stuck.fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  EngineOptions options;
+  IoEngineOptions options;
   options.direct = DirectIo::kOff;
   options.queue_depth = 4;
   options.rings = 1;
-  std::unique_ptr<Engine> engine;
+  std::unique_ptr<IoEngine> engine;
   try {
     engine = std::make_unique<UringEngine>(options);
   } catch (const UringUnavailable& refused) {

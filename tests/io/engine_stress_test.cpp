@@ -25,12 +25,12 @@ TYPED_TEST(EngineStressTest, ThousandsOfConcurrentRequestsOverRingsAndFiles) {
   const std::uint64_t seed = 0x5eed0004;
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   ScratchDir dir;
-  EngineOptions options;
+  IoEngineOptions options;
   options.block_size_bytes = 8 * kKiB;  // small blocks: one or two pieces per request
   options.queue_depth = 16;
   options.rings = 4;
   std::string skip;
-  std::unique_ptr<Engine> engine = testing::make_test_engine<TypeParam>(options, dir, skip);
+  std::unique_ptr<IoEngine> engine = testing::make_test_engine<TypeParam>(options, dir, skip);
   if (!engine) {
     GTEST_SKIP() << skip;
   }

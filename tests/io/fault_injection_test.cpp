@@ -26,7 +26,7 @@ template <class C>
 class FaultInjectionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    EngineOptions options;
+    IoEngineOptions options;
     options.block_size_bytes = kBlock;
     options.queue_depth = 4;
     options.rings = 2;
@@ -53,7 +53,7 @@ class FaultInjectionTest : public ::testing::Test {
 
   FaultInjector faults_;  // declared first: the engine must not outlive it
   ScratchDir dir_;
-  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<IoEngine> engine_;
   FileId file_ = 0;
   AlignedBuffer out_;
   AlignedBuffer in_;

@@ -1,11 +1,13 @@
-// Proves FileHandle opens, preallocates, syncs and closes files, and that its errors name the path,
-// the operation and the errno text (with the `direct = false` hint where O_DIRECT is refused).
+// Proves FileHandle opens, preallocates, reads, writes, locks, syncs and closes files, and that its
+// errors name the path, the operation, the offset and the errno text (with the `direct = false` hint
+// where O_DIRECT is refused).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/vfs.h>
 
 #include <cerrno>
 #include <string>
+#include <vector>
 
 #include "io_test_support.hpp"
 
@@ -80,6 +82,70 @@ TEST(FileHandleTest, RefusedDirectIoSaysDirectFalseWillWork) {
     }
   }
   GTEST_SKIP() << "no file system here refuses O_DIRECT (tmpfs takes it since Linux 6.6)";
+}
+
+TEST(FileHandleTest, WriteAtThenReadAtRoundTripsAndStopsAtTheEnd) {
+  ScratchDir dir;
+  const FileHandle file =
+      FileHandle::open(dir / "rw.bin", {CreateMode::kCreateTruncate, DirectIo::kOff});
+  std::vector<std::byte> written(10000);
+  testing::fill_random(written, 5);
+  file.write_at(100, written);
+  EXPECT_EQ(file.size_bytes(), 10100u);
+  std::vector<std::byte> read(10000);
+  EXPECT_EQ(file.read_at(100, read), 10000u);
+  EXPECT_EQ(read, written);
+  std::vector<std::byte> past_end(500);
+  EXPECT_EQ(file.read_at(9800, past_end), 300u) << "read_at must stop where the file ends";
+  EXPECT_TRUE(file.is_regular_file());
+}
+
+TEST(FileHandleTest, ReadOnlyOpenRefusesWritesNamingOffsetAndErrno) {
+  ScratchDir dir;
+  FileHandle::open(dir / "ro.bin", {CreateMode::kCreate, DirectIo::kOff});
+  const FileHandle file =
+      FileHandle::open(dir / "ro.bin", {CreateMode::kCreate, DirectIo::kOff, Access::kReadOnly});
+  const std::vector<std::byte> bytes(64);
+  try {
+    file.write_at(4096, bytes);
+    FAIL() << "wrote through a read-only handle";
+  } catch (const IoError& error) {
+    EXPECT_EQ(error.code().value(), EBADF);
+    EXPECT_EQ(error.operation(), "write");
+    EXPECT_EQ(error.offset_bytes(), 4096u);
+    EXPECT_EQ(error.length_bytes(), 64u);
+    EXPECT_NE(std::string(error.what()).find("ro.bin"), std::string::npos) << error.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "never.bin"));
+  EXPECT_THROW(FileHandle::open(dir / "never.bin", {CreateMode::kCreate, DirectIo::kOff,
+                                                    Access::kReadOnly}),
+               IoError)
+      << "a read-only open must never create the file";
+}
+
+TEST(FileHandleTest, ExclusiveLockIsHeldUntilTheHandleCloses) {
+  ScratchDir dir;
+  const OpenOptions options{CreateMode::kCreate, DirectIo::kOff};
+  FileHandle first = FileHandle::open(dir / "lock", options);
+  const FileHandle second = FileHandle::open(dir / "lock", options);
+  EXPECT_TRUE(first.try_lock_exclusive());
+  EXPECT_FALSE(second.try_lock_exclusive());
+  first = FileHandle();
+  EXPECT_TRUE(second.try_lock_exclusive());
+}
+
+TEST(FileHandleTest, DirectoryOpensAndSyncs) {
+  ScratchDir dir;
+  const FileHandle directory = FileHandle::open_directory(dir.path());
+  EXPECT_FALSE(directory.is_regular_file());
+  directory.sync();
+  try {
+    FileHandle::open_directory(dir / "absent");
+    FAIL() << "opened a missing directory";
+  } catch (const IoError& error) {
+    EXPECT_EQ(error.code().value(), ENOENT);
+    EXPECT_EQ(error.operation(), "open directory");
+  }
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 
+#include "base/debug_knobs.hpp"
 #include "io/aligned_buffer.hpp"
 #include "io/engine.hpp"
 #include "io/file_handle.hpp"
@@ -29,8 +30,7 @@ namespace strata::io::testing {
 class ScratchDir {
  public:
   ScratchDir() {
-    const char* root = std::getenv("STRATA_TEST_TMPDIR");
-    const std::filesystem::path base = root != nullptr && root[0] != '\0' ? root : "/tmp";
+    const std::filesystem::path base = test_tmpdir_knob();
     static std::atomic<int> counter{0};
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     std::string name =
@@ -109,7 +109,7 @@ struct ConfigNames {
 // Builds the engine a configuration names, or returns null with `skip_reason` set when this
 // machine cannot run it (io_uring refused by the kernel, O_DIRECT refused by the file system).
 template <class C>
-std::unique_ptr<Engine> make_test_engine(EngineOptions options, const ScratchDir& dir,
+std::unique_ptr<IoEngine> make_test_engine(IoEngineOptions options, const ScratchDir& dir,
                                          std::string& skip_reason) {
   options.direct = C::direct;
   if (C::direct == DirectIo::kOn) {

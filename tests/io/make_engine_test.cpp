@@ -13,29 +13,29 @@ namespace strata::io {
 namespace {
 
 TEST(MakeEngineTest, ParsesKinds) {
-  EXPECT_EQ(parse_engine_kind("auto"), EngineKind::kAuto);
-  EXPECT_EQ(parse_engine_kind("io_uring"), EngineKind::kIoUring);
-  EXPECT_EQ(parse_engine_kind("posix"), EngineKind::kPosix);
-  EXPECT_EQ(parse_engine_kind("uring"), std::nullopt);
-  EXPECT_EQ(to_string(EngineKind::kIoUring), "io_uring");
+  EXPECT_EQ(parse_io_engine_kind("auto"), IoEngineKind::kAuto);
+  EXPECT_EQ(parse_io_engine_kind("io_uring"), IoEngineKind::kIoUring);
+  EXPECT_EQ(parse_io_engine_kind("posix"), IoEngineKind::kPosix);
+  EXPECT_EQ(parse_io_engine_kind("uring"), std::nullopt);
+  EXPECT_EQ(to_string(IoEngineKind::kIoUring), "io_uring");
 }
 
 TEST(MakeEngineTest, PosixKindIsPosix) {
-  EngineOptions options;
-  options.kind = EngineKind::kPosix;
-  EXPECT_EQ(make_engine(options)->name(), "posix");
+  IoEngineOptions options;
+  options.kind = IoEngineKind::kPosix;
+  EXPECT_EQ(make_io_engine(options)->name(), "posix");
 }
 
 TEST(MakeEngineTest, AutoUsesIoUringWhenTheKernelAllows) {
-  EngineOptions options;
-  options.kind = EngineKind::kAuto;
+  IoEngineOptions options;
+  options.kind = IoEngineKind::kAuto;
   try {
     UringEngine probe(options);
   } catch (const UringUnavailable& refused) {
     GTEST_SKIP() << "io_uring refused by this kernel: " << refused.what();
   }
   ::testing::internal::CaptureStderr();
-  const std::string name(make_engine(options)->name());
+  const std::string name(make_io_engine(options)->name());
   EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
   EXPECT_EQ(name, "io_uring");
 }
@@ -44,11 +44,11 @@ TEST(MakeEngineTest, AutoFallsBackToPosixWithOneWarningLine) {
   for (int refusal : {ENOSYS, EPERM}) {
     FaultInjector faults;
     faults.fail_ring_setup(refusal);
-    EngineOptions options;
-    options.kind = EngineKind::kAuto;
+    IoEngineOptions options;
+    options.kind = IoEngineKind::kAuto;
     options.faults = &faults;
     ::testing::internal::CaptureStderr();
-    std::unique_ptr<Engine> engine = make_engine(options);
+    std::unique_ptr<IoEngine> engine = make_io_engine(options);
     const std::string warning = ::testing::internal::GetCapturedStderr();
     EXPECT_EQ(engine->name(), "posix");
     EXPECT_NE(warning.find("warning"), std::string::npos) << warning;
@@ -60,11 +60,11 @@ TEST(MakeEngineTest, AutoFallsBackToPosixWithOneWarningLine) {
 TEST(MakeEngineTest, IoUringKindFailsClearlyWhenRefused) {
   FaultInjector faults;
   faults.fail_ring_setup(EPERM);
-  EngineOptions options;
-  options.kind = EngineKind::kIoUring;
+  IoEngineOptions options;
+  options.kind = IoEngineKind::kIoUring;
   options.faults = &faults;
   try {
-    make_engine(options);
+    make_io_engine(options);
     FAIL() << "expected UringUnavailable";
   } catch (const UringUnavailable& refused) {
     const std::string what = refused.what();

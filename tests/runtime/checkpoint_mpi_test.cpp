@@ -10,9 +10,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "base/debug_knobs.hpp"
 #include "runtime/comm/local_comm.hpp"
 #include "runtime/partition.hpp"
-#include "tests/comm/mpi_test_main.hpp"
+#include "tests/runtime/comm/mpi_test_main.hpp"
 #include "tests/io/io_test_support.hpp"
 #include "tests/runtime/checkpoint_test_support.hpp"
 
@@ -30,9 +31,7 @@ class SharedDir {
   SharedDir() {
     const std::uint64_t id = world().all_reduce_u64(
         world().rank() == 0 ? static_cast<std::uint64_t>(::getpid()) : 0, comm::ReduceOp::kMax);
-    const char* root = std::getenv("STRATA_TEST_TMPDIR");
-    path_ = std::filesystem::path(root != nullptr && root[0] != '\0' ? root : "/tmp") /
-            fmt::format("strata-ckpt-mpi-{}-{}", id, counter_++);
+    path_ = test_tmpdir_knob() / fmt::format("strata-ckpt-mpi-{}-{}", id, counter_++);
     if (world().rank() == 0) std::filesystem::create_directories(path_);
     world().barrier();
   }
@@ -125,8 +124,8 @@ TEST(CheckpointMpi, SavedByOneRankLoadsIntoNRanks) {
   expect_bitwise(full_masters(sharded), at_save, "1 -> N right after load");
   for (UnitId unit : sharded.model->units()) {
     // The moments were resharded too: each rank's exp_avg shard is its slice of the full one.
-    const std::vector<float> mine = sharded.engine->state_shard(unit, "exp_avg");
-    const std::vector<float> whole = single.engine->state_shard(unit, "exp_avg");
+    const std::vector<float> mine = sharded.engine->state_shard(unit, OptimizerState::kExpAvg);
+    const std::vector<float> whole = single.engine->state_shard(unit, OptimizerState::kExpAvg);
     const UnitLayout layout = make_unit_layout(sharded.engine->unit_spec(unit),
                                                static_cast<std::uint32_t>(world().size()));
     const auto rank = static_cast<std::uint32_t>(world().rank());

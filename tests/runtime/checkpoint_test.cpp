@@ -291,7 +291,7 @@ TEST(Checkpoint, SafetensorsExportImportRoundTrips) {
   EXPECT_EQ(imported.engine->step_count(), 0u);
   expect_same_masters(imported, trained);
   for (std::size_t u = 0; u < imported.model->units().size(); ++u) {
-    const std::vector<float> moments = imported.engine->state_shard(u, "exp_avg");
+    const std::vector<float> moments = imported.engine->state_shard(u, OptimizerState::kExpAvg);
     for (float m : moments) ASSERT_EQ(m, 0.0f);
   }
   // The imported parameters are the ones the forward pass sees.

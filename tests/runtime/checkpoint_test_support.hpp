@@ -47,7 +47,8 @@ struct TrainedModel {
   std::vector<std::vector<float>> state() {
     std::vector<std::vector<float>> out;
     for (UnitId unit : model->units()) {
-      for (const char* kind : {"master", "exp_avg", "exp_avg_sq"}) {
+      for (OptimizerState kind :
+           {OptimizerState::kMaster, OptimizerState::kExpAvg, OptimizerState::kExpAvgSq}) {
         try {
           out.push_back(engine->state_shard(unit, kind));
         } catch (const std::invalid_argument&) {  // an optimizer without this moment

@@ -193,6 +193,19 @@ TEST(Config, EnumValueListsTheChoices) {
       HasSubstr("\"aio\" is not allowed: expected one of \"auto\", \"io_uring\" or \"posix\""));
 }
 
+// DType (base/dtype.hpp) also names the communicators' integer types; a precision never takes one.
+TEST(Config, PrecisionTakesOnlyTheFloatingDtypeNames) {
+  for (const char* value : {"fp8", "uint8", "uint64", "FP32"}) {
+    const ConfigError error =
+        expect_error(std::string("[precision]\nparams = \"") + value + "\"\n");
+    EXPECT_EQ(error.line(), 2u) << value;
+    EXPECT_EQ(error.key_path(), "precision.params") << value;
+    EXPECT_THAT(error.message(), HasSubstr(std::string("\"") + value +
+                                           "\" is not allowed: expected one of \"fp32\", \"bf16\" "
+                                           "or \"fp16\""));
+  }
+}
+
 TEST(Config, NvmeHomeNeedsPaths) {
   const ConfigError error = expect_error("[zero]\noptimizer = \"nvme\"\n");
   EXPECT_EQ(error.key_path(), "zero.optimizer");

@@ -10,6 +10,7 @@
 
 #include "runtime/comm/local_comm.hpp"
 #include "runtime/engine.hpp"
+#include "io/whole_file.hpp"
 #include "runtime/safetensors.hpp"
 #include "tests/runtime/engine_test_config.hpp"
 #include "tests/runtime/engine_test_model.hpp"
@@ -61,7 +62,7 @@ grad_clip = 0.5
       // The store's step 0 is committed: from now on a restart resumes.
       const std::uint8_t byte = 1;
       const std::span<const std::uint8_t> chunks[] = {std::span(&byte, 1)};
-      write_file_atomically(marker, chunks);
+      io::write_file_atomically(marker, chunks);
       std::printf("started\n");
     }
     std::fflush(stdout);
@@ -78,7 +79,7 @@ grad_clip = 0.5
     }
     const std::span<const std::uint8_t> chunks[] = {
         std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size())};
-    write_file_atomically(out, chunks);
+    io::write_file_atomically(out, chunks);
     std::printf("done\n");
     return 0;
   } catch (const std::exception& error) {

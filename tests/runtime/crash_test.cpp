@@ -20,6 +20,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "base/debug_knobs.hpp"
+#include "io/whole_file.hpp"
 #include "runtime/safetensors.hpp"
 #include "tests/io/io_test_support.hpp"
 
@@ -78,8 +80,7 @@ done:
 }
 
 TEST(CrashRecovery, SigkillAtRandomMomentsResumesAtTheLastCommitAndEndsBitwiseEqual) {
-  const char* seed_text = std::getenv("STRATA_CRASH_SEED");
-  const std::uint64_t seed = seed_text != nullptr ? std::stoull(seed_text) : std::random_device{}();
+  const std::uint64_t seed = crash_seed_knob().value_or(std::random_device{}());
   SCOPED_TRACE(fmt::format("STRATA_CRASH_SEED={}", seed));
   std::mt19937_64 random(seed);
 
@@ -95,7 +96,7 @@ TEST(CrashRecovery, SigkillAtRandomMomentsResumesAtTheLastCommitAndEndsBitwiseEq
     duration = std::min(duration, std::chrono::duration_cast<std::chrono::microseconds>(
                                       std::chrono::steady_clock::now() - start));
     ASSERT_EQ(reference.exit_code, 0) << reference.log;
-    const std::vector<std::uint8_t> bytes = read_file_bytes(dir.path() / "out.bin");
+    const std::vector<std::uint8_t> bytes = io::read_file_bytes(dir.path() / "out.bin");
     if (timing > 0) {
       ASSERT_EQ(bytes, expected) << "two uninterrupted runs differ";
     }
@@ -147,7 +148,7 @@ TEST(CrashRecovery, SigkillAtRandomMomentsResumesAtTheLastCommitAndEndsBitwiseEq
       finished = true;
     }
     ASSERT_TRUE(finished) << "trial " << trials << " never finished";
-    EXPECT_EQ(read_file_bytes(dir.path() / "out.bin"), expected)
+    EXPECT_EQ(io::read_file_bytes(dir.path() / "out.bin"), expected)
         << "trial " << trials << ": the parameters differ from the run never killed";
     if (::testing::Test::HasFailure()) break;
   }

@@ -11,9 +11,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "base/debug_knobs.hpp"
 #include "runtime/comm/local_comm.hpp"
 #include "runtime/engine.hpp"
-#include "tests/comm/mpi_test_main.hpp"
+#include "tests/runtime/comm/mpi_test_main.hpp"
 #include "tests/io/io_test_support.hpp"
 #include "tests/runtime/engine_test_config.hpp"
 #include "tests/runtime/engine_test_model.hpp"
@@ -165,8 +166,7 @@ TEST(EngineMpi, StagedPathIsBitwiseIdenticalToTheDirectPath) {
 }
 
 TEST(EngineMpi, EachRankHoldsAboutOneNthOfTheState) {
-  const char* force = std::getenv("STRATA_FORCE_NVME");
-  if (force != nullptr && force[0] == '1') {
+  if (force_nvme_knob()) {
     GTEST_SKIP() << "STRATA_FORCE_NVME moves the host-homed state this test measures";
   }
   ScratchDir dir;

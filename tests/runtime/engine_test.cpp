@@ -15,6 +15,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "base/debug_knobs.hpp"
 #include "runtime/comm/local_comm.hpp"
 #include "tests/io/io_test_support.hpp"
 #include "tests/runtime/engine_test_config.hpp"
@@ -35,8 +36,7 @@ constexpr int kSteps = 4;
 // STRATA_FORCE_NVME=1 re-runs the suite with every state kind on NVMe (docs/design.md); tests of
 // placement-specific behaviour then have nothing to check.
 bool nvme_forced() {
-  const char* force = std::getenv("STRATA_FORCE_NVME");
-  return force != nullptr && force[0] == '1';
+  return force_nvme_knob();
 }
 
 struct RunResult {
@@ -69,8 +69,8 @@ RunResult train(const Config& config, int steps = kSteps, const EngineOptions& o
   }
   for (UnitId unit : model.units()) {
     result.masters.push_back(engine.master_shard(unit));
-    result.exp_avgs.push_back(engine.state_shard(unit, "exp_avg"));
-    result.exp_avg_sqs.push_back(engine.state_shard(unit, "exp_avg_sq"));
+    result.exp_avgs.push_back(engine.state_shard(unit, OptimizerState::kExpAvg));
+    result.exp_avg_sqs.push_back(engine.state_shard(unit, OptimizerState::kExpAvgSq));
   }
   result.host_high_water = engine.host_high_water_bytes();
   return result;

@@ -225,7 +225,7 @@ TEST(Faults, AStoreOfAnotherShapeOrDtypeIsRefusedByName) {
 
 TEST(Faults, AStoreOfAnotherRankCountIsRefusedByName) {
   ScratchDir dir;
-  auto engine = io::make_engine(io::EngineOptions{});
+  auto engine = io::make_io_engine(io::IoEngineOptions{});
   {
     tiers::NvmeStore store(*engine, {{dir.path()}, 0, 1}, {{"x", 4096}});
     store.commit(0);

@@ -68,13 +68,17 @@ TEST(MemoryPlan, StateGoesToItsHomeTier) {
   EXPECT_EQ(plan.tier(Tier::kDevice).state_bytes, 2 * shard);
   EXPECT_EQ(plan.tier(Tier::kHost).state_bytes, 2 * shard);
   EXPECT_EQ(plan.tier(Tier::kNvme).state_bytes, 2 * 12 * shard);  // A/B slots
-  // Host staging: buffer_count sub-groups of the kinds homed on NVMe (12 optimizer bytes).
-  EXPECT_EQ(plan.tier(Tier::kHost).buffer_bytes, 3u * 1000 * 12);
+  // The buffers are the Engine's (runtime/buffer_plan.hpp), so they carry its rounding: a
+  // sub-group is a whole number of 2048-element granules (1000 -> 2048), a rank's shard of a unit
+  // too, and each pinned buffer a whole number of 4 KiB pages.
+  // Host staging: buffer_count sub-groups of each kind homed on NVMe (three fp32 arrays).
+  EXPECT_EQ(plan.tier(Tier::kHost).buffer_bytes, 3u * 3 * (2048 * 4));
   // Device: (prefetch_depth + 1) gathered units (bf16 + fp32 copy), one unit's fp32 gradient, its
   // reduced fp32 shard and the bf16 send copy of the parameter shard.
   const std::uint64_t unit = plan.unit_elements;
-  const std::uint64_t unit_shard = (unit + 3) / 4;
-  EXPECT_EQ(plan.tier(Tier::kDevice).buffer_bytes, 2 * unit * 6 + unit * 4 + unit_shard * 6);
+  const std::uint64_t unit_shard = (unit + 4 * 2048 - 1) / (4 * 2048) * 2048;
+  const std::uint64_t padded = 4 * unit_shard;
+  EXPECT_EQ(plan.tier(Tier::kDevice).buffer_bytes, 2 * padded * 6 + padded * 4 + unit_shard * 6);
   EXPECT_EQ(plan.nvme_read_bytes_per_step, 12 * shard);
   EXPECT_EQ(plan.nvme_write_bytes_per_step, 12 * shard);
   EXPECT_TRUE(plan.fits());

@@ -11,6 +11,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "base/debug_knobs.hpp"
+
 namespace {
 
 using ::testing::HasSubstr;
@@ -32,8 +34,7 @@ Result run_cli(const std::string& arguments) {
 }
 
 std::string write_temp(const std::string& name, const std::string& text) {
-  const char* dir = std::getenv("STRATA_TEST_TMPDIR");
-  const std::filesystem::path path = std::filesystem::path(dir != nullptr ? dir : "/tmp") / name;
+  const std::filesystem::path path = strata::test_tmpdir_knob() / name;
   std::ofstream(path) << text;
   return path.string();
 }

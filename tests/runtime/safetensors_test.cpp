@@ -1,6 +1,7 @@
 // Proves safetensors export/load round-trips bit-exactly (F32) or to the rounded value (BF16,
 // F16), and that every kind of malformed file is a SafetensorsError naming file and tensor.
 // (Moved with runtime/safetensors.* from examples/gpt.)
+#include "io/whole_file.hpp"
 #include "runtime/safetensors.hpp"
 
 #include <gtest/gtest.h>
@@ -11,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu_adam/dtype.hpp"
+#include "cpu_adam/typed_span.hpp"
 #include "tests/io/io_test_support.hpp"
 
 namespace strata::runtime {
@@ -61,15 +62,15 @@ TEST_P(SafetensorsRoundTrip, ExportLoadGivesTheRoundedValuesAndTheSameBytes) {
     for (std::size_t i = 0; i < original[u].size(); ++i) {
       const float value = original[u][i];
       const float expected = dtype == DType::kFp32   ? value
-                             : dtype == DType::kBf16 ? cpu_adam::to_float(cpu_adam::to_bf16(value))
-                                                     : cpu_adam::to_float(cpu_adam::to_fp16(value));
+                             : dtype == DType::kBf16 ? to_float(to_bf16(value))
+                                                     : to_float(to_fp16(value));
       ASSERT_EQ(std::bit_cast<std::uint32_t>(loaded[u][i]), std::bit_cast<std::uint32_t>(expected))
           << units[u].name << " element " << i;
     }
   }
   save_safetensors(second, units, [&](std::size_t u) { return loaded[u]; }, dtype,
                    {{"format", "pt"}, {"step", "12"}});
-  EXPECT_EQ(read_file_bytes(first), read_file_bytes(second));
+  EXPECT_EQ(io::read_file_bytes(first), io::read_file_bytes(second));
   const SafetensorsFile file = SafetensorsFile::read(first);
   EXPECT_EQ(file.metadata().at("step"), "12");
   EXPECT_EQ(file.entries().size(), 3u);
@@ -180,7 +181,7 @@ TEST(SafetensorsMalformed, MissingFileNamesPathAndErrno) {
   try {
     SafetensorsFile::read(path);
     FAIL() << "read a missing file";
-  } catch (const FileError& error) {
+  } catch (const io::IoError& error) {
     EXPECT_EQ(error.code().value(), ENOENT);
     EXPECT_NE(std::string(error.what()).find(path.string()), std::string::npos) << error.what();
   }

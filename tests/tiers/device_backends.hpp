@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 
+#include "base/debug_knobs.hpp"
 #include "tiers/device/device.hpp"
 
 namespace strata::tiers::testing {
@@ -28,8 +29,7 @@ inline std::string device_kind_test_name(const ::testing::TestParamInfo<DeviceKi
 
 // Seed for randomized tests: STRATA_TEST_SEED when set, else a fixed default. Print it on failure.
 inline std::uint64_t test_seed() {
-  const char* value = std::getenv("STRATA_TEST_SEED");
-  return value != nullptr ? std::strtoull(value, nullptr, 0) : 20261129u;
+  return test_seed_knob().value_or(20261129u);
 }
 
 class DeviceBackendTest : public ::testing::TestWithParam<DeviceKind> {

@@ -27,14 +27,14 @@ using ::testing::HasSubstr;
 const std::vector<ExtentSpec> kExtents = {
     {"embed/master", 10'000}, {"h.0/master", 4096}, {"h.0/exp_avg", 70'000}, {"tiny", 3}};
 
-std::unique_ptr<io::Engine> make_test_engine(io::FaultInjector* faults = nullptr) {
-  io::EngineOptions options;
-  options.kind = io::EngineKind::kAuto;
+std::unique_ptr<io::IoEngine> make_test_engine(io::FaultInjector* faults = nullptr) {
+  io::IoEngineOptions options;
+  options.kind = io::IoEngineKind::kAuto;
   options.block_size_bytes = 16 * 1024;  // several pieces per extent
   options.queue_depth = 8;
   options.direct = io::DirectIo::kOn;
   options.faults = faults;
-  return io::make_engine(options);
+  return io::make_io_engine(options);
 }
 
 // Deterministic content of `extent` at `step`.

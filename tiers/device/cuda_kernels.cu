@@ -1,12 +1,12 @@
 // The device kernels: grid-stride loops over the same scalar conversions the host uses
-// (detail/half_convert.hpp), so HostDevice and CudaDevice give identical bits.
+// (base/float16.hpp), so HostDevice and CudaDevice give identical bits.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 
 #include "tiers/device/cuda_kernels.hpp"
-#include "tiers/device/detail/half_convert.hpp"
+#include "base/float16.hpp"
 
 namespace strata::tiers::detail {
 
@@ -30,22 +30,22 @@ __device__ std::uint64_t grid_stride() {
 
 __global__ void fp32_to_bf16_kernel(const float* src, std::uint16_t* dst, std::uint64_t count) {
   for (std::uint64_t i = first_index(); i < count; i += grid_stride())
-    dst[i] = fp32_to_bf16(src[i]);
+    dst[i] = to_bf16(src[i]).bits;
 }
 
 __global__ void fp32_to_fp16_kernel(const float* src, std::uint16_t* dst, std::uint64_t count) {
   for (std::uint64_t i = first_index(); i < count; i += grid_stride())
-    dst[i] = fp32_to_fp16(src[i]);
+    dst[i] = to_fp16(src[i]).bits;
 }
 
 __global__ void bf16_to_fp32_kernel(const std::uint16_t* src, float* dst, std::uint64_t count) {
   for (std::uint64_t i = first_index(); i < count; i += grid_stride())
-    dst[i] = bf16_to_fp32(src[i]);
+    dst[i] = to_float(Bf16{src[i]});
 }
 
 __global__ void fp16_to_fp32_kernel(const std::uint16_t* src, float* dst, std::uint64_t count) {
   for (std::uint64_t i = first_index(); i < count; i += grid_stride())
-    dst[i] = fp16_to_fp32(src[i]);
+    dst[i] = to_float(Fp16{src[i]});
 }
 
 __global__ void scale_kernel(float* data, std::uint64_t count, float factor) {
@@ -62,12 +62,12 @@ __global__ void accumulate_fp32_kernel(float* dst, const float* src, std::uint64
 
 __global__ void accumulate_bf16_kernel(float* dst, const std::uint16_t* src, std::uint64_t count) {
   for (std::uint64_t i = first_index(); i < count; i += grid_stride())
-    dst[i] += bf16_to_fp32(src[i]);
+    dst[i] += to_float(Bf16{src[i]});
 }
 
 __global__ void accumulate_fp16_kernel(float* dst, const std::uint16_t* src, std::uint64_t count) {
   for (std::uint64_t i = first_index(); i < count; i += grid_stride())
-    dst[i] += fp16_to_fp32(src[i]);
+    dst[i] += to_float(Fp16{src[i]});
 }
 
 }  // namespace
@@ -83,13 +83,13 @@ cudaError_t launch_cast(const CastOp& op, cudaStream_t stream) {
   auto* dst16 = static_cast<std::uint16_t*>(op.dst);
   const auto* src32 = static_cast<const float*>(op.src);
   auto* dst32 = static_cast<float*>(op.dst);
-  if (op.src_type == DType::kFloat32 && op.dst_type == DType::kBFloat16) {
+  if (op.src_type == DType::kFp32 && op.dst_type == DType::kBf16) {
     fp32_to_bf16_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(src32, dst16, op.count);
-  } else if (op.src_type == DType::kFloat32 && op.dst_type == DType::kFloat16) {
+  } else if (op.src_type == DType::kFp32 && op.dst_type == DType::kFp16) {
     fp32_to_fp16_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(src32, dst16, op.count);
-  } else if (op.src_type == DType::kBFloat16 && op.dst_type == DType::kFloat32) {
+  } else if (op.src_type == DType::kBf16 && op.dst_type == DType::kFp32) {
     bf16_to_fp32_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(src16, dst32, op.count);
-  } else if (op.src_type == DType::kFloat16 && op.dst_type == DType::kFloat32) {
+  } else if (op.src_type == DType::kFp16 && op.dst_type == DType::kFp32) {
     fp16_to_fp32_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(src16, dst32, op.count);
   } else {
     return cudaErrorInvalidValue;
@@ -114,18 +114,21 @@ cudaError_t launch_accumulate(const AccumulateOp& op, cudaStream_t stream) {
   if (op.count == 0) return cudaSuccess;
   const unsigned blocks = block_count(op.count);
   switch (op.src_type) {
-    case DType::kFloat32:
+    case DType::kFp32:
       accumulate_fp32_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(
           op.dst, static_cast<const float*>(op.src), op.count);
       break;
-    case DType::kBFloat16:
+    case DType::kBf16:
       accumulate_bf16_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(
           op.dst, static_cast<const std::uint16_t*>(op.src), op.count);
       break;
-    case DType::kFloat16:
+    case DType::kFp16:
       accumulate_fp16_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(
           op.dst, static_cast<const std::uint16_t*>(op.src), op.count);
       break;
+    case DType::kUint8:
+    case DType::kUint64:
+      return cudaErrorInvalidValue;  // Stream::accumulate asserts fp32, bf16 or fp16 first
   }
   return cudaGetLastError();
 }

@@ -253,10 +253,12 @@ void Stream::copy_on_device(DeviceSpan dst, DeviceSpan src) {
 }
 
 void Stream::cast(DeviceSpan dst, DType dst_type, DeviceSpan src, DType src_type) {
+  STRATA_ASSERT(is_floating_point(dst_type) && is_floating_point(src_type),
+                "cast takes fp32, bf16 or fp16");
   STRATA_ASSERT(src.bytes % dtype_bytes(src_type) == 0, "cast source is not whole elements");
   const std::uint64_t count = src.bytes / dtype_bytes(src_type);
   STRATA_ASSERT(dst.bytes == count * dtype_bytes(dst_type), "cast lengths disagree");
-  STRATA_ASSERT(src_type == dst_type || src_type == DType::kFloat32 || dst_type == DType::kFloat32,
+  STRATA_ASSERT(src_type == dst_type || src_type == DType::kFp32 || dst_type == DType::kFp32,
                 "cast between two 16-bit types is not supported");
   STRATA_ASSERT(aligned_to(dst.data, dtype_bytes(dst_type)) &&
                 aligned_to(src.data, dtype_bytes(src_type)));
@@ -278,6 +280,7 @@ void Stream::fill_bytes(DeviceSpan data, std::uint8_t value) {
 }
 
 void Stream::accumulate(DeviceSpan dst_fp32, DeviceSpan src, DType src_type) {
+  STRATA_ASSERT(is_floating_point(src_type), "accumulate takes fp32, bf16 or fp16");
   STRATA_ASSERT(dst_fp32.bytes % 4 == 0 && aligned_to(dst_fp32.data, 4));
   const std::uint64_t count = dst_fp32.bytes / 4;
   STRATA_ASSERT(src.bytes == count * dtype_bytes(src_type), "accumulate lengths disagree");

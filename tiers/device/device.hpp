@@ -32,7 +32,7 @@
 #include <utility>
 
 #include "tiers/device/device_op.hpp"
-#include "tiers/device/dtype.hpp"
+#include "base/dtype.hpp"
 #include "tiers/device/poison.hpp"
 
 namespace strata::tiers {

@@ -8,7 +8,7 @@
 #include <functional>
 #include <variant>
 
-#include "tiers/device/dtype.hpp"
+#include "base/dtype.hpp"
 
 namespace strata::tiers {
 

@@ -1,12 +1,12 @@
 // The "poison on release" debug knob shared by device buffers and pinned slab leases: released
 // memory is filled with kPoisonByte (0xFF: a NaN in every fp32, bf16 and fp16 element), so a
 // use-after-release reads NaNs instead of plausible old numbers. STRATA_POISON=1 turns it on for a
-// whole test run.
+// whole test run (base/debug_knobs.hpp; any value but unset, empty, 0 or 1 is a KnobError).
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
+
+#include "base/debug_knobs.hpp"
 
 namespace strata::tiers {
 
@@ -17,8 +17,7 @@ inline bool poison_enabled(PoisonOnRelease setting) {
   if (setting != PoisonOnRelease::kFromEnvironment) {
     return setting == PoisonOnRelease::kOn;
   }
-  const char* value = std::getenv("STRATA_POISON");
-  return value != nullptr && value[0] != '\0' && std::strcmp(value, "0") != 0;
+  return poison_device_knob();
 }
 
 }  // namespace strata::tiers

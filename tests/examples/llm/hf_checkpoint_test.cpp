@@ -29,11 +29,11 @@ struct FamilyCase {
 std::vector<FamilyCase> family_cases() {
   TinyModelOptions llama;  // GQA, llama3 rope scaling; sharded bf16
   llama.family = Family::kLlama;
-  llama.dtype = runtime::DType::kBf16;
+  llama.dtype = DType::kBf16;
   llama.max_shard_bytes = 20'000;
   TinyModelOptions qwen2;
   qwen2.family = Family::kQwen2;
-  qwen2.dtype = runtime::DType::kFp16;
+  qwen2.dtype = DType::kFp16;
   TinyModelOptions mistral;
   mistral.family = Family::kMistral;
   TinyModelOptions gpt2;
@@ -208,7 +208,7 @@ TEST(WeightsLoader, EachOfTwoRanksReadsOnlyItsHalfOfEveryUnit) {
   ScratchDir scratch;
   const std::filesystem::path dir = scratch.path() / "model";
   TinyModelOptions options;
-  options.dtype = runtime::DType::kBf16;
+  options.dtype = DType::kBf16;
   write_tiny_model(dir, options);
   const std::vector<UnitSpec> units = decoder_units(read_hf_config(dir / "config.json"));
   const HostWeights whole = HostWeights::load(dir, units);

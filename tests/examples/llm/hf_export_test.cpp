@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "examples/gpt/half_float.hpp"
+#include "base/float16.hpp"
 #include "examples/llm/hf_checkpoint.hpp"
 #include "examples/llm/host_weights.hpp"
 #include "tests/examples/llm/llm_io_test_support.hpp"
@@ -65,7 +65,7 @@ TEST_P(ExportRoundTrip, Fp32ExportLoadsBackBitwiseWithTheInputsNames) {
   write_tiny_model(source, GetParam());
   const Loaded original = load(source);
   ExportOptions options;
-  options.dtype = runtime::DType::kFp32;
+  options.dtype = DType::kFp32;
   export_folder(source, out, original, options);
   expect_same_values(original, load(out));
   const nlohmann::json before = testing::python_tensor_summary(source);
@@ -90,7 +90,7 @@ TinyModelOptions gpt2_bare() {
 TinyModelOptions qwen2_bf16() {
   TinyModelOptions options;
   options.family = Family::kQwen2;
-  options.dtype = runtime::DType::kBf16;
+  options.dtype = DType::kBf16;
   return options;
 }
 
@@ -115,7 +115,7 @@ TEST(HfExport, Bf16ExportHoldsTheBf16RoundingOfTheWeights) {
   for (std::size_t u = 0; u < original.units.size(); ++u) {
     for (std::size_t i = 0; i < original.weights.unit(u).size(); ++i) {
       const float value = original.weights.unit(u)[i];
-      const float rounded = gpt::detail::bf16_to_float(gpt::detail::float_to_bf16(value));
+      const float rounded = to_float(to_bf16(value));
       ASSERT_EQ(exported.weights.unit(u)[i], rounded) << original.units[u].name << " " << i;
       changed += rounded != value ? 1 : 0;
     }
@@ -134,7 +134,7 @@ TEST(HfExport, ShardsRespectTheMaximumSizeAndTheIndexListsEverything) {
   write_tiny_model(source, TinyModelOptions{});
   const Loaded original = load(source);
   ExportOptions options;
-  options.dtype = runtime::DType::kFp32;
+  options.dtype = DType::kFp32;
   options.max_shard_bytes = 40'000;
   export_folder(source, out, original, options);
 

@@ -47,7 +47,7 @@ struct Fixture {
 
   Fixture() {
     TinyModelOptions options;
-    options.dtype = runtime::DType::kBf16;
+    options.dtype = DType::kBf16;
     write_tiny_model(model, options);
     std::string corpus;
     for (int i = 0; i < 30; ++i) corpus += "the cat sat on the mat and the dog ran in the sun. ";
@@ -130,7 +130,7 @@ TEST(LlmTrainer, ExportedFolderLoadsBackToTheSameValidationLoss) {
   Fixture fixture;
   ScratchDir nvme;
   runtime::Config config = all_on_nvme(nvme);
-  config.precision.params = runtime::DType::kFp32;  // the gathered copy is the master itself
+  config.precision.params = DType::kFp32;  // the gathered copy is the master itself
   auto device = runtime::testing::host_device(config);
   runtime::comm::LocalComm comm;
   LlmTrainer trainer(config, *device, comm, fixture.options());
@@ -138,13 +138,13 @@ TEST(LlmTrainer, ExportedFolderLoadsBackToTheSameValidationLoss) {
   const double trained = trainer.validation_loss();
   const std::filesystem::path out = fixture.scratch.path() / "exported";
   ExportOptions export_options;
-  export_options.dtype = runtime::DType::kFp32;
+  export_options.dtype = DType::kFp32;
   trainer.export_hf(out, export_options);
 
   ScratchDir other_nvme;
   const runtime::Config other = all_on_nvme(other_nvme);
   runtime::Config fp32 = other;
-  fp32.precision.params = runtime::DType::kFp32;
+  fp32.precision.params = DType::kFp32;
   LlmTrainerOptions reload = fixture.options();
   reload.model_dir = out;
   auto other_device = runtime::testing::host_device(fp32);

@@ -17,9 +17,9 @@
 #include <thread>
 #include <vector>
 
+#include "base/float16.hpp"
 #include "base/units.hpp"
 #include "tests/tiers/device_backends.hpp"
-#include "tiers/device/detail/half_convert.hpp"
 #include "tiers/pinned_pool.hpp"
 
 namespace strata::tiers {
@@ -128,7 +128,7 @@ TEST_P(DeviceTest, StreamRunsManyOpsInOrder) {
   std::vector<int> callback_order;
   for (int i = 0; i < kRounds; ++i) {
     stream.fill(cell.span(), static_cast<float>(i));
-    stream.accumulate(cell.span(), cell.span(), DType::kFloat32);  // 2i: reads what fill wrote
+    stream.accumulate(cell.span(), cell.span(), DType::kFp32);  // 2i: reads what fill wrote
     stream.copy_to_host(&seen[static_cast<std::size_t>(i)], cell.span());
     stream.host_callback([&callback_order, i] { callback_order.push_back(i); });
   }
@@ -191,7 +191,7 @@ TEST_P(DeviceTest, PingPongBetweenTwoStreamsKeepsEveryRound) {
     a.fill(shared.span(), static_cast<float>(round));
     a.record(filled);
     b.wait(filled);
-    b.accumulate(sum.span(), shared.span(), DType::kFloat32);
+    b.accumulate(sum.span(), shared.span(), DType::kFp32);
     b.record(consumed);
   }
   a.synchronize();
@@ -266,19 +266,18 @@ TEST_P(DeviceTest, AccumulateAddsEverySourceType) {
   }
   stream.copy_to_device(accumulator.span(), expected.data());
   stream.synchronize();  // the host copy is about to change: the upload must have read it
-  for (const DType type : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+  for (const DType type : {DType::kFp32, DType::kBf16, DType::kFp16}) {
     std::vector<std::uint8_t> source(kCount * dtype_bytes(type));
     for (std::size_t i = 0; i < kCount; ++i) {
       const float value = normal(random);
       float decoded = value;
-      if (type == DType::kFloat32) {
+      if (type == DType::kFp32) {
         std::memcpy(&source[i * 4], &value, 4);
       } else {
         const std::uint16_t code =
-            type == DType::kBFloat16 ? detail::fp32_to_bf16(value) : detail::fp32_to_fp16(value);
+            type == DType::kBf16 ? to_bf16(value).bits : to_fp16(value).bits;
         std::memcpy(&source[i * 2], &code, 2);
-        decoded =
-            type == DType::kBFloat16 ? detail::bf16_to_fp32(code) : detail::fp16_to_fp32(code);
+        decoded = type == DType::kBf16 ? to_float(Bf16{code}) : to_float(Fp16{code});
       }
       expected[i] += decoded;
     }

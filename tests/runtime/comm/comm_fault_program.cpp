@@ -1,4 +1,4 @@
-// Fault scenarios for MpiComm, run by CTest under mpirun (see tests/comm/CMakeLists.txt):
+// Fault scenarios for MpiComm, run by CTest under mpirun (see tests/runtime/comm/CMakeLists.txt):
 //   timeout  rank 1 skips an all_reduce: the others must get CommTimeoutError naming all_reduce and
 //            rank 1 within the timeout, and the communicator must refuse further use. Verdicts are
 //            combined over MPI_COMM_WORLD; exit 0 iff every rank saw what it should.

@@ -24,13 +24,13 @@ TEST(LocalCommTest, CollectivesAreIdentities) {
   comm.all_gather(std::span<const float>(send), std::span<float>(recv));
   EXPECT_EQ(recv, send);
 
-  std::vector<BFloat16> grads(5, to_bf16(2.5f));
-  std::vector<BFloat16> shard(5);
-  comm.reduce_scatter(std::span<const BFloat16>(grads), std::span<BFloat16>(shard), ReduceOp::kAvg);
+  std::vector<Bf16> grads(5, to_bf16(2.5f));
+  std::vector<Bf16> shard(5);
+  comm.reduce_scatter(std::span<const Bf16>(grads), std::span<Bf16>(shard), ReduceOp::kAvg);
   EXPECT_EQ(shard, grads);
 
-  std::vector<Float16> values = {to_fp16(1.0f), to_fp16(-3.0f)};
-  comm.all_reduce(std::span<Float16>(values), ReduceOp::kSum);
+  std::vector<Fp16> values = {to_fp16(1.0f), to_fp16(-3.0f)};
+  comm.all_reduce(std::span<Fp16>(values), ReduceOp::kSum);
   EXPECT_EQ(values[0], to_fp16(1.0f));
   EXPECT_EQ(values[1], to_fp16(-3.0f));
 

@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "tests/comm/mpi_test_main.hpp"
+#include "tests/runtime/comm/mpi_test_main.hpp"
 
 namespace strata::runtime::comm::mpi_testing {
 namespace {

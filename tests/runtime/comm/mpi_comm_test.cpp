@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "runtime/comm/communicator.hpp"
-#include "tests/comm/mpi_test_main.hpp"
+#include "tests/runtime/comm/mpi_test_main.hpp"
 
 namespace strata::runtime::comm {
 namespace {
@@ -31,8 +31,8 @@ template <CommElement T>
 T element(int rank, std::size_t index, int salt) {
   const float value = float_value(rank, index, salt);
   if constexpr (std::same_as<T, float>) return value;
-  if constexpr (std::same_as<T, BFloat16>) return to_bf16(value);
-  if constexpr (std::same_as<T, Float16>) return to_fp16(value);
+  if constexpr (std::same_as<T, Bf16>) return to_bf16(value);
+  if constexpr (std::same_as<T, Fp16>) return to_fp16(value);
   if constexpr (std::same_as<T, std::uint8_t>)
     return static_cast<std::uint8_t>(std::fabs(value) * 30);
   if constexpr (std::same_as<T, std::uint64_t>) {
@@ -66,8 +66,8 @@ T expected_reduction(std::size_t index, int salt, ReduceOp op, int ranks) {
     }
     if (op == ReduceOp::kAvg) result /= static_cast<float>(ranks);
     if constexpr (std::same_as<T, float>) return result;
-    if constexpr (std::same_as<T, BFloat16>) return to_bf16(result);
-    if constexpr (std::same_as<T, Float16>) return to_fp16(result);
+    if constexpr (std::same_as<T, Bf16>) return to_bf16(result);
+    if constexpr (std::same_as<T, Fp16>) return to_fp16(result);
   }
 }
 
@@ -98,7 +98,7 @@ const std::size_t kCounts[] = {0, 1, 3, 5, 513, 4099};
 
 template <typename T>
 class MpiCommTypedTest : public ::testing::Test {};
-using Elements = ::testing::Types<float, BFloat16, Float16, std::uint8_t, std::uint64_t>;
+using Elements = ::testing::Types<float, Bf16, Fp16, std::uint8_t, std::uint64_t>;
 TYPED_TEST_SUITE(MpiCommTypedTest, Elements);
 
 TYPED_TEST(MpiCommTypedTest, AllGatherPlacesEachRanksBlockInRankOrder) {
@@ -132,7 +132,7 @@ TYPED_TEST(MpiCommTypedTest, AllGatherInPlace) {
   }
 }
 
-std::vector<ReduceOp> ops_for(DataType dtype) {
+std::vector<ReduceOp> ops_for(DType dtype) {
   if (is_valid_reduction(dtype, ReduceOp::kAvg))
     return {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax};
   return {ReduceOp::kSum, ReduceOp::kMax};
@@ -142,7 +142,7 @@ TYPED_TEST(MpiCommTypedTest, ReduceScatterMatchesTheRankOrderReference) {
   using T = TypeParam;
   MpiComm& comm = world();
   const auto ranks = static_cast<std::size_t>(comm.size());
-  for (ReduceOp op : ops_for(data_type_v<T>)) {
+  for (ReduceOp op : ops_for(dtype_v<T>)) {
     for (std::size_t count : kCounts) {
       std::vector<T> send(ranks * count);
       for (std::size_t i = 0; i < send.size(); ++i) send[i] = element<T>(comm.rank(), i, 3);
@@ -157,7 +157,7 @@ TYPED_TEST(MpiCommTypedTest, ReduceScatterMatchesTheRankOrderReference) {
 TYPED_TEST(MpiCommTypedTest, AllReduceMatchesTheRankOrderReferenceOnEveryRank) {
   using T = TypeParam;
   MpiComm& comm = world();
-  for (ReduceOp op : ops_for(data_type_v<T>)) {
+  for (ReduceOp op : ops_for(dtype_v<T>)) {
     for (std::size_t count : kCounts) {
       std::vector<T> data(count);
       for (std::size_t i = 0; i < count; ++i) data[i] = element<T>(comm.rank(), i, 4);
@@ -195,11 +195,11 @@ TEST(MpiCommTest, SizeAndRankMatchTheLauncher) {
 TEST(MpiCommTest, Bf16AllReduceIsBitwiseIdenticalOnEveryRank) {
   MpiComm& comm = world();
   const std::size_t count = 1031;
-  std::vector<BFloat16> data(count);
-  for (std::size_t i = 0; i < count; ++i) data[i] = element<BFloat16>(comm.rank(), i, 6);
-  comm.all_reduce(std::span<BFloat16>(data), ReduceOp::kSum);
-  std::vector<BFloat16> everyone(count * static_cast<std::size_t>(comm.size()));
-  comm.all_gather(std::span<const BFloat16>(data), std::span<BFloat16>(everyone));
+  std::vector<Bf16> data(count);
+  for (std::size_t i = 0; i < count; ++i) data[i] = element<Bf16>(comm.rank(), i, 6);
+  comm.all_reduce(std::span<Bf16>(data), ReduceOp::kSum);
+  std::vector<Bf16> everyone(count * static_cast<std::size_t>(comm.size()));
+  comm.all_gather(std::span<const Bf16>(data), std::span<Bf16>(everyone));
   for (std::size_t i = 0; i < everyone.size(); ++i) ASSERT_EQ(everyone[i], data[i % count]) << i;
 }
 
@@ -216,12 +216,12 @@ TEST(MpiCommTest, LargeBuffersTakeTheRendezvousPath) {
         std::bit_cast<std::uint32_t>(expected_reduction<float>(i, 7, ReduceOp::kSum, comm.size())))
         << i;
   }
-  std::vector<BFloat16> gathered(count * static_cast<std::size_t>(comm.size()));
-  std::vector<BFloat16> shard(count);
-  for (std::size_t i = 0; i < count; ++i) shard[i] = element<BFloat16>(comm.rank(), i, 8);
-  comm.all_gather(std::span<const BFloat16>(shard), std::span<BFloat16>(gathered));
+  std::vector<Bf16> gathered(count * static_cast<std::size_t>(comm.size()));
+  std::vector<Bf16> shard(count);
+  for (std::size_t i = 0; i < count; ++i) shard[i] = element<Bf16>(comm.rank(), i, 8);
+  comm.all_gather(std::span<const Bf16>(shard), std::span<Bf16>(gathered));
   for (std::size_t i = 0; i < gathered.size(); ++i) {
-    ASSERT_EQ(gathered[i], element<BFloat16>(static_cast<int>(i / count), i % count, 8)) << i;
+    ASSERT_EQ(gathered[i], element<Bf16>(static_cast<int>(i / count), i % count, 8)) << i;
   }
 }
 
@@ -246,8 +246,8 @@ TEST(MpiCommTest, StatisticsCountCallsPayloadAndRingVolume) {
   comm.all_gather(std::span<const float>(shard), std::span<float>(full));
   comm.all_gather(std::span<const float>(shard), std::span<float>(full));
   comm.reduce_scatter(std::span<const float>(full), std::span<float>(shard), ReduceOp::kSum);
-  std::vector<BFloat16> flags(7);
-  comm.all_reduce(std::span<BFloat16>(flags), ReduceOp::kMax);
+  std::vector<Bf16> flags(7);
+  comm.all_reduce(std::span<Bf16>(flags), ReduceOp::kMax);
   comm.broadcast(std::span<float>(shard), 0);
   comm.barrier();
   const CommStats& stats = comm.stats();

@@ -67,8 +67,8 @@ TEST_F(NcclCommTest, CollectivesOnDeviceBuffersWithOneRank) {
   comm.synchronize();
   EXPECT_EQ(recv.download(), values);
 
-  std::vector<BFloat16> bf16(333, to_bf16(1.25f));
-  DeviceArray<BFloat16> bf16_device(333);
+  std::vector<Bf16> bf16(333, to_bf16(1.25f));
+  DeviceArray<Bf16> bf16_device(333);
   bf16_device.upload(bf16);
   comm.all_reduce(bf16_device.span(), ReduceOp::kSum);
   comm.broadcast(bf16_device.span(), 0);

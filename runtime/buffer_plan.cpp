@@ -1,0 +1,177 @@
+#include "runtime/buffer_plan.hpp"
+
+#include <algorithm>
+
+#include "base/units.hpp"
+#include "runtime/partition.hpp"
+
+namespace strata::runtime {
+namespace {
+
+bool kind_kept(OptimizerType type, ShardKind kind) {
+  if (kind == ShardKind::kExpAvg) return type != OptimizerType::kAdagrad;
+  if (kind == ShardKind::kExpAvgSq) return type != OptimizerType::kLion;
+  return true;
+}
+
+Tier home_tier(const ZeroConfig& zero, ShardKind kind) {
+  switch (kind) {
+    case ShardKind::kParam:
+      return zero.params;
+    case ShardKind::kGrad:
+      return zero.grads;
+    default:
+      return zero.optimizer;
+  }
+}
+
+std::uint64_t aligned(std::uint64_t bytes) {
+  return round_up(bytes, kDirectIoAlignment);
+}
+
+// One unit of `numel` elements laid out over `ranks` (runtime/partition.hpp's arithmetic).
+UnitLayout layout_of(std::uint64_t numel, std::uint32_t ranks) {
+  return make_unit_layout(UnitSpec{"", {TensorSpec{"", {numel}, TensorInit::zeros()}}}, ranks);
+}
+
+// The shard's sub-groups as make_sub_groups cuts them, counted without listing them (a plan for
+// 1e15 parameters in small sub-groups has too many to list).
+struct SubGroupCount {
+  std::uint64_t size = 0;       // elements of each full sub-group
+  std::uint64_t full = 0;       // how many are full
+  std::uint64_t remainder = 0;  // elements of the last, partial one (0: none)
+  std::uint64_t largest() const { return full > 0 ? size : remainder; }
+};
+
+SubGroupCount count_sub_groups(std::uint64_t shard_numel, std::uint64_t sub_group_numel) {
+  SubGroupCount count;
+  count.size = round_up(std::max<std::uint64_t>(sub_group_numel, 1), kShardGranuleElements);
+  count.full = shard_numel / count.size;
+  count.remainder = shard_numel % count.size;
+  return count;
+}
+
+void plan_state(BufferPlan& plan, const Config& config, const UnitLayout& layout) {
+  const SubGroupCount groups = count_sub_groups(layout.shard_numel, config.zero.sub_group_size);
+  plan.largest_group_numel = std::max(plan.largest_group_numel, groups.largest());
+  for (ShardKind kind : kAllShardKinds) {
+    const KindPlacement& placement = plan.kind(kind);
+    if (!placement.kept) continue;
+    const std::uint64_t element_bytes = placement.element_bytes();
+    const std::uint64_t bytes = layout.shard_numel * element_bytes;
+    if (placement.tier == Tier::kDevice) plan.device_state_bytes += bytes;
+    if (placement.tier == Tier::kHost) plan.host_state_bytes += aligned(bytes);
+    if (placement.tier == Tier::kNvme) {
+      // One extent per sub-group, two slots (A/B) of each.
+      plan.any_nvme = true;
+      plan.nvme_state_bytes += 2 * groups.full * aligned(groups.size * element_bytes);
+      if (groups.remainder > 0) plan.nvme_state_bytes += 2 * aligned(groups.remainder * element_bytes);
+    }
+  }
+}
+
+void plan_nvme_staging(BufferPlan& plan, const Config& config) {
+  if (!plan.any_nvme) return;
+  // Offsets in a pipeline buffer, in the order the optimizer reads them.
+  for (ShardKind kind : {ShardKind::kMaster, ShardKind::kExpAvg, ShardKind::kExpAvgSq,
+                         ShardKind::kGrad, ShardKind::kParam}) {
+    if (!plan.on(kind, Tier::kNvme)) continue;
+    plan.pipeline_offsets[static_cast<std::size_t>(kind)] = plan.pipeline_buffer_bytes;
+    plan.pipeline_buffer_bytes +=
+        aligned(plan.largest_group_numel * plan.kind(kind).element_bytes());
+  }
+  plan.pipeline_buffer_count = config.zero.buffer_count;
+  if (plan.on(ShardKind::kGrad, Tier::kNvme)) {
+    plan.grad_staging_buffer_bytes =
+        aligned(plan.largest_shard_numel * plan.kind(ShardKind::kGrad).element_bytes());
+  }
+}
+
+void plan_staged_path(BufferPlan& plan, const Config& config, const BufferPlanInputs& inputs) {
+  if (inputs.device_addressable) return;
+  for (ShardKind kind : kAllShardKinds) {
+    if (!plan.on(kind, Tier::kDevice)) continue;
+    plan.device_staging_offsets[static_cast<std::size_t>(kind)] = plan.device_staging_slot_bytes;
+    plan.device_staging_slot_bytes +=
+        aligned(plan.largest_group_numel * plan.kind(kind).element_bytes());
+  }
+  plan.shard_staging_bytes = aligned(plan.largest_shard_numel * 4);
+  if (plan.ranks > 1 && !inputs.collectives_on_device) {
+    plan.full_staging_bytes = aligned(plan.largest_padded_numel * 4);
+  }
+  if (config.zero.params == Tier::kNvme) {
+    // At most the prefetched units and the one being acquired are loading at once.
+    plan.param_read_slots = config.zero.prefetch_depth + 2;
+    plan.param_read_slot_bytes =
+        aligned(plan.largest_shard_numel * plan.kind(ShardKind::kParam).element_bytes());
+  }
+}
+
+}  // namespace
+
+std::array<KindPlacement, kShardKindCount> place_kinds(const Config& config,
+                                                       std::uint32_t grad_accumulation) {
+  std::array<KindPlacement, kShardKindCount> kinds{};
+  for (ShardKind kind : kAllShardKinds) {
+    KindPlacement& placement = kinds[static_cast<std::size_t>(kind)];
+    placement.kept = kind_kept(config.optimizer.type, kind);
+    placement.tier = home_tier(config.zero, kind);
+    // Parameters as configured; gradients too, except that accumulating over micro-batches keeps
+    // them in fp32 (no rounding per addition); optimizer state in fp32.
+    placement.dtype = kind == ShardKind::kParam ? config.precision.params
+                      : kind == ShardKind::kGrad
+                          ? (grad_accumulation > 1 ? DType::kFp32
+                                                   : config.precision.grads)
+                          : DType::kFp32;
+  }
+  return kinds;
+}
+
+BufferPlan make_buffer_plan(const Config& config, const BufferPlanInputs& inputs) {
+  BufferPlan plan;
+  plan.kinds = place_kinds(config, inputs.grad_accumulation);
+  plan.ranks = inputs.ranks;
+  const DType param_dtype = plan.kind(ShardKind::kParam).dtype;
+  const std::uint64_t param_bytes = dtype_bytes(param_dtype);
+  const std::uint64_t gathered_bytes_per_element =
+      4 + (param_dtype == DType::kFp32 ? 0 : param_bytes);
+  for (std::uint64_t numel : inputs.unit_numels) {
+    const UnitLayout layout = layout_of(numel, inputs.ranks);
+    plan.largest_padded_numel = std::max(plan.largest_padded_numel, layout.padded_numel);
+    plan.largest_shard_numel = std::max(plan.largest_shard_numel, layout.shard_numel);
+    plan.gathered_unit_bytes.push_back(layout.padded_numel * gathered_bytes_per_element);
+    plan_state(plan, config, layout);
+  }
+  plan.gathered_unit_bytes_max = plan.largest_padded_numel * gathered_bytes_per_element;
+  plan.grad_full_scratch_bytes = plan.largest_padded_numel * 4;
+  plan.grad_shard_scratch_bytes = plan.largest_shard_numel * 4;
+  plan.gather_send_bytes = plan.largest_shard_numel * param_bytes;
+  plan_nvme_staging(plan, config);
+  plan_staged_path(plan, config, inputs);
+  return plan;
+}
+
+std::uint64_t BufferPlan::device_scratch_bytes() const {
+  return grad_full_scratch_bytes + grad_shard_scratch_bytes + gather_send_bytes;
+}
+
+std::uint64_t BufferPlan::device_need_bytes() const {
+  return device_state_bytes + device_scratch_bytes() + gathered_unit_bytes_max;
+}
+
+std::uint64_t BufferPlan::device_all_gathered_bytes() const {
+  std::uint64_t total = 0;
+  for (std::uint64_t bytes : gathered_unit_bytes) total += bytes;
+  return total;
+}
+
+std::uint64_t BufferPlan::nvme_staging_bytes() const {
+  return pipeline_buffer_count * pipeline_buffer_bytes + 2 * grad_staging_buffer_bytes;
+}
+
+std::uint64_t BufferPlan::staged_path_bytes() const {
+  return 2 * device_staging_slot_bytes + shard_staging_bytes + full_staging_bytes +
+         param_read_slots * param_read_slot_bytes;
+}
+
+}  // namespace strata::runtime

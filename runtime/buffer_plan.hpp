@@ -1,0 +1,99 @@
+// The Engine's memory, computed from (config, unit sizes, rank count, data path) before anything is
+// allocated: where each state kind lives and in which element type, the size of every working
+// buffer, and the totals the tier budgets are checked against. Engine::finalize allocates exactly
+// this plan and `strata plan` prints it, so the two cannot drift apart.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "base/dtype.hpp"
+#include "cpu_adam/typed_span.hpp"
+#include "runtime/config.hpp"
+
+namespace strata::runtime {
+
+// The state kinds each rank keeps per unit shard. kParam holds the parameters in their compute
+// type ([precision] params: bf16, fp16 or fp32), the copy gathered for the forward and backward.
+enum class ShardKind : std::uint8_t { kParam, kGrad, kMaster, kExpAvg, kExpAvgSq };
+inline constexpr std::size_t kShardKindCount = 5;
+inline constexpr std::array<ShardKind, kShardKindCount> kAllShardKinds = {
+    ShardKind::kParam, ShardKind::kGrad, ShardKind::kMaster, ShardKind::kExpAvg,
+    ShardKind::kExpAvgSq};
+
+// Where one kind lives and in which element type; `kept` is false for a moment the optimizer
+// does not keep (Adagrad has no exp_avg, Lion no exp_avg_sq).
+struct KindPlacement {
+  bool kept = false;
+  Tier tier = Tier::kDevice;
+  DType dtype = DType::kFp32;
+  std::uint64_t element_bytes() const { return dtype_bytes(dtype); }
+};
+
+struct BufferPlanInputs {
+  std::vector<std::uint64_t> unit_numels;  // real elements of each unit, in registration order
+  std::uint32_t ranks = 1;
+  std::uint32_t grad_accumulation = 1;  // > 1 keeps the gradient shard in fp32
+  // The data path (EngineOptions::DeviceAccess): whether the CPU addresses device memory (the
+  // host device, direct), and whether collectives take device memory (host device or NcclComm).
+  bool device_addressable = true;
+  bool collectives_on_device = true;
+};
+
+struct BufferPlan {
+  std::array<KindPlacement, kShardKindCount> kinds{};
+  std::uint32_t ranks = 1;
+  std::uint64_t largest_padded_numel = 0;  // of a gathered unit (ranks * shard)
+  std::uint64_t largest_shard_numel = 0;
+  std::uint64_t largest_group_numel = 0;  // optimizer sub-group
+
+  // Device memory. Each gathered unit holds its padded elements in fp32 (what compute reads) and,
+  // for 16-bit parameters, in the parameter type (what the all-gather moves).
+  std::uint64_t device_state_bytes = 0;
+  std::uint64_t grad_full_scratch_bytes = 0;   // a padded unit's gradient, fp32
+  std::uint64_t grad_shard_scratch_bytes = 0;  // its reduced shard, fp32
+  std::uint64_t gather_send_bytes = 0;         // the all-gather's send copy of a parameter shard
+  std::vector<std::uint64_t> gathered_unit_bytes;  // per unit
+  std::uint64_t gathered_unit_bytes_max = 0;
+
+  // Pinned host memory. Shards are rounded up to the direct-I/O alignment.
+  std::uint64_t host_state_bytes = 0;
+  std::uint32_t pipeline_buffer_count = 0;  // optimizer pipeline; 0 when nothing is on NVMe
+  std::uint64_t pipeline_buffer_bytes = 0;  // a sub-group of every NVMe-homed kind
+  std::array<std::uint64_t, kShardKindCount> pipeline_offsets{};
+  std::uint64_t grad_staging_buffer_bytes = 0;  // each of two; gradients on NVMe only
+  // The staged data path only: two slots of a sub-group of every device-homed kind, a gradient
+  // shard in fp32, a padded unit in fp32 for collectives on the host, and the NVMe parameter
+  // reads of the units being loaded.
+  std::uint64_t device_staging_slot_bytes = 0;
+  std::array<std::uint64_t, kShardKindCount> device_staging_offsets{};
+  std::uint64_t shard_staging_bytes = 0;
+  std::uint64_t full_staging_bytes = 0;
+  std::uint32_t param_read_slots = 0;
+  std::uint64_t param_read_slot_bytes = 0;
+
+  // NVMe: two slots (A/B) of every extent.
+  std::uint64_t nvme_state_bytes = 0;
+  bool any_nvme = false;
+
+  const KindPlacement& kind(ShardKind k) const { return kinds[static_cast<std::size_t>(k)]; }
+  bool on(ShardKind k, Tier tier) const { return kind(k).kept && kind(k).tier == tier; }
+  std::uint64_t device_scratch_bytes() const;
+  // What finalize needs of the device budget: state, scratch and one gathered unit.
+  std::uint64_t device_need_bytes() const;
+  // Every unit gathered at once (stages 0-2 keep them all; stage 3 caches them while room lasts).
+  std::uint64_t device_all_gathered_bytes() const;
+  std::uint64_t nvme_staging_bytes() const;   // pipeline buffers and gradient write buffers
+  std::uint64_t staged_path_bytes() const;    // the staged data path's pinned buffers
+  std::uint64_t host_buffer_bytes() const { return nvme_staging_bytes() + staged_path_bytes(); }
+  std::uint64_t host_need_bytes() const { return host_state_bytes + host_buffer_bytes(); }
+};
+
+// The tier and element type of each kind, from [zero] and [precision].
+std::array<KindPlacement, kShardKindCount> place_kinds(const Config& config,
+                                                       std::uint32_t grad_accumulation);
+
+BufferPlan make_buffer_plan(const Config& config, const BufferPlanInputs& inputs);
+
+}  // namespace strata::runtime

@@ -1,0 +1,123 @@
+// The Engine's data path to device memory (docs/design.md, "The CUDA data path"). When the device's
+// memory is host memory (the host device) the Engine addresses it directly: memcpy, CPU loops and
+// collectives in place. Otherwise (CUDA, or EngineOptions::DeviceAccess::kStaged on the host
+// device, which runs this same code) every access goes through the device's streams: h2d and d2h
+// copies between device memory and pinned host memory, kernels (cast, accumulate, fill) on the
+// compute stream, and events between them; the host waits on an event before it reads what a
+// stream wrote or reuses a buffer a stream reads. Collectives of device data take device memory
+// directly when the Communicator does (NcclComm), else they are staged through pinned host
+// buffers (d2h, the collective on the host, h2d).
+//
+// Everything here returns once its results are in place (gathered unit complete, gradient in its
+// home), so the caller never sees stream work in flight. The optimizer step is the exception: it
+// stages sub-groups of device-homed state in and out of two pinned slots while Adam runs, ordered
+// by one event per slot and direction, and drains them at its end (finish_staging).
+#include <cstring>
+
+#include "base/assert.hpp"
+#include "runtime/engine_state.hpp"
+
+namespace strata::runtime::detail {
+
+DeviceLanes::DeviceLanes(tiers::Device& device)
+    : h2d(device.create_stream()),
+      d2h(device.create_stream()),
+      compute(device.create_stream()),
+      h2d_done(device.create_event()),
+      d2h_done(device.create_event()),
+      compute_done(device.create_event()),
+      staged_in{device.create_event(), device.create_event()},
+      staged_out{device.create_event(), device.create_event()} {}
+
+void EngineState::copy_to_device(tiers::DeviceSpan dst, const void* host_src) {
+  if (device_addressable_) {
+    if (dst.bytes != 0) std::memcpy(dst.data, host_src, dst.bytes);
+    return;
+  }
+  lanes_->h2d.copy_to_device(dst, host_src);
+  lanes_->h2d.record(lanes_->h2d_done);
+  lanes_->h2d_done.wait();
+}
+
+void EngineState::copy_to_host(void* host_dst, tiers::DeviceSpan src) {
+  if (device_addressable_) {
+    if (src.bytes != 0) std::memcpy(host_dst, src.data, src.bytes);
+    return;
+  }
+  lanes_->d2h.copy_to_host(host_dst, src);
+  lanes_->d2h.record(lanes_->d2h_done);
+  lanes_->d2h_done.wait();
+}
+
+std::byte* EngineState::device_staging_at(Kind kind, std::size_t slot) const {
+  STRATA_ASSERT(device_staging_, "no staging for device-homed state");
+  STRATA_ASSERT(slot < 2);
+  return device_staging_.data() + slot * plan_.device_staging_slot_bytes +
+         plan_.device_staging_offsets[static_cast<std::size_t>(kind)];
+}
+
+void EngineState::stage_in(UnitState& unit, std::size_t group, std::size_t slot,
+                           std::span<const Kind> kinds) {
+  if (!lanes_) return;
+  const SubGroup& sub = unit.groups[group];
+  // The slot's previous stage_out must have read it before it is refilled.
+  lanes_->d2h.wait(lanes_->staged_out[slot]);
+  for (Kind kind : kinds) {
+    if (!unit.has(kind) || unit.home(kind).residence() != Residence::kStagedDevice) continue;
+    lanes_->d2h.copy_to_host(device_staging_at(kind, slot),
+                            unit.home(kind).device_span(sub.begin, sub.numel));
+  }
+  // Recorded even with nothing copied: waiting on it also means the slot's stage_out is done, so
+  // Adam may write the slot.
+  lanes_->d2h.record(lanes_->staged_in[slot]);
+}
+
+void EngineState::wait_staged_in(std::size_t slot) {
+  if (lanes_) lanes_->staged_in[slot].wait();
+}
+
+void EngineState::stage_out(UnitState& unit, std::size_t group, std::size_t slot,
+                            std::span<const Kind> kinds) {
+  if (!lanes_) return;
+  const SubGroup& sub = unit.groups[group];
+  for (Kind kind : kinds) {
+    if (!unit.has(kind) || unit.home(kind).residence() != Residence::kStagedDevice) continue;
+    lanes_->h2d.copy_to_device(unit.home(kind).device_span(sub.begin, sub.numel),
+                              device_staging_at(kind, slot));
+  }
+  lanes_->h2d.record(lanes_->staged_out[slot]);
+}
+
+void EngineState::finish_staging() {
+  if (!lanes_) return;
+  for (tiers::Event& event : lanes_->staged_in) event.wait();
+  for (tiers::Event& event : lanes_->staged_out) event.wait();
+}
+
+void EngineState::all_gather_host(comm::ConstBuffer send, comm::MutableBuffer recv) {
+  if (comm_->buffer_memory() == comm::BufferMemory::kHost) {
+    comm_->all_gather(send, recv);
+    return;
+  }
+  // NcclComm: through device memory. The gradient scratch is free outside reduce_grads and holds
+  // a shard and a padded unit of fp32, which covers every caller but small scalar arrays.
+  tiers::DeviceBuffer own_send;
+  tiers::DeviceBuffer own_recv;
+  tiers::DeviceSpan send_device = grad_shard_scratch_.span();
+  tiers::DeviceSpan recv_device = grad_full_scratch_.span();
+  if (send.bytes() > send_device.bytes || recv.bytes() > recv_device.bytes) {
+    own_send = device_->allocate(send.bytes());
+    own_recv = device_->allocate(recv.bytes());
+    send_device = own_send.span();
+    recv_device = own_recv.span();
+  }
+  send_device = send_device.subspan(0, send.bytes());
+  recv_device = recv_device.subspan(0, recv.bytes());
+  copy_to_device(send_device, send.data);
+  comm_->all_gather(comm::ConstBuffer{send_device.data, send.count, send.dtype},
+                   comm::MutableBuffer{recv_device.data, recv.count, recv.dtype});
+  comm_->synchronize();
+  copy_to_host(recv.data, recv_device);
+}
+
+}  // namespace strata::runtime::detail

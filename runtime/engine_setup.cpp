@@ -1,0 +1,174 @@
+// EngineState's construction and teardown, and the narrow API checkpoints and the facade use.
+#include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "base/assert.hpp"
+#include "base/debug_knobs.hpp"
+#include "cpu_adam/cast.hpp"
+#include "runtime/engine_state.hpp"
+
+namespace strata::runtime::detail {
+namespace {
+
+// Whole-suite knob (base/debug_knobs.hpp): STRATA_FORCE_NVME=1 homes every state kind on NVMe,
+// so any test or run can be repeated through the NVMe store.
+Config with_debug_knobs(Config config) {
+  if (force_nvme_knob()) {
+    config.zero.stage = 3;
+    config.zero.params = config.zero.grads = config.zero.optimizer = Tier::kNvme;
+    if (config.tiers.nvme.paths.empty()) config.tiers.nvme.paths = {test_tmpdir_knob().string()};
+  }
+  return config;
+}
+
+bool uses_fp16(const Config& config) {
+  return config.precision.params == DType::kFp16 || config.precision.grads == DType::kFp16;
+}
+
+}  // namespace
+
+std::string_view kind_name(Kind kind) {
+  switch (kind) {
+    case Kind::kParam:
+      return "param16";
+    case Kind::kGrad:
+      return "grad";
+    case Kind::kMaster:
+      return "master";
+    case Kind::kExpAvg:
+      return "exp_avg";
+    case Kind::kExpAvgSq:
+      return "exp_avg_sq";
+  }
+  return "?";
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+EngineState::EngineState(const Config& config, tiers::Device& device, comm::Communicator& comm,
+                         const EngineOptions& options)
+    : config_(with_debug_knobs(config)), options_(options), device_(&device), comm_(&comm) {
+  // The data path (runtime/device_lanes.cpp): the CPU addresses device memory only when it is
+  // host memory and the staged path was not asked for.
+  device_addressable_ = device_->kind() == tiers::DeviceKind::kHost &&
+                        options_.device_access == EngineOptions::DeviceAccess::kAuto;
+  const bool comm_takes_device = comm_->buffer_memory() == comm::BufferMemory::kDevice;
+  if (comm_takes_device && device_->kind() != tiers::DeviceKind::kCuda) {
+    throw std::invalid_argument(fmt::format(
+        "the {} communicator takes CUDA device memory, but the Engine's device is '{}': use "
+        "LocalComm/MpiComm with the host device, or a CUDA device",
+        comm_->backend_name(), device_->name()));
+  }
+  comm_on_device_ = comm_takes_device || device_addressable_;
+  if (!device_addressable_) lanes_ = std::make_unique<DeviceLanes>(*device_);
+  if (options_.grad_accumulation == 0) {
+    throw std::invalid_argument("grad_accumulation must be >= 1");
+  }
+  rank_ = static_cast<std::uint32_t>(comm_->rank());
+  ranks_ = static_cast<std::uint32_t>(comm_->size());
+  plan_.kinds = place_kinds(config_, options_.grad_accumulation);
+  progress_.loss_scale = uses_fp16(config_) ? config_.precision.loss_scale : 1.0;
+  const int threads = config_.optimizer.threads == 0 ? tbb::task_arena::automatic
+                                                     : static_cast<int>(config_.optimizer.threads);
+  arena_ = std::make_unique<tbb::task_arena>(threads);
+}
+
+EngineState::~EngineState() {
+  // Gathered units and reads in flight go before the store and the I/O engine.
+  residency_.reset();
+  for (UnitState& unit : units_) {
+    for (tiers::StoreRead& read : unit.gathered.reads) {
+      try {
+        read.wait();
+      } catch (...) {  // a failed prefetch nobody used
+      }
+    }
+  }
+  for (auto& writes : grad_buffer_writes_) {
+    for (io::Ticket& ticket : writes) ticket.wait();
+  }
+  // Units hold pinned and device buffers: they go before the pools that own the memory.
+  units_.clear();
+}
+
+UnitId EngineState::add_unit(UnitSpec spec) {
+  if (finalized_) throw std::logic_error("add_unit after finalize");
+  for (const UnitState& unit : units_) {
+    if (unit.spec.name == spec.name) {
+      throw std::invalid_argument(fmt::format("two units are named '{}'", spec.name));
+    }
+  }
+  if (spec.tensors.empty()) {
+    throw std::invalid_argument(fmt::format("unit '{}' has no tensors", spec.name));
+  }
+  UnitState unit;
+  unit.spec = std::move(spec);
+  units_.push_back(std::move(unit));
+  return static_cast<UnitId>(units_.size() - 1);
+}
+
+const UnitState& EngineState::unit(UnitId id) const {
+  if (id >= units_.size()) {
+    throw std::out_of_range(
+        fmt::format("unit id {} is unknown (the Engine has {} units)", id, units_.size()));
+  }
+  return units_[id];
+}
+
+void EngineState::set_master(UnitId id, std::span<const float> full_values) {
+  STRATA_ASSERT(finalized_, "set_master before finalize");
+  const UnitLayout& layout = unit(id).layout;
+  if (full_values.size() != layout.numel) {
+    throw std::invalid_argument(fmt::format("set_master('{}'): {} values, the unit has {}",
+                                            units_[id].spec.name, full_values.size(), layout.numel));
+  }
+  residency_->invalidate();
+  // This rank's shard of the values (padding zero); the moments restart from zero.
+  std::vector<float> shard(layout.shard_numel, 0.0f);
+  const std::uint64_t begin = std::min(layout.numel, layout.shard_begin(rank_));
+  const std::uint64_t real = layout.shard_real_numel(rank_);
+  std::copy_n(full_values.begin() + static_cast<std::ptrdiff_t>(begin), real, shard.begin());
+  const std::vector<float> zeros(layout.shard_numel, 0.0f);
+  write_shard(id, Kind::kMaster, shard);
+  write_shard(id, Kind::kParam, shard);
+  write_shard(id, Kind::kExpAvg, zeros);
+  write_shard(id, Kind::kExpAvgSq, zeros);
+}
+
+void EngineState::set_optimizer_compute(EngineOptions::OptimizerCompute compute) {
+  options_.optimizer_compute = compute;
+}
+
+std::uint64_t EngineState::device_high_water_bytes() const {
+  return device_->high_water_bytes();
+}
+
+std::uint64_t EngineState::host_high_water_bytes() const {
+  return host_pool_ ? host_pool_->high_water_bytes() : 0;
+}
+
+void EngineState::drain_gradient_writes() {
+  for (auto& writes : grad_buffer_writes_) {
+    for (io::Ticket& ticket : writes) ticket.get();
+    writes.clear();
+  }
+}
+
+void EngineState::begin_replace() {
+  drain_gradient_writes();
+  residency_->invalidate();
+  norm_.reset();
+  for (UnitState& unit : units_) unit.grad_calls = 0;
+}
+
+void EngineState::finish_replace(const TrainingProgress& progress) {
+  progress_ = progress;
+  if (store_) store_->commit(progress_.step);
+  residency_->invalidate();
+}
+
+}  // namespace strata::runtime::detail

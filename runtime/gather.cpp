@@ -1,0 +1,206 @@
+// Units gathered on the device for compute. The ResidencyManager (tiers/residency.hpp) decides
+// which units are resident and what to prefetch; this is its client: start_load allocates the
+// unit's device buffers and starts the NVMe reads of this rank's parameter shard, wait_load
+// finishes the gather (own shard in place, all-gather over the ranks, cast to fp32), evict frees.
+// A GatheredUnit handle counts as a use (live_handles); step() refuses to run while one is alive.
+#include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "base/assert.hpp"
+#include "base/units.hpp"
+#include "cpu_adam/cast.hpp"
+#include "runtime/engine_state.hpp"
+
+namespace strata::runtime::detail {
+
+const float* EngineState::gather(UnitId id) {
+  STRATA_ASSERT(finalized_, "gather before finalize");
+  STRATA_ASSERT(id < units_.size(), "unknown unit");
+  residency_->acquire(id);
+  GatheredCopy& gathered = units_[id].gathered;
+  ++gathered.live_handles;
+  return reinterpret_cast<const float*>(gathered.full32.data());
+}
+
+void EngineState::release(UnitId id) {
+  GatheredCopy& gathered = units_[id].gathered;
+  STRATA_ASSERT(gathered.live_handles > 0, "release of a unit not gathered");
+  --gathered.live_handles;
+  residency_->release(id);
+}
+
+void EngineState::start_load(tiers::UnitId id) {
+  UnitState& unit = units_[id];
+  GatheredCopy& gathered = unit.gathered;
+  const std::uint64_t padded = unit.layout.padded_numel;
+  const DType param_dtype = this->param_dtype();
+  gathered.full32 = device_->allocate(padded * 4);
+  if (param_dtype != DType::kFp32) {
+    gathered.full16 = device_->allocate(padded * dtype_bytes(param_dtype));
+  }
+  const ShardHome& param = unit.home(Kind::kParam);
+  if (param.residence() != Residence::kNvme) return;
+  // Read this rank's shard straight into its place in the gathered buffer when the CPU addresses
+  // device memory (the host device's memory is 4 KiB aligned; the shard offset is a multiple of
+  // 4 KiB), else into pinned staging that finish_gather copies to the device.
+  std::byte* shard = nullptr;
+  if (device_addressable_) {
+    std::byte* full = param_dtype == DType::kFp32 ? gathered.full32.data()
+                                                            : gathered.full16.data();
+    shard = full + unit.layout.shard_begin(rank_) * param.element_bytes();
+  } else {
+    if (std::optional<tiers::PinnedLease> lease = param_read_slab_->try_acquire()) {
+      gathered.param_lease = std::move(*lease);
+    } else {
+      gathered.param_buffer = host_pool_->allocate(
+          round_up(unit.layout.shard_numel * param.element_bytes(), kDirectIoAlignment));
+    }
+    shard = gathered.param_staging();
+  }
+  for (std::size_t g = 0; g < unit.groups.size(); ++g) {
+    const SubGroup& sub = unit.groups[g];
+    gathered.reads.push_back(store_->read(
+        param.extents[g],
+        std::span(shard + sub.begin * param.element_bytes(), sub.numel * param.element_bytes())));
+  }
+}
+
+bool EngineState::load_complete(tiers::UnitId id) {
+  for (const tiers::StoreRead& read : units_[id].gathered.reads) {
+    if (!read.poll()) return false;
+  }
+  return true;
+}
+
+void EngineState::wait_load(tiers::UnitId id) {
+  UnitState& unit = units_[id];
+  for (tiers::StoreRead& read : unit.gathered.reads) wait_timed(read);
+  unit.gathered.reads.clear();
+  Tracer::Scope scope(options_.tracer, TraceTrack::kCopies, "gather " + unit.spec.name);
+  finish_gather(unit);
+}
+
+void EngineState::write_back(tiers::UnitId) {
+  STRATA_ASSERT(false, "gathered parameters are never dirty");
+}
+
+void EngineState::evict(tiers::UnitId id) {
+  GatheredCopy& gathered = units_[id].gathered;
+  for (tiers::StoreRead& read : gathered.reads) {
+    try {
+      read.wait();
+    } catch (...) {  // an unused prefetch failed: the next load reads again and reports it
+    }
+  }
+  gathered.reads.clear();
+  gathered.release_param_staging();
+  gathered.full16.reset();
+  gathered.full32.reset();
+}
+
+void EngineState::finish_gather(UnitState& unit) {
+  if (device_addressable_) {
+    finish_gather_in_place(unit);
+  } else {
+    finish_gather_staged(unit);
+  }
+}
+
+// Device memory the CPU addresses: own shard copied into its place (NVMe reads landed there
+// already), all-gathered in place, cast to fp32 on the CPU.
+void EngineState::finish_gather_in_place(UnitState& unit) {
+  const ShardHome& param = unit.home(Kind::kParam);
+  const UnitLayout& layout = unit.layout;
+  GatheredCopy& copy = unit.gathered;
+  const DType param_dtype = this->param_dtype();
+  const std::uint64_t shard_bytes = layout.shard_numel * param.element_bytes();
+  tiers::DeviceBuffer& full = param_dtype == DType::kFp32 ? copy.full32 : copy.full16;
+  const DType wire = param_dtype;
+  std::byte* own = full.data() + layout.shard_begin(rank_) * param.element_bytes();
+  if (param.residence() != Residence::kNvme) std::memcpy(own, param.memory, shard_bytes);
+  if (ranks_ > 1) {
+    std::memcpy(gather_send_scratch_.data(), own, shard_bytes);
+    comm_->all_gather(comm::ConstBuffer{gather_send_scratch_.data(), layout.shard_numel, wire},
+                      comm::MutableBuffer{full.data(), layout.padded_numel, wire});
+  }
+  if (param_dtype != DType::kFp32) {
+    cpu_adam::convert(
+        cpu_adam::ConstTypedSpan(copy.full16.data(), layout.padded_numel, param_dtype),
+        cpu_adam::TypedSpan(copy.full32.data(), layout.padded_numel, DType::kFp32),
+        *arena_);
+  }
+}
+
+// Staged: the own shard comes from pinned host memory (host home, or the NVMe reads' staging) or
+// from device memory (device home); the collective runs on device memory (NcclComm) or on pinned
+// host buffers; the cast to fp32 is a kernel on the compute stream.
+void EngineState::finish_gather_staged(UnitState& unit) {
+  const ShardHome& param = unit.home(Kind::kParam);
+  const UnitLayout& layout = unit.layout;
+  GatheredCopy& copy = unit.gathered;
+  const DType param_dtype = this->param_dtype();
+  const std::uint64_t shard_bytes = layout.shard_numel * param.element_bytes();
+  const std::uint64_t padded_bytes = layout.padded_numel * param.element_bytes();
+  tiers::DeviceBuffer& full = param_dtype == DType::kFp32 ? copy.full32 : copy.full16;
+  const DType wire = param_dtype;
+  DeviceLanes& lane = *lanes_;
+  const std::byte* host_own = param.residence() == Residence::kAddressable ? param.memory
+                              : param.residence() == Residence::kNvme      ? copy.param_staging()
+                                                                           : nullptr;
+  if (ranks_ > 1 && !comm_on_device_) {
+    // The collective runs on the host: own shard into pinned memory, all-gather into pinned
+    // memory, one copy of the whole unit to the device.
+    std::byte* send = shard_staging_.data();
+    if (host_own != nullptr) {
+      std::memcpy(send, host_own, shard_bytes);
+    } else {
+      copy_to_host(send, param.device_span(0, layout.shard_numel));
+    }
+    comm_->all_gather(comm::ConstBuffer{send, layout.shard_numel, wire},
+                      comm::MutableBuffer{full_staging_.data(), layout.padded_numel, wire});
+    lane.h2d.copy_to_device(full.span(0, padded_bytes), full_staging_.data());
+  } else {
+    const tiers::DeviceSpan own =
+        full.span(layout.shard_begin(rank_) * param.element_bytes(), shard_bytes);
+    if (host_own != nullptr) {
+      lane.h2d.copy_to_device(own, host_own);
+    } else {
+      lane.h2d.copy_on_device(own, param.device_span(0, layout.shard_numel));
+    }
+    if (ranks_ > 1) {  // NcclComm: in device memory, on the communicator's stream
+      lane.h2d.copy_on_device(gather_send_scratch_.span(0, shard_bytes), own);
+      lane.h2d.record(lane.h2d_done);
+      lane.h2d_done.wait();
+      comm_->all_gather(comm::ConstBuffer{gather_send_scratch_.data(), layout.shard_numel, wire},
+                        comm::MutableBuffer{full.data(), layout.padded_numel, wire});
+      comm_->synchronize();
+    }
+  }
+  lane.h2d.record(lane.h2d_done);
+  lane.compute.wait(lane.h2d_done);
+  if (param_dtype != DType::kFp32) {
+    lane.compute.cast(copy.full32.span(0, layout.padded_numel * 4), DType::kFp32,
+                      copy.full16.span(0, padded_bytes), param_dtype);
+  }
+  lane.compute.record(lane.compute_done);
+  lane.compute_done.wait();
+  copy.release_param_staging();  // the h2d copy that read it is done (compute waited for it)
+}
+
+std::vector<float> EngineState::gather_master(UnitId id) {
+  const UnitLayout& layout = unit(id).layout;
+  std::vector<float> shard = read_shard_fp32(id, Kind::kMaster);
+  std::vector<float> full(layout.padded_numel);
+  if (ranks_ > 1) {
+    all_gather_host(comm::ConstBuffer::of(std::span<const float>(shard)),
+                    comm::MutableBuffer::of(std::span<float>(full)));
+  } else {
+    full = std::move(shard);
+  }
+  full.resize(layout.numel);
+  return full;
+}
+
+}  // namespace strata::runtime::detail

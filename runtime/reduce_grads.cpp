@@ -1,0 +1,186 @@
+// Gradient reduction: a unit's full fp32 gradient is reduce-scattered (averaged over the ranks)
+// into this rank's shard, which goes to the gradient's home, converted to its type or, from the
+// second micro-batch on, added in fp32. The micro-batch that completes the gradient adds its
+// squares to the global-norm accumulator the optimizer step reads.
+//
+// Contracts of step() (checked by check_step_contracts, before anything changes): no GatheredUnit
+// alive (its view would silently keep the pre-step weights), and every unit given exactly
+// grad_accumulation reduce_grads calls since the last step (a unit without them would be updated
+// with a stale gradient, and a partial one would be left out of the clip norm).
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "base/assert.hpp"
+#include "cpu_adam/cast.hpp"
+#include "runtime/engine_state.hpp"
+
+namespace strata::runtime::detail {
+
+void EngineState::reduce_grads(UnitId id, std::span<const float> full_grads) {
+  STRATA_ASSERT(finalized_, "reduce_grads before finalize");
+  UnitState& unit = units_.at(id);
+  if (full_grads.size() != unit.layout.numel) {
+    throw std::invalid_argument(
+        fmt::format("reduce_grads('{}'): {} gradient values, the unit has {}", unit.spec.name,
+                    full_grads.size(), unit.layout.numel));
+  }
+  if (unit.grad_calls >= options_.grad_accumulation) {
+    throw std::logic_error(
+        fmt::format("reduce_grads('{}') called {} times in one step; grad_accumulation is {}",
+                    unit.spec.name, unit.grad_calls + 1, options_.grad_accumulation));
+  }
+  Tracer::Scope scope(options_.tracer, TraceTrack::kCopies, "reduce_grads " + unit.spec.name);
+  const bool accumulate = unit.grad_calls > 0;
+  const bool last = unit.grad_calls + 1 == options_.grad_accumulation;
+  ++unit.grad_calls;
+  tiers::DeviceSpan device_shard;
+  const float* host_shard = reduce_to_shard(unit, full_grads, device_shard);
+  if (unit.home(Kind::kGrad).residence() == Residence::kStagedDevice) {
+    store_grad_on_device(unit, host_shard, device_shard, accumulate, last);
+    return;
+  }
+  if (host_shard == nullptr) {
+    lanes_->d2h.wait(lanes_->compute_done);  // the shard was written on the compute stream
+    copy_to_host(shard_staging_.data(), device_shard.subspan(0, unit.layout.shard_numel * 4));
+    host_shard = reinterpret_cast<const float*>(shard_staging_.data());
+  }
+  store_grad_in_host(unit, host_shard, accumulate, last);
+}
+
+// The reduced fp32 shard: returned when it is in host memory, else left in `device_shard`.
+const float* EngineState::reduce_to_shard(UnitState& unit, std::span<const float> full_grads,
+                                          tiers::DeviceSpan& device_shard) {
+  const UnitLayout& layout = unit.layout;
+  if (device_addressable_) {
+    auto* full = reinterpret_cast<float*>(grad_full_scratch_.data());
+    auto* shard = reinterpret_cast<float*>(grad_shard_scratch_.data());
+    std::memcpy(full, full_grads.data(), full_grads.size_bytes());
+    std::fill(full + layout.numel, full + layout.padded_numel, 0.0f);
+    if (ranks_ == 1) return full;
+    comm_->reduce_scatter(std::span<const float>(full, layout.padded_numel),
+                          std::span<float>(shard, layout.shard_numel), comm::ReduceOp::kAvg);
+    return shard;
+  }
+  DeviceLanes& lane = *lanes_;
+  const tiers::DeviceSpan full = grad_full_scratch_.span(0, layout.padded_numel * 4);
+  // The caller's gradient is complete and in device memory; padding is zero.
+  lane.compute.copy_on_device(
+      full.subspan(0, full_grads.size_bytes()),
+      tiers::DeviceSpan{reinterpret_cast<std::byte*>(const_cast<float*>(full_grads.data())),
+                        full_grads.size_bytes()});
+  lane.compute.fill(full.subspan(full_grads.size_bytes(), full.bytes - full_grads.size_bytes()),
+                    0.0f);
+  lane.compute.record(lane.compute_done);
+  if (ranks_ == 1) {
+    device_shard = full;
+    return nullptr;
+  }
+  if (comm_on_device_) {
+    lane.compute_done.wait();
+    device_shard = grad_shard_scratch_.span(0, layout.shard_numel * 4);
+    comm_->reduce_scatter(
+        comm::ConstBuffer{full.data, layout.padded_numel, DType::kFp32},
+        comm::MutableBuffer{device_shard.data, layout.shard_numel, DType::kFp32},
+        comm::ReduceOp::kAvg);
+    comm_->synchronize();
+    return nullptr;
+  }
+  lane.d2h.wait(lane.compute_done);
+  lane.d2h.copy_to_host(full_staging_.data(), full);
+  lane.d2h.record(lane.d2h_done);
+  lane.d2h_done.wait();
+  auto* shard = reinterpret_cast<float*>(shard_staging_.data());
+  comm_->reduce_scatter(std::span<const float>(reinterpret_cast<const float*>(full_staging_.data()),
+                                               layout.padded_numel),
+                        std::span<float>(shard, layout.shard_numel), comm::ReduceOp::kAvg);
+  return shard;
+}
+
+// Device-homed (staged): converted or accumulated by a kernel, then read back for the global norm
+// when it is the micro-batch that completes the gradient.
+void EngineState::store_grad_on_device(UnitState& unit, const float* host_shard,
+                                       tiers::DeviceSpan device_shard, bool accumulate, bool last) {
+  DeviceLanes& lane = *lanes_;
+  const ShardHome& home = unit.home(Kind::kGrad);
+  if (host_shard != nullptr) {
+    device_shard = grad_shard_scratch_.span(0, unit.layout.shard_numel * 4);
+    lane.h2d.copy_to_device(device_shard, host_shard);
+    lane.h2d.record(lane.h2d_done);
+    lane.compute.wait(lane.h2d_done);
+  }
+  const tiers::DeviceSpan stored = home.device_span(0, home.numel);
+  if (accumulate) {  // fp32 storage when accumulating
+    lane.compute.accumulate(stored, device_shard, DType::kFp32);
+  } else {
+    lane.compute.cast(stored, home.dtype, device_shard, DType::kFp32);
+  }
+  lane.compute.record(lane.compute_done);
+  if (!last) {
+    lane.compute_done.wait();
+    return;
+  }
+  lane.d2h.wait(lane.compute_done);
+  lane.d2h.copy_to_host(shard_staging_.data(), stored);
+  lane.d2h.record(lane.d2h_done);
+  lane.d2h_done.wait();
+  norm_.add(cpu_adam::ConstTypedSpan(shard_staging_.data(), home.numel, home.dtype), *arena_);
+}
+
+// Addressable memory in place; NVMe through a pinned staging buffer (two, alternating, so one is
+// written while the next unit's gradient is prepared), read back first when accumulating.
+void EngineState::store_grad_in_host(UnitState& unit, const float* host_shard, bool accumulate,
+                                     bool last) {
+  const ShardHome& home = unit.home(Kind::kGrad);
+  const bool on_nvme = home.residence() == Residence::kNvme;
+  const std::size_t index = next_grad_buffer_;
+  std::byte* stored = home.memory;
+  if (on_nvme) {
+    next_grad_buffer_ = 1 - next_grad_buffer_;
+    for (io::Ticket& ticket : grad_buffer_writes_[index]) wait_timed(ticket);
+    grad_buffer_writes_[index].clear();
+    stored = grad_buffers_[index].data();
+  }
+  const std::uint64_t element_bytes = home.element_bytes();
+  if (accumulate) {  // fp32 storage when accumulating
+    for (std::size_t g = 0; on_nvme && g < unit.groups.size(); ++g) {
+      fill(unit, Kind::kGrad, g, stored + unit.groups[g].begin * element_bytes);
+    }
+    auto* values = reinterpret_cast<float*>(stored);
+    for (std::uint64_t i = 0; i < unit.layout.shard_numel; ++i) values[i] += host_shard[i];
+  } else {
+    cpu_adam::convert(std::span<const float>(host_shard, unit.layout.shard_numel),
+                      cpu_adam::TypedSpan(stored, home.numel, home.dtype), *arena_);
+  }
+  if (last) norm_.add(cpu_adam::ConstTypedSpan(stored, home.numel, home.dtype), *arena_);
+  for (std::size_t g = 0; on_nvme && g < unit.groups.size(); ++g) {
+    const SubGroup& sub = unit.groups[g];
+    grad_buffer_writes_[index].push_back(store_->write(
+        home.extents[g], std::span<const std::byte>(stored + sub.begin * element_bytes,
+                                                    sub.numel * element_bytes)));
+  }
+}
+
+void EngineState::check_step_contracts() const {
+  for (const UnitState& unit : units_) {
+    if (unit.gathered.live_handles > 0) {
+      throw std::logic_error(fmt::format(
+          "step() while unit '{}' is gathered ({} GatheredUnit handle(s) alive): destroy every "
+          "GatheredUnit before step(), or its view keeps the weights from before the update",
+          unit.spec.name, unit.gathered.live_handles));
+    }
+  }
+  for (const UnitState& unit : units_) {
+    if (unit.grad_calls != options_.grad_accumulation) {
+      throw std::logic_error(fmt::format(
+          "step(): unit '{}' got {} reduce_grads call(s) since the last step; it needs {} "
+          "(EngineOptions::grad_accumulation): every unit's gradient must be complete before "
+          "step()",
+          unit.spec.name, unit.grad_calls, options_.grad_accumulation));
+    }
+  }
+}
+
+}  // namespace strata::runtime::detail

@@ -1,0 +1,63 @@
+// Where one state kind of one unit shard lives, and the one place that tells the tiers apart.
+// Not a public header (the Engine's, runtime/engine_state.hpp).
+//
+// A shard lives in one of three places, as the Engine's data path sees it:
+//   kAddressable   memory the CPU reads and writes in place: the host tier, or device memory when
+//                  it is host memory and the Engine addresses it directly (the host device)
+//   kStagedDevice  device memory reached only through streams (CUDA, or DeviceAccess::kStaged)
+//   kNvme          extents of the NVMe store, one per optimizer sub-group
+// ShardHome::residence() is the only code that derives this from the tier; everything that moves
+// shard bytes (runtime/shard_io.cpp) switches on the Residence it returns.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "base/dtype.hpp"
+#include "cpu_adam/typed_span.hpp"
+#include "runtime/buffer_plan.hpp"
+#include "tiers/device/device.hpp"
+#include "tiers/nvme_store.hpp"
+#include "tiers/pinned_pool.hpp"
+
+namespace strata::runtime::detail {
+
+using Kind = ShardKind;
+inline constexpr std::size_t kKindCount = kShardKindCount;
+// The kind's name in NVMe extent names and checkpoint manifests. kParam is "param16", the name
+// stores were written with before fp32 parameters existed; it stays so that they remain readable.
+std::string_view kind_name(Kind kind);
+
+enum class Residence : std::uint8_t { kAddressable, kStagedDevice, kNvme };
+
+struct ShardHome {
+  Tier tier = Tier::kDevice;
+  DType dtype = DType::kFp32;
+  std::uint64_t numel = 0;
+  tiers::DeviceBuffer device;  // tier device
+  tiers::PinnedBuffer host;    // tier host
+  // Set for Residence::kAddressable: the bytes the CPU addresses (host buffer, or device buffer on
+  // the direct path).
+  std::byte* memory = nullptr;
+  std::vector<tiers::ExtentId> extents;  // tier nvme: one per sub-group
+
+  Residence residence() const {
+    if (memory != nullptr) return Residence::kAddressable;
+    return tier == Tier::kDevice ? Residence::kStagedDevice : Residence::kNvme;
+  }
+  std::uint64_t element_bytes() const { return dtype_bytes(dtype); }
+  std::byte* at(std::uint64_t element) const { return memory + element * element_bytes(); }
+  tiers::DeviceSpan device_span(std::uint64_t element, std::uint64_t count) const {
+    return device.span(element * element_bytes(), count * element_bytes());
+  }
+};
+
+// The pinned buffers a caller lends for one access to one sub-group whose home is not
+// addressable: the CPU works on the home's memory in place, or on the staging for its residence.
+struct GroupStaging {
+  std::byte* device = nullptr;  // kStagedDevice: room for one sub-group of the kind
+  std::byte* nvme = nullptr;    // kNvme: the same, aligned for direct I/O
+};
+
+}  // namespace strata::runtime::detail

@@ -1,0 +1,144 @@
+// Moving one sub-group of a shard between its home and bytes the CPU works on. window() says where
+// the CPU finds the sub-group (in place, or in staging the caller lends), fill() brings the home's
+// bytes there and flush() takes them back; all three switch on ShardHome::residence(), the only
+// place the tiers are told apart. The synchronous read_group / write_group serve everything
+// outside the optimizer step (initialisation, resume, checkpoints, tests); the step and the
+// gradient path use window() with their own staging and issue NVMe I/O asynchronously.
+#include <cstring>
+
+#include "base/assert.hpp"
+#include "cpu_adam/cast.hpp"
+#include "runtime/engine_state.hpp"
+#include "runtime/trace.hpp"
+
+namespace strata::runtime::detail {
+
+std::byte* EngineState::window(UnitState& unit, Kind kind, std::size_t group,
+                               const GroupStaging& staging) {
+  const ShardHome& home = unit.home(kind);
+  switch (home.residence()) {
+    case Residence::kAddressable:
+      return home.at(unit.groups[group].begin);
+    case Residence::kStagedDevice:
+      STRATA_ASSERT(staging.device != nullptr, "no device staging lent");
+      return staging.device;
+    case Residence::kNvme:
+      STRATA_ASSERT(staging.nvme != nullptr, "no NVMe staging lent");
+      return staging.nvme;
+  }
+  return nullptr;
+}
+
+void EngineState::fill(UnitState& unit, Kind kind, std::size_t group, std::byte* window) {
+  ShardHome& home = unit.home(kind);
+  const SubGroup& sub = unit.groups[group];
+  switch (home.residence()) {
+    case Residence::kAddressable:
+      return;  // the window is the home
+    case Residence::kStagedDevice:
+      copy_to_host(window, home.device_span(sub.begin, sub.numel));
+      return;
+    case Residence::kNvme: {
+      tiers::StoreRead read = store_->read(home.extents[group],
+                                           std::span(window, sub.numel * home.element_bytes()));
+      wait_timed(read);
+      return;
+    }
+  }
+}
+
+void EngineState::flush(UnitState& unit, Kind kind, std::size_t group, const std::byte* window) {
+  ShardHome& home = unit.home(kind);
+  const SubGroup& sub = unit.groups[group];
+  switch (home.residence()) {
+    case Residence::kAddressable:
+      return;
+    case Residence::kStagedDevice:
+      copy_to_device(home.device_span(sub.begin, sub.numel), window);
+      return;
+    case Residence::kNvme:
+      wait_timed(store_->write(home.extents[group],
+                               std::span(window, sub.numel * home.element_bytes())));
+      return;
+  }
+}
+
+// Outside the optimizer step the first slot of the device staging and the first pipeline buffer
+// are free: no allocation beyond the budget the plan checked (each holds a sub-group of every kind
+// homed there, so one kind fits).
+GroupStaging EngineState::staging_outside_step(Kind kind) const {
+  GroupStaging staging;
+  if (device_staging_) staging.device = device_staging_at(kind, 0);
+  if (!pipeline_buffers_.empty()) staging.nvme = pipeline_buffers_.front().data();
+  return staging;
+}
+
+void EngineState::read_group(UnitState& unit, Kind kind, std::size_t group,
+                             std::span<std::byte> out) {
+  STRATA_ASSERT(out.size() == unit.groups[group].numel * unit.home(kind).element_bytes(),
+                "group size mismatch");
+  std::byte* bytes = window(unit, kind, group, staging_outside_step(kind));
+  fill(unit, kind, group, bytes);
+  std::memcpy(out.data(), bytes, out.size());
+}
+
+void EngineState::write_group(UnitState& unit, Kind kind, std::size_t group,
+                              std::span<const std::byte> data) {
+  STRATA_ASSERT(data.size() == unit.groups[group].numel * unit.home(kind).element_bytes(),
+                "group size mismatch");
+  std::byte* bytes = window(unit, kind, group, staging_outside_step(kind));
+  std::memcpy(bytes, data.data(), data.size());
+  flush(unit, kind, group, bytes);
+}
+
+std::vector<float> EngineState::read_shard_fp32(UnitId id, Kind kind) {
+  UnitState& unit = units_.at(id);
+  const ShardHome& home = unit.home(kind);
+  std::vector<float> out(home.numel);
+  std::vector<std::byte> bytes;
+  for (std::size_t g = 0; g < unit.groups.size(); ++g) {
+    const SubGroup& sub = unit.groups[g];
+    bytes.resize(sub.numel * home.element_bytes());
+    read_group(unit, kind, g, bytes);
+    cpu_adam::convert(cpu_adam::ConstTypedSpan(bytes.data(), sub.numel, home.dtype),
+                      std::span<float>(out).subspan(sub.begin, sub.numel), *arena_);
+  }
+  return out;
+}
+
+void EngineState::write_shard(UnitId id, Kind kind, std::span<const float> values) {
+  UnitState& unit = units_.at(id);
+  if (!unit.has(kind)) return;
+  STRATA_ASSERT(values.size() == unit.layout.shard_numel, "shard size mismatch");
+  const ShardHome& home = unit.home(kind);
+  std::vector<std::byte> bytes;
+  for (std::size_t g = 0; g < unit.groups.size(); ++g) {
+    const SubGroup& sub = unit.groups[g];
+    bytes.assign(sub.numel * home.element_bytes(), std::byte{0});
+    cpu_adam::convert(values.subspan(sub.begin, sub.numel),
+                      cpu_adam::TypedSpan(bytes.data(), sub.numel, home.dtype), *arena_);
+    write_group(unit, kind, g, bytes);
+  }
+}
+
+void EngineState::wait_timed(tiers::StoreRead& read) {
+  const auto start = std::chrono::steady_clock::now();
+  if (!read.poll()) {
+    Tracer::Scope scope(options_.tracer, TraceTrack::kIo, "NVMe read wait");
+    read.wait();
+  }
+  read.wait();  // verifies the checksum (once)
+  io_wait_s_ += seconds_since(start);
+}
+
+void EngineState::wait_timed(const io::Ticket& ticket) {
+  const auto start = std::chrono::steady_clock::now();
+  if (!ticket.poll()) {
+    Tracer::Scope scope(options_.tracer, TraceTrack::kIo, "NVMe write wait");
+    ticket.wait();
+  }
+  ticket.get();
+  io_wait_s_ += seconds_since(start);
+}
+
+}  // namespace strata::runtime::detail

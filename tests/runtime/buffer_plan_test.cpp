@@ -1,0 +1,138 @@
+// Proves that the memory plan `strata plan` prints is what the Engine allocates: for several
+// placements and both data paths, the Engine's measured device and host high-water marks equal the
+// plan's tier totals (plan_to_json, as `strata plan --json` prints them) for the same units.
+#include "runtime/buffer_plan.hpp"
+
+#include "base/units.hpp"
+
+#include <cstdlib>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/comm/local_comm.hpp"
+#include "runtime/engine.hpp"
+#include "runtime/memory_plan.hpp"
+#include "tests/io/io_test_support.hpp"
+#include "tests/runtime/engine_test_config.hpp"
+#include "tests/runtime/engine_test_model.hpp"
+
+namespace strata::runtime {
+namespace {
+
+using Access = EngineOptions::DeviceAccess;
+
+// STRATA_FORCE_NVME=1 moves the Engine's state to NVMe behind the plan's back.
+bool nvme_forced() {
+  const char* force = std::getenv("STRATA_FORCE_NVME");
+  return force != nullptr && force[0] == '1';
+}
+
+struct HighWater {
+  std::uint64_t device = 0;
+  std::uint64_t host = 0;
+};
+
+HighWater train_and_measure(const Config& config, Access access) {
+  auto device = testing::host_device(config);
+  comm::LocalComm comm;
+  Engine engine(config, *device, comm, EngineOptions{.device_access = access});
+  testing::TinyMlp model(testing::kEngineTestWidths, 16, 7);
+  if (access == Access::kStaged) model.set_device(*device);
+  model.add_units(engine);
+  engine.finalize();
+  for (int step = 0; step < 2; ++step) {
+    model.train_step(engine);
+    engine.step();
+  }
+  return {engine.device_high_water_bytes(), engine.host_high_water_bytes()};
+}
+
+nlohmann::json printed_plan(const Config& config, Access access) {
+  Config planned = config;
+  // The plan reads the data path from the device kind: the staged path is the CUDA one.
+  if (access == Access::kStaged) planned.tiers.device.kind = DeviceKind::kCuda;
+  PlanInputs inputs;
+  inputs.ranks = 1;
+  for (std::uint32_t layer = 0; layer + 1 < testing::kEngineTestWidths.size(); ++layer) {
+    const std::uint64_t in = testing::kEngineTestWidths[layer];
+    const std::uint64_t out = testing::kEngineTestWidths[layer + 1];
+    inputs.unit_numels.push_back(in * out + out);
+    inputs.params += in * out + out;
+  }
+  return plan_to_json(make_memory_plan(planned, inputs), planned);
+}
+
+class PlanMatchesEngine
+    : public ::testing::TestWithParam<std::tuple<Tier, Tier, Tier, Access, std::uint32_t>> {};
+
+TEST_P(PlanMatchesEngine, HighWaterMarksEqualThePlansTierTotals) {
+  if (nvme_forced()) GTEST_SKIP() << "STRATA_FORCE_NVME changes the placement under test";
+  const auto [params, grads, optimizer, access, stage] = GetParam();
+  io::testing::ScratchDir dir;
+  Config config = testing::engine_test_config(dir.path().string());
+  config.zero.params = params;
+  config.zero.grads = grads;
+  config.zero.optimizer = optimizer;
+  config.zero.stage = stage;
+  config.zero.buffer_count = 3;
+  const nlohmann::json plan = printed_plan(config, access);
+  const HighWater measured = train_and_measure(config, access);
+  // On the staged path the test model hands its gradient over in device memory: one unit's
+  // gradient (the largest, 72 x 40 + 40 fp32, in the device's 256-byte granules) is allocated
+  // while reduce_grads runs. It is the model's memory, not the Engine's.
+  const std::uint64_t model_gradient =
+      access == Access::kStaged ? round_up((72 * 40 + 40) * sizeof(float), 256) : 0;
+  EXPECT_EQ(measured.host, plan["tiers"]["host"]["total_bytes"].get<std::uint64_t>())
+      << plan.dump(1);
+  EXPECT_EQ(measured.device,
+            plan["tiers"]["device"]["total_bytes"].get<std::uint64_t>() + model_gradient)
+      << plan.dump(1);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Placements, PlanMatchesEngine,
+    ::testing::Values(
+        std::make_tuple(Tier::kDevice, Tier::kDevice, Tier::kDevice, Access::kAuto, 3u),
+        std::make_tuple(Tier::kDevice, Tier::kHost, Tier::kHost, Access::kAuto, 3u),
+        std::make_tuple(Tier::kDevice, Tier::kHost, Tier::kNvme, Access::kAuto, 3u),
+        std::make_tuple(Tier::kNvme, Tier::kNvme, Tier::kNvme, Access::kAuto, 3u),
+        std::make_tuple(Tier::kHost, Tier::kDevice, Tier::kNvme, Access::kAuto, 2u),
+        std::make_tuple(Tier::kDevice, Tier::kDevice, Tier::kHost, Access::kStaged, 3u),
+        std::make_tuple(Tier::kDevice, Tier::kNvme, Tier::kNvme, Access::kStaged, 3u)),
+    [](const auto& param_info) {
+      return fmt::format("params_{}_grads_{}_optimizer_{}_{}_stage{}",
+                         to_string(std::get<0>(param_info.param)), to_string(std::get<1>(param_info.param)),
+                         to_string(std::get<2>(param_info.param)),
+                         std::get<3>(param_info.param) == Access::kStaged ? "staged" : "direct",
+                         std::get<4>(param_info.param));
+    });
+
+// The plan counts what finalize checks: a budget one byte short of the plan's need is refused.
+TEST(BufferPlan, TheDeviceBudgetCheckIsThePlansNeed) {
+  if (nvme_forced()) GTEST_SKIP() << "STRATA_FORCE_NVME changes the placement under test";
+  io::testing::ScratchDir dir;
+  Config config = testing::engine_test_config(dir.path().string());
+  config.zero.params = config.zero.grads = config.zero.optimizer = Tier::kDevice;
+  BufferPlanInputs inputs;
+  inputs.unit_numels = {1800, 2920, 328};
+  const BufferPlan plan = make_buffer_plan(config, inputs);
+  // bf16 params on the device: 3 shards of 2048/4096/2048 elements x (2 param + 2 grad + 12
+  // optimizer) bytes; scratch: fp32 gradient of the largest padded unit, its shard and the bf16
+  // send copy; one gathered unit of 4096 elements in fp32 + bf16.
+  EXPECT_EQ(plan.device_state_bytes, 8192u * 16);
+  EXPECT_EQ(plan.device_scratch_bytes(), 4096u * 4 + 4096 * 4 + 4096 * 2);
+  EXPECT_EQ(plan.device_need_bytes(), 8192u * 16 + 4096 * 10 + 4096 * 6);
+  config.tiers.device.budget_bytes = plan.device_need_bytes() - 1;
+  auto device = testing::host_device(config);
+  comm::LocalComm comm;
+  Engine engine(config, *device, comm);
+  testing::TinyMlp model(testing::kEngineTestWidths, 16, 7);
+  model.add_units(engine);
+  EXPECT_THROW(engine.finalize(), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace strata::runtime
