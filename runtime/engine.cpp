@@ -1,6 +1,7 @@
 #include "runtime/engine.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -708,6 +709,20 @@ void Engine::set_master(UnitId id, std::span<const float> full_values) {
 
 void Engine::set_optimizer_compute(EngineOptions::OptimizerCompute compute) {
   state_->options.optimizer_compute = compute;
+}
+
+void Engine::set_learning_rate(double lr) {
+  OptimizerConfig& optimizer = state_->config.optimizer;
+  if (!std::isfinite(lr) || lr < 0) {
+    throw std::invalid_argument(
+        fmt::format("set_learning_rate: {} is not a finite, non-negative learning rate", lr));
+  }
+  if (optimizer.schedule != LrScheduleKind::kConstant && lr < optimizer.min_lr) {
+    throw std::invalid_argument(fmt::format(
+        "set_learning_rate: {} is below [optimizer] min_lr = {} of the {} schedule", lr,
+        optimizer.min_lr, to_string(optimizer.schedule)));
+  }
+  optimizer.lr = lr;
 }
 
 std::vector<float> Engine::master_shard(UnitId unit) {
