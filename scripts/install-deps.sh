@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs every Debian 12 package that strata's build, tests, examples and benchmarks need.
+# (pybind11-dev, python3-dev: the Python module; python3-torch: its tests and benchmark.)
 # Idempotent: installs only what is missing, and runs `apt-get update` at most once.
 set -euo pipefail
 
@@ -10,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin libopenblas-dev
   fio clang libclang-rt-14-dev
+  pybind11-dev python3-dev python3-torch
 )
 
 missing=()
