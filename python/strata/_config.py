@@ -40,7 +40,8 @@ def _read(config):
         return _strata.load_config(os.fspath(config))
     if isinstance(config, Mapping):
         return _strata.parse_config(to_toml(config), "<dict>")
-    raise TypeError(f"config must be a TOML file's path, a dict or None, not {type(config).__name__}")
+    raise TypeError("config must be a TOML file's path, a dict or None, not "
+                    f"{type(config).__name__}")
 
 
 def _checked(name, value, low, below=None):

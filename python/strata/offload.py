@@ -8,6 +8,8 @@ copies the updated fp32 weights back into each parameter, cast to its dtype and 
 contiguous fp32 CPU gradient is handed over in place; any other (CUDA, bf16, strided) goes through
 one reusable staging buffer of the largest parameter's size, pinned when CUDA is available.
 
+Parameters that do not require grad (frozen) get no unit and are never touched.
+
 Under mpirun every rank holds the whole model and its own data (data parallel); strata shards the
 optimizer state across ranks. Differences from torch.optim.AdamW: parameters whose .grad is None
 are stepped with a zero gradient (their moments decay and weight decay applies), and param groups
@@ -38,10 +40,11 @@ class OffloadOptimizer(EngineOptimizer):
         self._units = []  # (parameter, unit id)
         for g, group in enumerate(self.param_groups):
             for i, param in enumerate(group["params"]):
-                if param.numel() == 0:
-                    continue
+                if param.numel() == 0 or not param.requires_grad:
+                    continue  # torch would never step it either
+                decays = group["weight_decay"] != 0
                 unit = self.engine.add_unit(f"group{g}.param{i}",
-                                            [("value", [param.numel()], group["weight_decay"] != 0)])
+                                            [("value", [param.numel()], decays)])
                 self._units.append((param, unit))
         self.engine.finalize()
         largest = max((param.numel() for param, _ in self._units), default=0)

@@ -38,7 +38,8 @@ class ConfigErrorTest(unittest.TestCase):
 
     def test_cuda_device_is_refused(self):
         with self.assertRaisesRegex(ValueError, r'kind = "cuda": strata.torch runs the Engine'):
-            OffloadOptimizer(TinyLlama().parameters(), config={"tiers": {"device": {"kind": "cuda"}}})
+            OffloadOptimizer(TinyLlama().parameters(),
+                             config={"tiers": {"device": {"kind": "cuda"}}})
 
     def test_bad_override_is_refused_by_name(self):
         with self.assertRaisesRegex(ValueError, r"invalid betas\[1\] 1.0"):

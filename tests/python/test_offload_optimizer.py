@@ -9,8 +9,8 @@ import torch
 
 import strata
 from strata.torch import OffloadOptimizer
-from tiny_llama import TinyLlama
-from training import (BETAS, CLIP, EPS, LR, WEIGHT_DECAY, assert_close_params, config,
+from tiny_llama import TinyLlama, loss_of
+from training import (BETAS, EPS, LR, WEIGHT_DECAY, assert_close_params, batch, config,
                       scratch_dir, train_reference, train_strata)
 
 STEPS = 5
@@ -59,8 +59,6 @@ class OffloadOptimizerTest(unittest.TestCase):
         torch_optimizer = torch.optim.AdamW(reference.parameters(), lr=LR, betas=BETAS, eps=EPS,
                                             weight_decay=WEIGHT_DECAY)
         model, optimizer, _ = self.run_strata("host", steps=1, grad_clip=0.0)
-        from training import batch
-        from tiny_llama import loss_of
         loss_of(reference, *batch(0)).backward()
         torch_optimizer.step()
         for (name, param), torch_param in zip(model.named_parameters(), reference.parameters()):
@@ -77,6 +75,16 @@ class OffloadOptimizerTest(unittest.TestCase):
                             dict(model.named_parameters()))
         decayed, _ = train_reference(STEPS)
         self.assertFalse(torch.allclose(decayed.norm.weight, model.norm.weight, atol=1e-6))
+
+    def test_frozen_parameters_are_left_alone(self):
+        def frozen_embedding(model):
+            model.embed.weight.requires_grad_(False)
+            return model.parameters()
+        reference, _ = train_reference(STEPS, param_groups=frozen_embedding)
+        model, _, _ = self.run_strata("host", groups=frozen_embedding)
+        assert_close_params(self, dict(reference.named_parameters()),
+                            dict(model.named_parameters()))
+        self.assertTrue(torch.equal(model.embed.weight, TinyLlama().embed.weight))
 
     def test_lr_scheduler_sets_the_learning_rate(self):
         halving = lambda optimizer: torch.optim.lr_scheduler.StepLR(optimizer, 2, gamma=0.5)
@@ -133,7 +141,8 @@ class OffloadOptimizerTest(unittest.TestCase):
     def test_resumes_from_the_nvme_store(self):
         scratch = scratch_dir("resume")
         straight_model = TinyLlama()
-        straight = OffloadOptimizer(straight_model.parameters(), config=config("nvme", scratch_dir("s")))
+        straight = OffloadOptimizer(straight_model.parameters(),
+                                    config=config("nvme", scratch_dir("straight")))
         straight_losses = train_strata(straight_model, straight, 5)
 
         model = TinyLlama()
