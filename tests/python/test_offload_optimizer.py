@@ -108,6 +108,14 @@ class OffloadOptimizerTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, r"weight decays \[0.1, 0.2\]"):
             OffloadOptimizer(groups, config=config("host", scratch_dir("wd")))
 
+    def test_fp32_cpu_gradients_are_handed_over_without_a_copy(self):
+        model = TinyLlama()
+        optimizer = OffloadOptimizer(model.parameters(), config=config("host", scratch_dir("nc")))
+        optimizer._staging.fill_(float("nan"))  # any copy through it would show
+        train_strata(model, optimizer, 2)
+        self.assertTrue(optimizer._staging.isnan().all())
+        self.assertTrue(all(param.isfinite().all() for param in model.parameters()))
+
     def test_bf16_parameters_receive_the_rounded_master(self):
         model = TinyLlama().to(torch.bfloat16)
         optimizer = OffloadOptimizer(model.parameters(), config=config("host", scratch_dir("bf")))
