@@ -5,7 +5,9 @@ state off the model's device: gradients copied to the copies, the step on the CP
 copied back). Every optimizer sees the same gradients; the model is the tests' Llama-style
 decoder (tests/python/tiny_llama.py), enlarged.
 
-  PYTHONPATH=build/release/python /usr/bin/python3 python/bench_optimizer.py [--nvme DIR]
+  PYTHONPATH=build/release/python /usr/bin/python3 python/bench/bench_optimizer.py [--nvme DIR]
+
+(It lives in its own folder: run from python/, the source package would shadow the built one.)
 
 Prints, per optimizer, the time of optimizer.step() alone and steps/s of the whole training step
 (forward, backward, step) on the same batch.
@@ -19,7 +21,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
                                 "python"))
 from tiny_llama import TinyLlama, loss_of  # noqa: E402
 
