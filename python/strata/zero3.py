@@ -94,7 +94,8 @@ class Zero3:
 
     # Saved-tensor hooks: a tensor in gathered memory is saved as where it lies, not as a view.
     def _pack(self, tensor):
-        if self._gathered and tensor.dtype == torch.float32 and tensor.device.type == "cpu":
+        if (self._gathered and tensor.dtype == torch.float32 and tensor.device.type == "cpu"
+                and tensor.layout == torch.strided):
             address = tensor.data_ptr()
             for unit in self._gathered:
                 if unit.address <= address < unit.end:
@@ -217,7 +218,8 @@ class _Unit:
 
     def after_forward(self, module, inputs, output):
         output = self.attach(output)
-        self.release()
+        if self.grad is None:  # else a recomputation inside the backward (checkpointing)
+            self.release()
         return output
 
     def attach(self, output):

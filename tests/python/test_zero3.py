@@ -1,6 +1,6 @@
 """Proves strata.torch.wrap gives ZeRO-3 to a torch model: torch keeps no parameter values between
 uses, training matches torch.optim.AdamW (with global-norm clipping) on host and NVMe placements
-and any rank count, gradient accumulation sums micro-batches, evaluation under no_grad sees the
+and any rank count, also with activation checkpointing, gradient accumulation sums micro-batches, evaluation under no_grad sees the
 trained weights, checkpoints resume the run, and bad unit lists are refused."""
 
 import unittest
@@ -16,8 +16,9 @@ from training import (assert_close_params, config, local_batch, scratch_dir, tra
 STEPS = 4
 
 
-def wrapped(placement, grad_accumulation=1, seed=0, scratch=None, resume=False):
-    model = TinyLlama(seed=seed)
+def wrapped(placement, grad_accumulation=1, seed=0, scratch=None, resume=False,
+            checkpointing=False):
+    model = TinyLlama(seed=seed, checkpointing=checkpointing)
     zero = wrap(model, config(placement, scratch or scratch_dir(placement)),
                 units=list(model.layers), grad_accumulation=grad_accumulation, resume=resume)
     return model, zero
@@ -40,6 +41,12 @@ class Zero3Test(unittest.TestCase):
 
     def test_matches_torch_adamw_with_everything_on_nvme(self):
         self.check_matches_torch("nvme")
+
+    def test_activation_checkpointing_matches_torch(self):
+        reference, _ = train_reference(3, model=TinyLlama(checkpointing=True))
+        model, zero = wrapped("host", checkpointing=True)
+        train_strata(model, zero.optimizer, 3)
+        assert_close_params(self, dict(reference.named_parameters()), zero.full_state_dict())
 
     def test_torch_holds_no_parameter_values_between_uses(self):
         model, zero = wrapped("host")

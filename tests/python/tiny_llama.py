@@ -6,6 +6,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 
 class RMSNorm(nn.Module):
@@ -69,9 +70,11 @@ class Block(nn.Module):
 
 
 class TinyLlama(nn.Module):
-    def __init__(self, vocab=48, dim=32, heads=4, hidden=64, layers=2, max_length=32, seed=0):
+    def __init__(self, vocab=48, dim=32, heads=4, hidden=64, layers=2, max_length=32, seed=0,
+                 checkpointing=False):
         super().__init__()
         torch.manual_seed(seed)
+        self.checkpointing = checkpointing  # recompute each block's activations in the backward
         self.embed = nn.Embedding(vocab, dim)
         self.layers = nn.ModuleList(Block(dim, heads, hidden) for _ in range(layers))
         self.norm = RMSNorm(dim)
@@ -87,7 +90,10 @@ class TinyLlama(nn.Module):
         cos, sin = self.cos[:length], self.sin[:length]
         x = self.embed(tokens)
         for layer in self.layers:
-            x = layer(x, cos, sin)
+            if self.checkpointing:
+                x = checkpoint(layer, x, cos, sin, use_reentrant=False)
+            else:
+                x = layer(x, cos, sin)
         return self.head(self.norm(x))
 
 
