@@ -87,7 +87,7 @@ def main():
     parser.add_argument("--length", type=int, default=64)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
+    parser.add_argument("--threads", type=int, default=os.cpu_count(),
                         help="torch threads and strata's optimizer threads")
     parser.add_argument("--nvme", help="also run strata with the optimizer state on NVMe here")
     args = parser.parse_args()
