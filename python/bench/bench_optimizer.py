@@ -10,7 +10,8 @@ decoder (tests/python/tiny_llama.py), enlarged.
 (It lives in its own folder: run from python/, the source package would shadow the built one.)
 
 Prints, per optimizer, the time of optimizer.step() alone and steps/s of the whole training step
-(forward, backward, step) on the same batch.
+(forward, backward, step) on the same batch. The optimizers take their steps in turn, one model
+each, so load from elsewhere on the machine falls on all of them alike.
 """
 
 import argparse
@@ -62,20 +63,15 @@ def strata_config(placement, nvme_dir, threads):
             "optimizer": {"grad_clip": 0.0, "threads": threads}}
 
 
-def measure(name, model, optimizer, tokens, targets, steps, warmup):
-    """(optimizer.step() seconds per step, whole training steps per second)."""
-    step_seconds = 0.0
-    start = None
-    for step in range(warmup + steps):
-        if step == warmup:
-            start, step_seconds = time.perf_counter(), 0.0
-        optimizer.zero_grad()
-        loss_of(model, tokens, targets).backward()
-        before = time.perf_counter()
-        optimizer.step()
-        step_seconds += time.perf_counter() - before
-    total = time.perf_counter() - start
-    return step_seconds / steps, steps / total
+def train_step(model, optimizer, tokens, targets):
+    """(seconds of the whole step, seconds of optimizer.step())."""
+    start = time.perf_counter()
+    optimizer.zero_grad()
+    loss_of(model, tokens, targets).backward()
+    before = time.perf_counter()
+    optimizer.step()
+    end = time.perf_counter()
+    return end - start, end - before
 
 
 def main():
@@ -122,14 +118,19 @@ def main():
                                                 weight_decay=WEIGHT_DECAY,
                                                 config=strata_config("nvme", nvme_dir,
                                                                      args.threads))))
+    # Round robin, one step of each optimizer in turn, so that a change in the machine's load
+    # falls on all of them alike.
+    trainers = [(name, *(lambda model: (model, make(model)))(fresh_model())) for name, make in runs]
+    totals = {name: [0.0, 0.0] for name, _ in runs}
+    for step in range(args.warmup + args.steps):
+        for name, model, optimizer in trainers:
+            whole_s, step_s = train_step(model, optimizer, tokens, targets)
+            if step >= args.warmup:
+                totals[name][0] += whole_s
+                totals[name][1] += step_s
     print(f"{'optimizer':46} {'step() ms':>10} {'train steps/s':>14}")
-    for name, make in runs:
-        model = fresh_model()
-        optimizer = make(model)
-        step_s, rate = measure(name, model, optimizer, tokens, targets, args.steps, args.warmup)
-        print(f"{name:46} {step_s * 1e3:10.1f} {rate:14.2f}", flush=True)
-        if hasattr(optimizer, "close"):
-            optimizer.close()
+    for name, (whole_s, step_s) in totals.items():
+        print(f"{name:46} {step_s / args.steps * 1e3:10.1f} {args.steps / whole_s:14.2f}")
 
 
 if __name__ == "__main__":
