@@ -46,6 +46,9 @@ def wrap(model, config=None, units=(), *, lr=None, betas=None, eps=None, weight_
 
 
 class Zero3:
+    """What wrap() returns: .model (hooked in place), .optimizer, .engine, .units (one _Unit per
+    Engine unit, in unit order), and the collective full_state_dict(), save(), load()."""
+
     def __init__(self, model, config, units, *, grad_accumulation, resume, no_weight_decay,
                  **overrides):
         cfg = engine_config(config, **overrides)
