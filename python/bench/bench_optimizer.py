@@ -16,6 +16,7 @@ each, so load from elsewhere on the machine falls on all of them alike.
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -131,6 +132,11 @@ def main():
     print(f"{'optimizer':46} {'step() ms':>10} {'train steps/s':>14}")
     for name, (whole_s, step_s) in totals.items():
         print(f"{name:46} {step_s / args.steps * 1e3:10.1f} {args.steps / whole_s:14.2f}")
+    for _, _, optimizer in trainers:
+        if hasattr(optimizer, "close"):
+            optimizer.close()
+    if args.nvme:
+        shutil.rmtree(nvme_dir)  # the swap files of this run
 
 
 if __name__ == "__main__":
