@@ -2,7 +2,9 @@
 scratch directory every rank agrees on, and the reference: the same model trained by
 torch.optim.AdamW with torch's global-norm clipping."""
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import torch
@@ -17,12 +19,26 @@ BATCH, LENGTH, VOCAB = 6, 16, 48  # BATCH divides by 1, 2 and 3 ranks
 torch.set_num_threads(1)
 
 
+_scratch_dirs = []
+
+
 def scratch_dir(label):
-    """A new directory under STRATA_TEST_TMPDIR, the same on every rank."""
+    """A new directory under STRATA_TEST_TMPDIR, the same on every rank, removed at exit."""
     root = os.environ.get("STRATA_TEST_TMPDIR", tempfile.gettempdir())
     os.makedirs(root, exist_ok=True)
     name = tempfile.mkdtemp(prefix=f"python-{label}-", dir=root) if strata.rank() == 0 else ""
-    return _strata.broadcast_text(name)
+    name = _strata.broadcast_text(name)
+    if not _scratch_dirs:
+        atexit.register(_remove_scratch_dirs)
+    _scratch_dirs.append(name)
+    return name
+
+
+def _remove_scratch_dirs():
+    _strata.barrier()  # every rank is done with them
+    if strata.rank() == 0:
+        for name in _scratch_dirs:
+            shutil.rmtree(name, ignore_errors=True)
 
 
 def config(placement, scratch, **optimizer):
