@@ -2,6 +2,7 @@
 // live one per file (runtime/engine_state.hpp lists them).
 #include "runtime/engine.hpp"
 
+#include <cmath>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -113,6 +114,20 @@ void Engine::set_optimizer_compute(EngineOptions::OptimizerCompute compute) {
 
 void Engine::set_master(UnitId unit, std::span<const float> full_values) {
   state_->set_master(unit, full_values);
+}
+
+void Engine::set_learning_rate(double lr) {
+  const OptimizerConfig& optimizer = state_->config().optimizer;
+  if (!std::isfinite(lr) || lr < 0) {
+    throw std::invalid_argument(
+        fmt::format("set_learning_rate: {} is not a finite, non-negative learning rate", lr));
+  }
+  if (optimizer.schedule != LrScheduleKind::kConstant && lr < optimizer.min_lr) {
+    throw std::invalid_argument(fmt::format(
+        "set_learning_rate: {} is below [optimizer] min_lr = {} of the {} schedule", lr,
+        optimizer.min_lr, to_string(optimizer.schedule)));
+  }
+  state_->set_learning_rate(lr);
 }
 
 std::vector<float> Engine::master_shard(UnitId unit) {

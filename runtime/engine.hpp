@@ -150,6 +150,11 @@ class Engine {
   StepStats step();
   // Benchmarks only: switch the optimizer's arithmetic off (kSkip) or on between steps.
   void set_optimizer_compute(EngineOptions::OptimizerCompute compute);
+  // Replaces [optimizer] lr from the next step on, between steps (for callers that schedule the
+  // rate themselves, e.g. PyTorch's LR schedulers); the config's warm-up and decay still apply on
+  // top. Throws std::invalid_argument for a negative or non-finite rate, or one below min_lr
+  // under a decaying schedule.
+  void set_learning_rate(double lr);
 
   // Replaces the unit's weights (fine-tuning from a checkpoint): `full_values` is the whole unit
   // (numel fp32 values in tensor order); this rank keeps its shard of master weights and 16-bit

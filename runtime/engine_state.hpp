@@ -114,6 +114,7 @@ class EngineState final : public tiers::ResidencyClient {
   void reduce_grads(UnitId unit, std::span<const float> full_grads);
   void optimizer_step(StepStats& stats);
   void set_optimizer_compute(EngineOptions::OptimizerCompute compute);
+  void set_learning_rate(double lr) { config_.optimizer.lr = lr; }
   void set_master(UnitId unit, std::span<const float> full_values);
   std::uint64_t device_high_water_bytes() const;
   std::uint64_t host_high_water_bytes() const;

@@ -291,6 +291,38 @@ TEST(Engine, WarmupScalesTheLearningRate) {
   EXPECT_NEAR(first_step_change(4), full / 4, 1e-4);
 }
 
+// set_learning_rate replaces [optimizer] lr from the next step: a run told 4e-3 before its steps
+// is bitwise the run configured with 4e-3, and its steps report that rate. Bad rates are refused.
+TEST(Engine, SetLearningRateActsLikeTheConfiguredRate) {
+  ScratchDir configured_dir;
+  Config config = base_config(configured_dir);
+  config.optimizer.lr = 4e-3;
+  const RunResult configured = train(config);
+
+  ScratchDir told_dir;
+  config = base_config(told_dir);
+  auto device = host_device(config);
+  comm::LocalComm comm;
+  Engine engine(config, *device, comm);
+  TinyMlp model(kEngineTestWidths, 16, /*data_seed=*/7);
+  model.add_units(engine);
+  engine.finalize();
+  EXPECT_THROW(engine.set_learning_rate(-1e-3), std::invalid_argument);
+  EXPECT_THROW(engine.set_learning_rate(std::nan("")), std::invalid_argument);
+  engine.set_learning_rate(4e-3);
+  RunResult told;
+  for (int step = 0; step < kSteps; ++step) {
+    told.losses.push_back(model.train_step(engine));
+    EXPECT_DOUBLE_EQ(engine.step().lr, 4e-3);
+  }
+  for (UnitId unit : model.units()) {
+    told.masters.push_back(engine.master_shard(unit));
+    told.exp_avgs.push_back(engine.state_shard(unit, "exp_avg"));
+    told.exp_avg_sqs.push_back(engine.state_shard(unit, "exp_avg_sq"));
+  }
+  expect_bitwise_equal(configured, told, "set_learning_rate(4e-3)");
+}
+
 TEST(Engine, NvmeBudgetCountsBothSlots) {
   if (nvme_forced()) GTEST_SKIP() << "STRATA_FORCE_NVME changes the placement under test";
   ScratchDir dir;

@@ -1,0 +1,100 @@
+"""What OffloadOptimizer and the ZeRO-3 wrapper's optimizer share: a torch.optim.Optimizer whose
+state lives in a strata Engine, the mapping of torch's param groups onto the Engine's single set
+of hyper-parameters, and state_dict() / load_state_dict() as strata checkpoints.
+
+Param groups: the Engine applies one learning rate, one (betas, eps) and one weight decay, the
+last per tensor on or off. So groups must agree on lr, betas and eps, and their weight_decay is
+either 0 or one shared value; anything else raises ValueError naming the groups. A group's lr may
+change between steps (LR schedulers) as long as every group keeps the same one: step() hands it
+to the Engine (Engine.set_learning_rate), under the config's warm-up and decay if it sets them.
+"""
+
+import torch
+
+from strata import _checkpoint
+
+
+def shared_hyperparameters(param_groups):
+    """(lr, (beta1, beta2), eps, weight_decay) common to the groups; raises ValueError if none."""
+    first = param_groups[0]
+    for key in ("lr", "betas", "eps"):
+        values = [group[key] for group in param_groups]
+        if any(value != values[0] for value in values):
+            raise ValueError(
+                f"param groups differ in {key} ({', '.join(map(str, values))}): strata's Engine "
+                f"applies one {key} to every parameter")
+    decays = sorted({group["weight_decay"] for group in param_groups} - {0, 0.0})
+    if len(decays) > 1:
+        raise ValueError(
+            f"param groups use weight decays {decays}: strata turns weight decay on or off per "
+            "tensor at one value, so groups may only use 0 and one other value")
+    return first["lr"], tuple(first["betas"]), first["eps"], (decays[0] if decays else 0.0)
+
+
+class EngineOptimizer(torch.optim.Optimizer):
+    """Base: subclasses build self.engine, and implement _hand_gradients() and _after_update()."""
+
+    def __init__(self, params, config):
+        optimizer = config.optimizer
+        defaults = {"lr": optimizer.lr, "betas": (optimizer.beta1, optimizer.beta2),
+                    "eps": optimizer.eps, "weight_decay": optimizer.weight_decay}
+        self.engine = None
+        super().__init__(params, defaults)
+        lr, betas, eps, decay = shared_hyperparameters(self.param_groups)
+        optimizer.lr, optimizer.eps, optimizer.weight_decay = lr, eps, decay
+        optimizer.beta1, optimizer.beta2 = betas
+        self._fixed = (betas, eps, decay)
+        self._engine_lr = lr
+        self.last_step = None  # the Engine's StepStats of the latest step, as a dict
+
+    def add_param_group(self, param_group):
+        if self.engine is not None:
+            raise RuntimeError("strata's Engine partitions every parameter when the optimizer is "
+                               "built: pass every param group to the constructor")
+        super().add_param_group(param_group)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._sync_hyperparameters()
+        self._hand_gradients()
+        self.last_step = self.engine.step()
+        self._after_update()
+        return loss
+
+    def _sync_hyperparameters(self):
+        lr, betas, eps, decay = shared_hyperparameters(self.param_groups)
+        if (betas, eps, decay) != self._fixed:
+            raise ValueError(
+                f"betas, eps or weight_decay changed after construction ({self._fixed} -> "
+                f"{(betas, eps, decay)}): strata fixes them when the Engine is built; only lr "
+                "may change between steps")
+        if lr != self._engine_lr:
+            self.engine.set_learning_rate(lr)
+            self._engine_lr = lr
+
+    def state_dict(self):
+        """Collective: torch's param_groups plus the Engine's whole state (a strata checkpoint of
+        master weights and moments, every rank's shard) under 'strata'."""
+        state = super().state_dict()
+        state["strata"] = _checkpoint.engine_state(self.engine)
+        return state
+
+    def load_state_dict(self, state_dict):
+        """Collective: restores the param groups and the Engine's state, on any rank count."""
+        if "strata" not in state_dict:
+            raise ValueError("not a strata optimizer state_dict: it has no 'strata' entry "
+                             "(a plain torch optimizer's state cannot seed strata's moments)")
+        super().load_state_dict({"state": {}, "param_groups": state_dict["param_groups"]})
+        self._sync_hyperparameters()
+        _checkpoint.load_engine_state(self.engine, state_dict["strata"])
+        self._after_update()
+
+    def _hand_gradients(self):
+        raise NotImplementedError
+
+    def _after_update(self):
+        raise NotImplementedError
