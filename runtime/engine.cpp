@@ -130,6 +130,14 @@ void Engine::set_learning_rate(double lr) {
   state_->set_learning_rate(lr);
 }
 
+void Engine::set_unit_hyperparams(UnitId unit, const UnitHyperparams& hyper) {
+  state_->set_unit_hyperparams(unit, hyper);
+}
+
+const UnitHyperparams& Engine::unit_hyperparams(UnitId unit) const {
+  return state_->unit(unit).hyper;
+}
+
 std::vector<float> Engine::master_shard(UnitId unit) {
   return state_shard(unit, OptimizerState::kMaster);
 }

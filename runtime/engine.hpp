@@ -34,6 +34,7 @@
 
 #include "runtime/config.hpp"
 #include "runtime/trace.hpp"
+#include "runtime/unit_hyperparams.hpp"
 #include "runtime/unit_spec.hpp"
 
 namespace strata::tiers {
@@ -155,6 +156,14 @@ class Engine {
   // top. Throws std::invalid_argument for a negative or non-finite rate, or one below min_lr
   // under a decaying schedule.
   void set_learning_rate(double lr);
+  // Replaces the unit's optimizer overrides (lr, weight decay, betas, eps; unset fields take the
+  // config's value) from the next step on; before or after finalize(), between steps. The rules
+  // (the schedule scales a unit's lr as it scales the global one; weight decay only on tensors
+  // that ask for it; not saved in checkpoints) are in runtime/unit_hyperparams.hpp. Throws
+  // std::invalid_argument naming the unit and field for an out-of-range value, std::out_of_range
+  // for an unknown unit. Without overrides a unit's update is bitwise what it was.
+  void set_unit_hyperparams(UnitId unit, const UnitHyperparams& hyper);
+  const UnitHyperparams& unit_hyperparams(UnitId unit) const;
 
   // Replaces the unit's weights (fine-tuning from a checkpoint): `full_values` is the whole unit
   // (numel fp32 values in tensor order); this rank keeps its shard of master weights and 16-bit

@@ -139,6 +139,12 @@ void EngineState::set_master(UnitId id, std::span<const float> full_values) {
   write_shard(id, Kind::kExpAvgSq, zeros);
 }
 
+void EngineState::set_unit_hyperparams(UnitId id, const UnitHyperparams& hyper) {
+  const UnitState& target = unit(id);  // throws for an unknown id
+  validate_unit_hyperparams(hyper, config_.optimizer, target.spec.name);
+  units_[id].hyper = hyper;
+}
+
 void EngineState::set_optimizer_compute(EngineOptions::OptimizerCompute compute) {
   options_.optimizer_compute = compute;
 }

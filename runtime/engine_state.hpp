@@ -69,6 +69,7 @@ struct UnitState {
   std::vector<SubGroup> groups;
   std::array<std::optional<ShardHome>, kKindCount> homes;
   std::uint32_t grad_calls = 0;  // reduce_grads calls since the last step (reduce_grads.cpp)
+  UnitHyperparams hyper;         // optimizer overrides (set_unit_hyperparams; optimizer_step.cpp)
   GatheredCopy gathered;
 
   ShardHome& home(Kind kind) { return *homes[static_cast<std::size_t>(kind)]; }
@@ -115,6 +116,7 @@ class EngineState final : public tiers::ResidencyClient {
   void optimizer_step(StepStats& stats);
   void set_optimizer_compute(EngineOptions::OptimizerCompute compute);
   void set_learning_rate(double lr) { config_.optimizer.lr = lr; }
+  void set_unit_hyperparams(UnitId unit, const UnitHyperparams& hyper);
   void set_master(UnitId unit, std::span<const float> full_values);
   std::uint64_t device_high_water_bytes() const;
   std::uint64_t host_high_water_bytes() const;

@@ -15,6 +15,7 @@
 #include "cpu_adam/optimizer.hpp"
 #include "runtime/engine_state.hpp"
 #include "runtime/lr_schedule.hpp"
+#include "runtime/unit_hyperparams.hpp"
 
 namespace strata::runtime::detail {
 namespace {
@@ -272,8 +273,14 @@ double EngineState::run_optimizer(const cpu_adam::Hyperparams& hyper,
     wait_staged_in(i % 2);
     if (i + 1 < count) stage_in(pipeline.unit(i + 1), pipeline.group(i + 1), (i + 1) % 2, kReadKinds);
     const auto adam_start = std::chrono::steady_clock::now();
+    // A unit without overrides gets `hyper` itself (validated above); one with them, its own
+    // (validated by set_unit_hyperparams, and again by cpu_adam::step).
+    const cpu_adam::Hyperparams unit_hyper =
+        unit.hyper.any() ? unit_step_hyperparams(hyper, unit.hyper, config_.optimizer,
+                                                 static_cast<std::uint64_t>(hyper.step))
+                         : hyper;
     update_sub_group(unit, pipeline.group(i), pipeline.spans(i),
-                     pipeline.location(i, Kind::kParam), hyper, scaling);
+                     pipeline.location(i, Kind::kParam), unit_hyper, scaling);
     adam_s += seconds_since(adam_start);
     stage_out(unit, pipeline.group(i), i % 2, kWriteKinds);
     pipeline.issue_writes(i);

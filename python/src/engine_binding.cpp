@@ -150,6 +150,17 @@ class PyEngine {
   void save(const std::filesystem::path& dir) { between_steps("save").save(dir); }
   void load(const std::filesystem::path& dir) { between_steps("load").load(dir); }
   void set_learning_rate(double lr) { open("set_learning_rate").set_learning_rate(lr); }
+  // Replaces the unit's overrides (None: the config's value); before or after finalize().
+  void set_unit_hyperparams(UnitId unit, std::optional<double> lr,
+                            std::optional<double> weight_decay, std::optional<double> beta1,
+                            std::optional<double> beta2, std::optional<double> eps) {
+    Engine& engine = open("set_unit_hyperparams");
+    if (unit >= engine.unit_count()) {
+      throw std::out_of_range(fmt::format("set_unit_hyperparams(): unit {} does not exist ({} units)",
+                                          unit, engine.unit_count()));
+    }
+    engine.set_unit_hyperparams(unit, {lr, weight_decay, beta1, beta2, eps});
+  }
 
   std::uint64_t step_count() { return open("step_count").step_count(); }
   double loss_scale() { return open("loss_scale").loss_scale(); }
@@ -245,6 +256,10 @@ void bind_engine(py::module_& module) {
       .def("save", &PyEngine::save, "dir"_a, unlocked)
       .def("load", &PyEngine::load, "dir"_a, unlocked)
       .def("set_learning_rate", &PyEngine::set_learning_rate, "lr"_a)
+      .def("set_unit_hyperparams", &PyEngine::set_unit_hyperparams, "unit"_a, "lr"_a = py::none(),
+           "weight_decay"_a = py::none(), "beta1"_a = py::none(), "beta2"_a = py::none(),
+           "eps"_a = py::none(),
+           "replaces the unit's optimizer overrides; None takes the config's value")
       .def("close", &PyEngine::close)
       .def_property_readonly("step_count", &PyEngine::step_count)
       .def_property_readonly("loss_scale", &PyEngine::loss_scale)

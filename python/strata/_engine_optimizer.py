@@ -1,14 +1,16 @@
 """What OffloadOptimizer and the ZeRO-3 wrapper's optimizer share: a torch.optim.Optimizer whose
-state lives in a strata Engine, the mapping of torch's param groups onto the Engine's single set
-of hyper-parameters, and state_dict() / load_state_dict() as strata checkpoints.
+state lives in a strata Engine, the mapping of torch's param groups onto the Engine's
+hyper-parameters, and state_dict() / load_state_dict() as strata checkpoints.
 
-Param groups: the Engine applies one learning rate, one (betas, eps) and one weight decay, the
-last per tensor on or off. So groups must agree on lr, betas and eps, and their weight_decay is
-either 0 or one shared value; anything else raises ValueError naming the groups. A group's lr may
-change between steps (LR schedulers) as long as every group keeps the same one: step() hands it
-to the Engine (Engine.set_learning_rate), under the config's warm-up and decay if it sets them.
+Param groups, by default (the ZeRO-3 wrapper, whose units hold parameters of several groups): the
+Engine's config applies one learning rate, one (betas, eps) and one weight decay, the last per
+tensor on or off. So groups must agree on lr, betas and eps, and their weight_decay is either 0 or
+one shared value; anything else raises ValueError naming the groups. A group's lr may change
+between steps (LR schedulers) as long as every group keeps the same one: step() hands it to the
+Engine (Engine.set_learning_rate), under the config's warm-up and decay if it sets them.
+OffloadOptimizer (one unit per parameter) overrides this with per-unit hyper-parameters, so its
+groups may differ in everything (see offload.py).
 """
-
 import torch
 
 from strata import _checkpoint
@@ -40,12 +42,16 @@ class EngineOptimizer(torch.optim.Optimizer):
                     "eps": optimizer.eps, "weight_decay": optimizer.weight_decay}
         self.engine = None
         super().__init__(params, defaults)
+        self._configure(optimizer)
+        self.last_step = None  # the Engine's StepStats of the latest step, as a dict
+
+    def _configure(self, optimizer):
+        """Sets the config's [optimizer] from the param groups, before the Engine is built."""
         lr, betas, eps, decay = shared_hyperparameters(self.param_groups)
         optimizer.lr, optimizer.eps, optimizer.weight_decay = lr, eps, decay
         optimizer.beta1, optimizer.beta2 = betas
         self._fixed = (betas, eps, decay)
         self._engine_lr = lr
-        self.last_step = None  # the Engine's StepStats of the latest step, as a dict
 
     def add_param_group(self, param_group):
         if self.engine is not None:
@@ -66,6 +72,7 @@ class EngineOptimizer(torch.optim.Optimizer):
         return loss
 
     def _sync_hyperparameters(self):
+        """Hands the param groups' current values to the Engine (every step, and on load)."""
         lr, betas, eps, decay = shared_hyperparameters(self.param_groups)
         if (betas, eps, decay) != self._fixed:
             raise ValueError(

@@ -12,8 +12,15 @@ Parameters that do not require grad (frozen) get no unit and are never touched.
 
 Under mpirun every rank holds the whole model and its own data (data parallel); strata shards the
 optimizer state across ranks. Differences from torch.optim.AdamW: parameters whose .grad is None
-are stepped with a zero gradient (their moments decay and weight decay applies), and param groups
-follow strata._engine_optimizer's rules (one lr, betas and eps; weight decay on or off).
+are stepped with a zero gradient (their moments decay and weight decay applies).
+
+Param groups: each group's lr, betas, eps and weight_decay are its parameters' units' overrides in
+the Engine (Engine.set_unit_hyperparams), handed over again whenever they change, checked at every
+step(): LR schedulers (StepLR, LambdaLR, ...) and code that edits group values work as with
+torch.optim.AdamW. A config that sets [optimizer] warmup_steps or a decaying schedule scales every
+group's lr by the same warm-up and decay (runtime/unit_hyperparams.hpp). last_step["lr"] is the
+first group's rate. The overrides are not part of strata checkpoints: they come from
+param_groups, which load_state_dict() restores and the constructor sets on resume.
 """
 
 import torch
@@ -42,10 +49,12 @@ class OffloadOptimizer(EngineOptimizer):
             for i, param in enumerate(group["params"]):
                 if param.numel() == 0 or not param.requires_grad:
                     continue  # torch would never step it either
-                decays = group["weight_decay"] != 0
+                # Decay on: the group's weight_decay override sets its value, 0 included.
                 unit = self.engine.add_unit(f"group{g}.param{i}",
-                                            [("value", [param.numel()], decays)])
+                                            [("value", [param.numel()], True)])
                 self._units.append((param, unit))
+                self._group_units[g].append(unit)
+        self._sync_hyperparameters()
         self.engine.finalize()
         largest = max((param.numel() for param, _ in self._units), default=0)
         self._staging = torch.empty(largest, dtype=torch.float32,
@@ -53,6 +62,35 @@ class OffloadOptimizer(EngineOptimizer):
         if not resume:
             self._set_masters()
         self._after_update()  # every rank's params become the Engine's (rank 0's or the store's)
+
+    def _configure(self, optimizer):
+        """The config takes the first group's values (what last_step reports); every group's own
+        values are its units' overrides (_sync_hyperparameters)."""
+        first = self.param_groups[0]
+        optimizer.lr, optimizer.eps = first["lr"], first["eps"]
+        optimizer.beta1, optimizer.beta2 = first["betas"]
+        optimizer.weight_decay = first["weight_decay"]
+        self._engine_lr = first["lr"]
+        self._group_units = [[] for _ in self.param_groups]
+        self._applied = [None] * len(self.param_groups)  # the values last handed over, per group
+
+    def _sync_hyperparameters(self):
+        """Hands each group's values to its units when they changed since the last hand-over."""
+        for g, group in enumerate(self.param_groups):
+            beta1, beta2 = group["betas"]
+            values = (float(group["lr"]), float(beta1), float(beta2), float(group["eps"]),
+                      float(group["weight_decay"]))
+            if values == self._applied[g]:
+                continue
+            lr, beta1, beta2, eps, decay = values
+            for unit in self._group_units[g]:
+                self.engine.set_unit_hyperparams(unit, lr=lr, weight_decay=decay, beta1=beta1,
+                                                 beta2=beta2, eps=eps)
+            self._applied[g] = values
+        lr = float(self.param_groups[0]["lr"])
+        if lr != self._engine_lr:
+            self.engine.set_learning_rate(lr)
+            self._engine_lr = lr
 
     def state_shard(self, param, kind="exp_avg"):
         """This rank's shard of param's "master", "exp_avg" or "exp_avg_sq" (a copy), read from

@@ -1,7 +1,7 @@
 """Proves strata.torch.OffloadOptimizer trains a Llama-style model like torch.optim.AdamW (with
-global-norm clipping) on host and NVMe placements and any rank count, keeps torch's param-group,
-LR-scheduler and state_dict interfaces, writes parameters back in their dtype, and resumes from
-the NVMe store."""
+global-norm clipping) on host and NVMe placements and any rank count, keeps torch's param-group
+(each group's own lr, betas, eps and weight decay), LR-scheduler and state_dict interfaces, writes
+parameters back in their dtype, and resumes from the NVMe store."""
 
 import unittest
 
@@ -21,6 +21,14 @@ def no_decay_groups(model):
     decay = [p for n, p in model.named_parameters() if p.dim() == 2 and "embed" not in n]
     rest = [p for n, p in model.named_parameters() if not (p.dim() == 2 and "embed" not in n)]
     return [{"params": decay}, {"params": rest, "weight_decay": 0.0}]
+
+
+def distinct_groups(model):
+    """Two groups that differ in every hyper-parameter torch's AdamW has."""
+    return [{"params": model.layers.parameters(), "lr": 5e-3, "weight_decay": 0.2,
+             "betas": (0.8, 0.99), "eps": 1e-6},
+            {"params": list(model.embed.parameters()) + list(model.norm.parameters()) +
+             list(model.head.parameters()), "weight_decay": 0.0}]
 
 
 class OffloadOptimizerTest(unittest.TestCase):
@@ -94,19 +102,49 @@ class OffloadOptimizerTest(unittest.TestCase):
                             dict(model.named_parameters()))
         self.assertAlmostEqual(optimizer.last_step["lr"], LR / 4)
 
-    def test_different_learning_rates_across_groups_are_refused(self):
-        model = TinyLlama()
-        groups = [{"params": model.layers.parameters(), "lr": 1e-3},
-                  {"params": model.head.parameters()}]
-        with self.assertRaisesRegex(ValueError, r"differ in lr \(0.001, 0.01\)"):
-            OffloadOptimizer(groups, config=config("host", scratch_dir("lr")))
+    def test_two_groups_of_own_lr_decay_and_betas_matches_torch_adamw(self):
+        reference, _ = train_reference(STEPS, param_groups=distinct_groups)
+        for placement in ("host", "nvme"):
+            model, optimizer, _ = self.run_strata(placement, groups=distinct_groups)
+            assert_close_params(self, dict(reference.named_parameters()),
+                                dict(model.named_parameters()))
+            optimizer.close()
+        # The groups' values matter: one shared set of values trains other weights.
+        uniform, _ = train_reference(STEPS)
+        self.assertFalse(torch.allclose(uniform.head.weight, model.head.weight, atol=1e-4))
 
-    def test_two_nonzero_weight_decays_are_refused(self):
+    def test_per_group_lambda_lr_scheduler_matches_torch(self):
+        per_group = lambda optimizer: torch.optim.lr_scheduler.LambdaLR(
+            optimizer, [lambda step: 0.5 ** step, lambda step: 1.0 + step])
+        reference, _ = train_reference(STEPS, param_groups=distinct_groups, schedule=per_group)
+        model, optimizer, _ = self.run_strata("host", groups=distinct_groups, schedule=per_group)
+        assert_close_params(self, dict(reference.named_parameters()),
+                            dict(model.named_parameters()))
+        self.assertAlmostEqual(optimizer.last_step["lr"], 5e-3 * 0.5 ** (STEPS - 1))
+
+    def test_group_values_changed_between_steps_are_handed_over(self):
+        def change(optimizer):  # a "scheduler" that edits weight decay and betas at step 2
+            class Edit:
+                steps = 0
+
+                def step(self):
+                    Edit.steps += 1
+                    if Edit.steps == 2:
+                        optimizer.param_groups[1]["weight_decay"] = 0.3
+                        optimizer.param_groups[0]["betas"] = (0.7, 0.9)
+            return Edit()
+        reference, _ = train_reference(STEPS, param_groups=distinct_groups, schedule=change)
+        model, _, _ = self.run_strata("host", groups=distinct_groups, schedule=change)
+        assert_close_params(self, dict(reference.named_parameters()),
+                            dict(model.named_parameters()))
+
+    def test_a_bad_group_value_is_refused_naming_the_unit(self):
         model = TinyLlama()
-        groups = [{"params": model.layers.parameters(), "weight_decay": 0.2},
-                  {"params": model.head.parameters(), "weight_decay": 0.1}]
-        with self.assertRaisesRegex(ValueError, r"weight decays \[0.1, 0.2\]"):
-            OffloadOptimizer(groups, config=config("host", scratch_dir("wd")))
+        optimizer = OffloadOptimizer(distinct_groups(model),
+                                     config=config("host", scratch_dir("bad")))
+        optimizer.param_groups[1]["lr"] = float("nan")
+        with self.assertRaisesRegex(ValueError, r"unit 'group1\.param0': lr = nan"):
+            train_strata(model, optimizer, 1)
 
     def test_fp32_cpu_gradients_are_handed_over_without_a_copy(self):
         model = TinyLlama()
@@ -139,12 +177,46 @@ class OffloadOptimizerTest(unittest.TestCase):
         continued = train_strata(model, restored, 2, first_step=2)
         self.assertEqual(continued, straight[2:])
 
+    def test_state_dict_restores_per_group_values(self):
+        _, _, straight = self.run_strata("host", steps=4, groups=distinct_groups)
+        first, optimizer, _ = self.run_strata("host", steps=2, groups=distinct_groups)
+        saved = optimizer.state_dict()
+        model = TinyLlama(seed=99)
+        same_shape = lambda m: [{"params": g["params"]} for g in distinct_groups(m)]
+        restored = OffloadOptimizer(same_shape(model), config=config("host", scratch_dir("sdg")))
+        restored.load_state_dict(saved)  # the groups' lr, betas, eps and decay come back too
+        self.assertEqual(restored.param_groups[0]["lr"], 5e-3)
+        continued = train_strata(model, restored, 2, first_step=2)
+        self.assertEqual(continued, straight[2:])
+
     def test_load_state_dict_refuses_a_torch_state(self):
         model = TinyLlama()
         optimizer = OffloadOptimizer(model.parameters(), config=config("host", scratch_dir("ts")))
         torch_state = torch.optim.AdamW(model.parameters()).state_dict()
         with self.assertRaisesRegex(ValueError, "no 'strata' entry"):
             optimizer.load_state_dict(torch_state)
+
+    def test_resumes_from_the_nvme_store_with_param_groups(self):
+        scratch = scratch_dir("resume-groups")
+        straight_model = TinyLlama()
+        straight = OffloadOptimizer(distinct_groups(straight_model),
+                                    config=config("nvme", scratch_dir("straight-groups")))
+        straight_losses = train_strata(straight_model, straight, 4)
+        straight.close()
+
+        model = TinyLlama()
+        optimizer = OffloadOptimizer(distinct_groups(model), config=config("nvme", scratch))
+        train_strata(model, optimizer, 2)
+        optimizer.close()
+        del optimizer
+
+        resumed_model = TinyLlama(seed=5)
+        resumed = OffloadOptimizer(distinct_groups(resumed_model),
+                                   config=config("nvme", scratch), resume=True)
+        self.assertEqual(train_strata(resumed_model, resumed, 2, first_step=2),
+                         straight_losses[2:])
+        assert_close_params(self, dict(straight_model.named_parameters()),
+                            dict(resumed_model.named_parameters()), atol=0, rtol=0)
 
     def test_resumes_from_the_nvme_store(self):
         scratch = scratch_dir("resume")
