@@ -13,8 +13,8 @@ namespace {
 void check(bool ok, std::string_view unit_name, std::string_view field, double value,
            std::string_view rule) {
   if (ok) return;
-  throw std::invalid_argument(fmt::format("set_unit_hyperparams: unit '{}': {} = {} {}",
-                                          unit_name, field, value, rule));
+  throw std::invalid_argument(
+      fmt::format("set_unit_hyperparams: unit '{}': {} = {} {}", unit_name, field, value, rule));
 }
 
 }  // namespace
@@ -31,8 +31,8 @@ void validate_unit_hyperparams(const UnitHyperparams& hyper, const OptimizerConf
     }
   }
   if (hyper.weight_decay) {
-    check(std::isfinite(*hyper.weight_decay) && *hyper.weight_decay >= 0, unit_name,
-          "weight_decay", *hyper.weight_decay, "is not finite and >= 0");
+    check(std::isfinite(*hyper.weight_decay) && *hyper.weight_decay >= 0, unit_name, "weight_decay",
+          *hyper.weight_decay, "is not finite and >= 0");
   }
   if (hyper.beta1) {
     check(*hyper.beta1 >= 0 && *hyper.beta1 < 1, unit_name, "beta1", *hyper.beta1,

@@ -3,7 +3,7 @@
 //
 // The learning-rate rule: a unit's `lr` replaces [optimizer] lr as the peak rate of the schedule,
 // so the warm-up and decay scale it exactly as they scale the global rate:
-//   unit rate at step s = scheduled_lr([optimizer] with lr := unit lr, s)   (runtime/lr_schedule.hpp)
+//   unit rate at step s = scheduled_lr([optimizer] with lr := unit lr, s)  (lr_schedule.hpp)
 // With no schedule (the default, constant) the unit's rate is its lr. Under a decaying schedule the
 // unit's lr must be >= min_lr (decay then ends at min_lr for every unit).
 //

@@ -156,8 +156,8 @@ class PyEngine {
                             std::optional<double> beta2, std::optional<double> eps) {
     Engine& engine = open("set_unit_hyperparams");
     if (unit >= engine.unit_count()) {
-      throw std::out_of_range(fmt::format("set_unit_hyperparams(): unit {} does not exist ({} units)",
-                                          unit, engine.unit_count()));
+      throw std::out_of_range(fmt::format(
+          "set_unit_hyperparams(): unit {} does not exist ({} units)", unit, engine.unit_count()));
     }
     engine.set_unit_hyperparams(unit, {lr, weight_decay, beta1, beta2, eps});
   }

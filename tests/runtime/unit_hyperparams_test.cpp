@@ -47,7 +47,8 @@ UnitSpec unit_spec(const char* name) {
 std::vector<float> gradient(std::uint32_t unit, int step) {
   std::vector<float> grads(kWeights + kBiases);
   for (std::size_t i = 0; i < grads.size(); ++i) {
-    grads[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + 1.3 * step + 2.1 * unit));
+    grads[i] =
+        static_cast<float>(std::sin(0.37 * static_cast<double>(i) + 1.3 * step + 2.1 * unit));
   }
   return grads;
 }
@@ -60,10 +61,14 @@ struct Hyper {
 // warm-up of `warmup` steps on the unit's own lr.
 struct ReferenceAdamW {
   ReferenceAdamW(std::vector<float> initial, Hyper hyper, std::uint64_t warmup)
-      : params(initial.begin(), initial.end()), m(initial.size()), v(initial.size()), h(hyper),
-        warmup(warmup) {}
+      : params(initial.begin(), initial.end()),
+        m(initial.size()),
+        v(initial.size()),
+        h(hyper),
+        warmup_steps(warmup) {}
   void step(int t, const std::vector<float>& grads) {
-    const double lr = t <= static_cast<int>(warmup) ? h.lr * t / static_cast<double>(warmup) : h.lr;
+    const double lr =
+        t <= static_cast<int>(warmup_steps) ? h.lr * t / static_cast<double>(warmup_steps) : h.lr;
     for (std::size_t i = 0; i < params.size(); ++i) {
       const double g = grads[i];
       if (i < kWeights) params[i] *= 1.0 - lr * h.weight_decay;
@@ -76,17 +81,18 @@ struct ReferenceAdamW {
   }
   std::vector<double> params, m, v;
   Hyper h;
-  std::uint64_t warmup;
+  std::uint64_t warmup_steps;
 };
 
-struct Run {
+struct TrainedRun {
   std::vector<std::vector<float>> initial;  // per unit, before the first step
   std::vector<std::vector<float>> masters;  // per unit, after every step (concatenated)
   std::vector<std::vector<float>> exp_avg_sqs;
 };
 
 // Unit 0 overrides every field; unit 1 overrides `second` (may be empty: the config's values).
-Run train(const Config& config, const UnitHyperparams& first, const UnitHyperparams& second) {
+TrainedRun train(const Config& config, const UnitHyperparams& first,
+                 const UnitHyperparams& second) {
   auto device = host_device(config);
   comm::LocalComm comm;
   Engine engine(config, *device, comm);
@@ -95,7 +101,7 @@ Run train(const Config& config, const UnitHyperparams& first, const UnitHyperpar
   engine.set_unit_hyperparams(a, first);  // before finalize
   engine.finalize();
   engine.set_unit_hyperparams(b, second);  // after finalize
-  Run run;
+  TrainedRun run;
   for (UnitId unit : {a, b}) run.initial.push_back(engine.gather_master(unit));
   run.masters.resize(2);
   for (int step = 1; step <= kSteps; ++step) {
@@ -112,15 +118,15 @@ Run train(const Config& config, const UnitHyperparams& first, const UnitHyperpar
   return run;
 }
 
-const UnitHyperparams kFirst{.lr = 3e-2, .weight_decay = 0.2, .beta1 = 0.8, .beta2 = 0.95,
-                             .eps = 1e-6};
-const UnitHyperparams kSecond{.lr = 5e-3, .weight_decay = 0.0, .beta1 = 0.85, .beta2 = 0.99,
-                              .eps = 1e-7};
+const UnitHyperparams kFirst{
+    .lr = 3e-2, .weight_decay = 0.2, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6};
+const UnitHyperparams kSecond{
+    .lr = 5e-3, .weight_decay = 0.0, .beta1 = 0.85, .beta2 = 0.99, .eps = 1e-7};
 
 TEST(UnitHyperparams, EachUnitMatchesAScalarAdamWWithItsOwnValues) {
   ScratchDir dir;
   const Config config = fp32_config(dir, Tier::kHost);
-  const Run run = train(config, kFirst, kSecond);
+  const TrainedRun run = train(config, kFirst, kSecond);
   std::vector<ReferenceAdamW> refs;
   for (const UnitHyperparams* h : {&kFirst, &kSecond}) {
     refs.emplace_back(run.initial[refs.size()],
@@ -133,7 +139,8 @@ TEST(UnitHyperparams, EachUnitMatchesAScalarAdamWWithItsOwnValues) {
       refs[u].step(step, gradient(u, step));
       for (std::size_t i = 0; i < numel; ++i) {
         const double expected = refs[u].params[i];
-        ASSERT_NEAR(run.masters[u][(step - 1) * numel + i], expected, 1e-6 + 1e-6 * std::fabs(expected))
+        ASSERT_NEAR(run.masters[u][(step - 1) * numel + i], expected,
+                    1e-6 + 1e-6 * std::fabs(expected))
             << "step " << step << " unit " << u << " element " << i;
       }
     }
@@ -142,8 +149,8 @@ TEST(UnitHyperparams, EachUnitMatchesAScalarAdamWWithItsOwnValues) {
 
 TEST(UnitHyperparams, OverridesAreBitwiseTheSameWithOptimizerStateOnHostOrNvme) {
   ScratchDir host_dir, nvme_dir;
-  const Run host = train(fp32_config(host_dir, Tier::kHost), kFirst, kSecond);
-  const Run nvme = train(fp32_config(nvme_dir, Tier::kNvme), kFirst, kSecond);
+  const TrainedRun host = train(fp32_config(host_dir, Tier::kHost), kFirst, kSecond);
+  const TrainedRun nvme = train(fp32_config(nvme_dir, Tier::kNvme), kFirst, kSecond);
   EXPECT_EQ(host.masters, nvme.masters);
   EXPECT_EQ(host.exp_avg_sqs, nvme.exp_avg_sqs);
 }
@@ -152,15 +159,26 @@ TEST(UnitHyperparams, OverridesAreBitwiseTheSameWithOptimizerStateOnHostOrNvme) 
 // equal to the config's values changes no bits either.
 TEST(UnitHyperparams, AUnitWithoutOverridesIsBitwiseUntouched) {
   ScratchDir dir_plain, dir_mixed, dir_same;
-  const Run plain = train(fp32_config(dir_plain, Tier::kNvme), {}, {});
-  const Run mixed = train(fp32_config(dir_mixed, Tier::kNvme), kFirst, {});
+  const TrainedRun plain =
+      train(fp32_config(dir_plain, Tier::kNvme), UnitHyperparams{}, UnitHyperparams{});
+  const TrainedRun mixed = train(fp32_config(dir_mixed, Tier::kNvme), kFirst, UnitHyperparams{});
   EXPECT_EQ(plain.masters[1], mixed.masters[1]);
   EXPECT_NE(plain.masters[0], mixed.masters[0]);  // the override did change unit 0
   const OptimizerConfig& opt = fp32_config(dir_same, Tier::kNvme).optimizer;
-  const UnitHyperparams same{.lr = opt.lr, .weight_decay = opt.weight_decay, .beta1 = opt.beta1,
-                             .beta2 = opt.beta2, .eps = opt.eps};
-  const Run explicit_same = train(fp32_config(dir_same, Tier::kNvme), same, same);
+  const UnitHyperparams same{.lr = opt.lr,
+                             .weight_decay = opt.weight_decay,
+                             .beta1 = opt.beta1,
+                             .beta2 = opt.beta2,
+                             .eps = opt.eps};
+  const TrainedRun explicit_same = train(fp32_config(dir_same, Tier::kNvme), same, same);
   EXPECT_EQ(plain.masters, explicit_same.masters);
+}
+
+// Overrides of one field alone.
+UnitHyperparams only(std::optional<double> UnitHyperparams::*field, double value) {
+  UnitHyperparams hyper;
+  hyper.*field = value;
+  return hyper;
 }
 
 TEST(UnitHyperparams, OutOfRangeValuesAreRefusedNamingUnitAndField) {
@@ -178,16 +196,17 @@ TEST(UnitHyperparams, OutOfRangeValuesAreRefusedNamingUnitAndField) {
     }
     return "accepted";
   };
-  EXPECT_THAT(message({.lr = -1.0}), HasSubstr("unit 'attn': lr = -1"));
-  EXPECT_THAT(message({.lr = std::nan("")}), HasSubstr("lr = nan"));
-  EXPECT_THAT(message({.weight_decay = -0.1}), HasSubstr("weight_decay = -0.1"));
-  EXPECT_THAT(message({.beta1 = 1.0}), HasSubstr("beta1 = 1 is not in [0, 1)"));
-  EXPECT_THAT(message({.beta2 = -0.5}), HasSubstr("beta2 = -0.5"));
-  EXPECT_THAT(message({.eps = INFINITY}), HasSubstr("eps = inf"));
-  EXPECT_THROW(engine.set_unit_hyperparams(7, {}), std::out_of_range);
+  EXPECT_THAT(message(only(&UnitHyperparams::lr, -1.0)), HasSubstr("unit 'attn': lr = -1"));
+  EXPECT_THAT(message(only(&UnitHyperparams::lr, std::nan(""))), HasSubstr("lr = nan"));
+  EXPECT_THAT(message(only(&UnitHyperparams::weight_decay, -0.1)),
+              HasSubstr("weight_decay = -0.1"));
+  EXPECT_THAT(message(only(&UnitHyperparams::beta1, 1.0)), HasSubstr("beta1 = 1 is not in [0, 1)"));
+  EXPECT_THAT(message(only(&UnitHyperparams::beta2, -0.5)), HasSubstr("beta2 = -0.5"));
+  EXPECT_THAT(message(only(&UnitHyperparams::eps, INFINITY)), HasSubstr("eps = inf"));
+  EXPECT_THROW(engine.set_unit_hyperparams(7, UnitHyperparams{}), std::out_of_range);
   // A refused call leaves the previous overrides in force.
-  engine.set_unit_hyperparams(a, {.lr = 0.5});
-  EXPECT_EQ(message({.lr = -2.0}).find("accepted"), std::string::npos);
+  engine.set_unit_hyperparams(a, only(&UnitHyperparams::lr, 0.5));
+  EXPECT_EQ(message(only(&UnitHyperparams::lr, -2.0)).find("accepted"), std::string::npos);
   EXPECT_EQ(engine.unit_hyperparams(a).lr, 0.5);
 
   config.optimizer.schedule = LrScheduleKind::kCosine;
@@ -198,7 +217,7 @@ TEST(UnitHyperparams, OutOfRangeValuesAreRefusedNamingUnitAndField) {
   EXPECT_THROW(
       {
         try {
-          decaying.set_unit_hyperparams(u, {.lr = 1e-4});
+          decaying.set_unit_hyperparams(u, only(&UnitHyperparams::lr, 1e-4));
         } catch (const std::invalid_argument& error) {
           EXPECT_THAT(error.what(), HasSubstr("below [optimizer] min_lr"));
           throw;
