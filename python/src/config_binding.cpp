@@ -15,7 +15,7 @@ namespace {
 
 using runtime::Config;
 using runtime::ConfigError;
-using runtime::DType;
+using strata::DType;
 using runtime::OptimizerConfig;
 using runtime::PrecisionConfig;
 using runtime::Tier;
