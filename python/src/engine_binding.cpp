@@ -37,6 +37,17 @@ using runtime::Config;
 using runtime::Engine;
 using runtime::UnitId;
 
+// "master", "exp_avg" or "exp_avg_sq" (the checkpoints' names) as the Engine's enum.
+runtime::OptimizerState optimizer_state(const std::string& kind) {
+  for (runtime::OptimizerState state :
+       {runtime::OptimizerState::kMaster, runtime::OptimizerState::kExpAvg,
+        runtime::OptimizerState::kExpAvgSq}) {
+    if (runtime::to_string(state) == kind) return state;
+  }
+  throw std::invalid_argument(fmt::format(
+      "state_shard(): kind '{}' is not one of master, exp_avg, exp_avg_sq", kind));
+}
+
 // Values the Engine returned by value, owned here and viewed by Python through the buffer protocol.
 struct FloatArray {
   std::vector<float> values;
@@ -142,7 +153,7 @@ class PyEngine {
   }
 
   FloatArray state_shard(UnitId unit, const std::string& kind) {
-    return {training("state_shard", unit).state_shard(unit, kind)};
+    return {training("state_shard", unit).state_shard(unit, optimizer_state(kind))};
   }
   FloatArray gather_master(UnitId unit) {
     return {training("gather_master", unit).gather_master(unit)};
