@@ -45,7 +45,7 @@ runtime::OptimizerState optimizer_state(const std::string& kind) {
     if (runtime::to_string(state) == kind) return state;
   }
   throw std::invalid_argument(fmt::format(
-      "state_shard(): kind '{}' is not one of master, exp_avg, exp_avg_sq", kind));
+      "state_shard(): unknown state kind '{}' (master, exp_avg or exp_avg_sq)", kind));
 }
 
 // Values the Engine returned by value, owned here and viewed by Python through the buffer protocol.
