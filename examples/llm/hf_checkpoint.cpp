@@ -161,7 +161,7 @@ void HfCheckpoint::read_unit_range(const UnitSpec& unit, std::size_t first,
     const Location& location = locate(spec.hf_name);
     read_tensor_elements(files_[location.file], *location.tensor, begin - spec.offset,
                          out.subspan(begin - first, end - begin));
-    *bytes_read_ += (end - begin) * runtime::dtype_bytes(*location.tensor->dtype);
+    *bytes_read_ += (end - begin) * dtype_bytes(*location.tensor->dtype);
   }
 }
 

@@ -89,7 +89,7 @@ void prepare_export_folder(const std::filesystem::path& source_dir,
 
 ShardPlan plan_shards(const std::vector<UnitSpec>& units, const ExportOptions& options) {
   ShardPlan plan;
-  const std::uint32_t width = runtime::dtype_bytes(options.dtype);
+  const std::uint32_t width = dtype_bytes(options.dtype);
   std::size_t shard = 0;
   std::uint64_t used = 0;
   for (const UnitSpec& unit : units) {

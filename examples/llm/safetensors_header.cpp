@@ -178,7 +178,7 @@ void read_tensor_elements(const ReadOnlyFile& file, const StoredTensor& tensor, 
                                " cannot be read as parameters (supported: F32, BF16, F16)");
   }
   STRATA_ASSERT(first + out.size() <= tensor.numel());
-  const std::uint32_t width = runtime::dtype_bytes(*tensor.dtype);
+  const std::uint32_t width = dtype_bytes(*tensor.dtype);
   const std::uint64_t offset = tensor.offset_bytes + std::uint64_t{first} * width;
   if (*tensor.dtype == DType::kFp32) {
     file.read_exact(offset, std::as_writable_bytes(out));
@@ -200,6 +200,9 @@ const char* safetensors_dtype_name(DType dtype) {
       return "BF16";
     case DType::kFp16:
       return "F16";
+    case DType::kUint8:
+    case DType::kUint64:
+      break;  // never a tensor of a model checkpoint (convertible() accepts only the floats)
   }
   return "?";
 }
