@@ -25,6 +25,7 @@
 
 #include "examples/finetune/gpt_trainer.hpp"
 #include "examples/finetune/hf_finetune.hpp"
+#include "examples/finetune/run_length.hpp"
 #include "examples/gpt/gpt_model.hpp"
 #include "runtime/byte_size.hpp"
 #include "runtime/comm/communicator.hpp"
@@ -63,6 +64,7 @@ struct Options {
   std::uint32_t blas_threads = 0;
   std::string device = "host";
   bool resume = false;
+  bool overwrite = false;
 };
 
 strata::tiers::DeviceKind device_kind(const std::string& name) {
@@ -122,6 +124,7 @@ int run_model(const Options& options, const strata::runtime::Config& config) {
   hf.eval_batches = options.eval_batches;
   hf.blas_threads = options.blas_threads;
   hf.resume = options.resume;
+  hf.overwrite = options.overwrite;
   hf.summary_json = options.summary_json;
   return strata::examples::run_hf_finetune(config, hf);
 }
@@ -180,6 +183,7 @@ int run(const Options& options) {
   for (const std::string& path : options.data) trainer_options.data.emplace_back(path);
   trainer_options.eval_batches = options.eval_batches;
   trainer_options.resume = options.resume;
+  trainer_options.overwrite = options.overwrite;
   trainer_options.tracer = options.trace.empty() ? nullptr : &tracer;
   strata::examples::GptTrainer trainer(config, *device, *comm, trainer_options);
   if (!options.init.empty()) trainer.load_weights(options.init);
@@ -187,12 +191,10 @@ int run(const Options& options) {
     std::cout << fmt::format("  data: {} training bytes, {} validation bytes from {} file(s); {}\n",
                              trainer.corpus().train.size(), trainer.corpus().validation.size(),
                              trainer.corpus().files.size(), trainer.engine().placement_summary());
-    if (trainer.engine().step_count() > 0) {
-      std::cout << fmt::format("  resumed at step {} from the NVMe store\n",
-                               trainer.engine().step_count());
-    }
+    std::cout << strata::examples::resume_note(trainer.engine().step_count(), options.steps);
     const runtime::OptimizerConfig& optimizer = config.optimizer;
-    const std::uint64_t last_step = trainer.engine().step_count() + options.steps;
+    const std::uint64_t last_step =
+        strata::examples::run_end_step(trainer.engine().step_count(), options.steps);
     if (optimizer.schedule != runtime::LrScheduleKind::kConstant &&
         last_step > optimizer.lr_decay_steps) {
       std::cout << fmt::format(
@@ -214,7 +216,8 @@ int run(const Options& options) {
   std::uint64_t nvme_read = 0;
   std::uint64_t nvme_written = 0;
   const std::uint64_t first_step = trainer.engine().step_count();
-  while (trainer.engine().step_count() < first_step + options.steps) {
+  const std::uint64_t last_step = strata::examples::run_end_step(first_step, options.steps);
+  while (trainer.engine().step_count() < last_step) {
     const strata::examples::StepReport report = trainer.train_step();
     tokens += report.tokens * config.run.ranks;
     train_seconds += report.total_s;
@@ -235,14 +238,15 @@ int run(const Options& options) {
       std::cout.flush();  // progress lines reach a pipe or a log file as they happen
     }
     const std::uint64_t done = trainer.engine().step_count() - first_step;
-    if (options.eval_every != 0 && (done % options.eval_every == 0 || done == options.steps)) {
+    if (options.eval_every != 0 &&
+        (done % options.eval_every == 0 || trainer.engine().step_count() == last_step)) {
       final_val = trainer.validation_loss();
       if (lead)
         std::cout << fmt::format("step {:4} | val loss {:.4f}\n", trainer.engine().step_count(),
                                  final_val);
     }
   }
-  if (options.eval_every == 0) final_val = trainer.validation_loss();
+  if (options.eval_every == 0 && last_step > first_step) final_val = trainer.validation_loss();
 
   if (!options.export_path.empty()) {
     trainer.export_weights(options.export_path, export_dtype_of(options.export_dtype));
@@ -254,8 +258,9 @@ int run(const Options& options) {
     std::cout << fmt::format(
         "summary: {} steps, val loss {:.4f} -> {:.4f} ({:+.1f}%), {:.0f} tokens/s, NVMe read {} "
         "written {}, peak RSS {} (host budget {})\n",
-        options.steps, initial_val, final_val, 100.0 * (final_val - initial_val) / initial_val,
-        tokens_per_s, format_decimal_bytes(static_cast<double>(nvme_read)),
+        last_step - first_step, initial_val, final_val,
+        100.0 * (final_val - initial_val) / initial_val, tokens_per_s,
+        format_decimal_bytes(static_cast<double>(nvme_read)),
         format_decimal_bytes(static_cast<double>(nvme_written)), format_binary_bytes(rss),
         format_binary_bytes(config.tiers.host.budget_bytes));
   }
@@ -288,7 +293,8 @@ int main(int argc, char** argv) {
   CLI::App app{"strata-finetune: fine-tune a GPT through strata's ZeRO-3 engine"};
   Options options;
   app.add_option("--config", options.config, "TOML config (examples/configs/*.toml)")->required();
-  app.add_option("--steps", options.steps, "optimizer steps (default 100)")
+  app.add_option("--steps", options.steps,
+                 "the run's total optimizer steps (default 100): a resumed run ends at this step")
       ->check(CLI::Range(1u, 10'000'000u));
   app.add_option("--data", options.data,
                  "text files or directories (default: /usr/share/common-licenses); with "
@@ -326,7 +332,12 @@ int main(int argc, char** argv) {
                  "host-emulated device), cuda (the GPU of [tiers.device] index: cuBLAS and "
                  "kernels) or auto (cuda when usable)")
       ->check(CLI::IsMember({"host", "cuda", "auto"}));
-  app.add_flag("--resume", options.resume, "continue from the NVMe store's committed step");
+  app.add_flag("--resume", options.resume,
+               "continue from the NVMe store's committed step (--steps stays the run's total)");
+  app.add_flag("--overwrite", options.overwrite,
+               "start afresh even when the NVMe store holds a committed step (it is lost); "
+               "without it such a start is refused")
+      ->excludes("--resume");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(options);

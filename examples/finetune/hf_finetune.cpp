@@ -1,4 +1,5 @@
 #include "examples/finetune/hf_finetune.hpp"
+#include "examples/finetune/run_length.hpp"
 
 #include <sys/resource.h>
 
@@ -39,6 +40,7 @@ llm::LlmTrainerOptions trainer_options(const runtime::Config& config,
   trainer.activation_checkpointing = options.activation_checkpointing;
   trainer.eval_batches = options.eval_batches;
   trainer.resume = options.resume;
+  trainer.overwrite = options.overwrite;
   return trainer;
 }
 
@@ -96,10 +98,7 @@ int run_hf_finetune(runtime::Config config, const HfFinetuneOptions& options) {
         "  data: {} tokens, {} training and {} validation windows of {} tokens; {}\n",
         trainer.data_tokens(), trainer.data().train_windows(), trainer.data().validation_windows(),
         trainer.data().window_tokens(), trainer.engine().placement_summary());
-    if (trainer.engine().step_count() > 0) {
-      std::cout << fmt::format("  resumed at step {} from the NVMe store\n",
-                               trainer.engine().step_count());
-    }
+    std::cout << resume_note(trainer.engine().step_count(), options.steps);
   }
   const double initial_val = trainer.validation_loss();
   if (lead) {
@@ -110,13 +109,15 @@ int run_hf_finetune(runtime::Config config, const HfFinetuneOptions& options) {
   std::uint64_t tokens = 0;
   double train_seconds = 0;
   const std::uint64_t first_step = trainer.engine().step_count();
-  while (trainer.engine().step_count() < first_step + options.steps) {
+  const std::uint64_t last_step = run_end_step(first_step, options.steps);
+  while (trainer.engine().step_count() < last_step) {
     const llm::LlmStepReport report = trainer.train_step();
     tokens += report.tokens * config.run.ranks;
     train_seconds += report.total_s;
     if (lead) print_step(report, config.run.ranks);
     const std::uint64_t done = trainer.engine().step_count() - first_step;
-    if ((options.eval_every != 0 && done % options.eval_every == 0) || done == options.steps) {
+    if ((options.eval_every != 0 && done % options.eval_every == 0) ||
+        trainer.engine().step_count() == last_step) {
       final_val = trainer.validation_loss();
       if (lead) {
         std::cout << fmt::format("step {:4} | val loss {:.4f}\n", trainer.engine().step_count(),
@@ -140,7 +141,8 @@ int run_hf_finetune(runtime::Config config, const HfFinetuneOptions& options) {
     std::cout << fmt::format(
         "summary: {} steps, val loss {:.4f} -> {:.4f} ({:+.1f}%), {:.0f} tokens/s, peak RSS {} "
         "(host budget {})\n",
-        options.steps, initial_val, final_val, 100.0 * (final_val - initial_val) / initial_val,
+        last_step - first_step, initial_val, final_val,
+        100.0 * (final_val - initial_val) / initial_val,
         tokens_per_s, format_binary_bytes(rss), format_binary_bytes(config.tiers.host.budget_bytes));
   }
   if (lead && !options.summary_json.empty()) {
