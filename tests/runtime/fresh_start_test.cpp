@@ -83,7 +83,7 @@ TEST(FreshStart, OverACommittedStoreIsRefusedWithNothingOnDiskChanged) {
     const std::string message = error.what();
     EXPECT_THAT(message, HasSubstr(dir.path().string()));
     EXPECT_THAT(message, HasSubstr("committed at step 2"));
-    EXPECT_THAT(message, HasSubstr("4 units"));  // the model, from strata-rank0.model.json
+    EXPECT_THAT(message, HasSubstr("3 units"));  // the model, from strata-rank0.model.json
     EXPECT_THAT(message, HasSubstr("--resume"));
     EXPECT_THAT(message, HasSubstr("--overwrite"));
   }
