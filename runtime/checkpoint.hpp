@@ -19,8 +19,10 @@
 // is a CheckpointCorruption naming the file.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <stdexcept>
+#include <string>
 
 #include "runtime/config.hpp"
 
