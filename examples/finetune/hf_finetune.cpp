@@ -1,5 +1,4 @@
 #include "examples/finetune/hf_finetune.hpp"
-#include "examples/finetune/run_length.hpp"
 
 #include <sys/resource.h>
 
@@ -10,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "examples/finetune/run_length.hpp"
 #include "examples/llm/llm_trainer.hpp"
 #include "examples/llm/model_plan.hpp"
 #include "runtime/byte_size.hpp"
