@@ -6,6 +6,7 @@
 // over a committed store is refused until --overwrite.
 #include <cmath>
 #include <fstream>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
