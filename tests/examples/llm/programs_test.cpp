@@ -116,8 +116,8 @@ TEST_F(Programs, TheSameStepsRestartedFinishesTheSameRunAndAFreshStartIsRefused)
   EXPECT_NE(log.find("resumed at step 3 from the NVMe store: 2 steps left to reach --steps 5"),
             std::string::npos)
       << log;
-  EXPECT_EQ(read_text_file(resumed / "model.safetensors"),
-            read_text_file(straight / "model.safetensors"))
+  EXPECT_TRUE(read_text_file(resumed / "model.safetensors") ==
+              read_text_file(straight / "model.safetensors"))
       << "the resumed run's weights differ from the uninterrupted run's";
 
   std::tie(log, status) = finetune("b", "--steps 5");
