@@ -318,8 +318,8 @@ TEST(Engine, SetLearningRateActsLikeTheConfiguredRate) {
   }
   for (UnitId unit : model.units()) {
     told.masters.push_back(engine.master_shard(unit));
-    told.exp_avgs.push_back(engine.state_shard(unit, "exp_avg"));
-    told.exp_avg_sqs.push_back(engine.state_shard(unit, "exp_avg_sq"));
+    told.exp_avgs.push_back(engine.state_shard(unit, OptimizerState::kExpAvg));
+    told.exp_avg_sqs.push_back(engine.state_shard(unit, OptimizerState::kExpAvgSq));
   }
   expect_bitwise_equal(configured, told, "set_learning_rate(4e-3)");
 }
