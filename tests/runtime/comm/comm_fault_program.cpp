@@ -126,7 +126,7 @@ int run_withdraw(MpiComm& comm) {
       comm.all_gather(std::span<const std::uint64_t>(send.get(), 4),
                       std::span<std::uint64_t>(recv.get(), 4 * ranks));
       failures += fail(comm.rank(), "all_gather completed although rank 1 never joined");
-    } catch (const CommTimeoutError& error) {
+    } catch (const CommTimeoutError&) {
       if (comm.pending_requests() != 0) {
         failures += fail(comm.rank(), std::to_string(comm.pending_requests()) +
                                           " requests still posted after the timeout");
