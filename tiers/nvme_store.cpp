@@ -350,7 +350,7 @@ void NvmeStore::check_layout(const DecodedManifest& manifest) const {
 }
 
 std::string NvmeStore::first_bad_slot(const DecodedManifest& manifest,
-                                      const DecodedManifest& other) const {
+                                      const DecodedManifest& other) {
   for (std::size_t i = 0; i < extents_.size(); ++i) {
     const DecodedManifest::Record& record = manifest.records[i];
     const DecodedManifest::Record& theirs = other.records[i];

@@ -171,7 +171,7 @@ class NvmeStore {
   void check_layout(const DecodedManifest& manifest) const;  // throws StoreMismatch
   // The first slot where `manifest` names bytes `other` does not and they fail their checksum
   // (described for a message); empty when all verify.
-  std::string first_bad_slot(const DecodedManifest& manifest, const DecodedManifest& other) const;
+  std::string first_bad_slot(const DecodedManifest& manifest, const DecodedManifest& other);
   std::vector<std::byte> encode_manifest(std::uint64_t sequence, std::uint64_t step,
                                          const std::vector<SlotState>& states) const;
   std::uint64_t layout_hash() const;

@@ -7,6 +7,7 @@
 #include <iterator>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -95,7 +96,8 @@ enum class CrashAt { kNowhere, kStaging, kOldDiscarded, kCurrentRetired, kNewInP
 class CheckpointRotation : public ::testing::TestWithParam<std::tuple<Start, CrashAt>> {};
 
 TEST_P(CheckpointRotation, ACrashAnywhereKeepsTheNewestCompleteCheckpoint) {
-  const auto [start, crash_at] = GetParam();
+  const Start start = std::get<0>(GetParam());
+  const CrashAt crash_at = std::get<1>(GetParam());
   ScratchDir scratch;
   const std::filesystem::path dir = scratch.path() / "ckpt";
   const int before = make_start(dir, start);
