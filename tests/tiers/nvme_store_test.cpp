@@ -425,7 +425,9 @@ TEST(NvmeStore, FailedManifestFsyncReopensOrRetriesConsistently) {
     NvmeStore store(*engine, options_for(dir, StoreOpenMode::kResume), kExtents);
     ASSERT_TRUE(store.committed_step() == 1u || store.committed_step() == 2u);
     EXPECT_TRUE(holds_step(store, *store.committed_step()));
-    if (retry) EXPECT_EQ(store.committed_step(), 2u);
+    if (retry) {
+      EXPECT_EQ(store.committed_step(), 2u);
+    }
     // And it goes on: the next step commits and reopens.
     write_step(store, 4);
     store.commit(4);
