@@ -4,7 +4,6 @@
 #include "runtime/checkpoint_rotation.hpp"
 
 #include <fstream>
-#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -12,6 +11,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "io/whole_file.hpp"
 #include "tests/io/io_test_support.hpp"
 
 namespace strata::runtime::detail {
@@ -20,8 +20,8 @@ namespace {
 using io::testing::ScratchDir;
 
 std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const std::vector<std::uint8_t> bytes = io::read_file_bytes(path);
+  return {bytes.begin(), bytes.end()};
 }
 
 void write_text(const std::filesystem::path& path, const std::string& text) {
