@@ -109,7 +109,7 @@ TEST_P(CheckpointRotation, ACrashAnywhereKeepsTheNewestCompleteCheckpoint) {
   auto hook = [&](PublishStep step) {
     EXPECT_EQ(loaded_generation(dir), expected) << "after step " << static_cast<int>(step);
     if (crash_at != CrashAt::kNowhere && crash_at != CrashAt::kStaging &&
-        static_cast<int>(step) == static_cast<int>(crash_at) - 2 && expected == 7) {
+        static_cast<int>(step) == static_cast<int>(crash_at) - 2 && expected == 7 && !crashed) {
       crashed = true;
       throw Crash();
     }
