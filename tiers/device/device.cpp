@@ -320,6 +320,14 @@ std::string cuda_unavailable_reason() {
 #endif
 }
 
+int cuda_device_count() {
+#if defined(STRATA_HAVE_CUDA)
+  return detail::cuda_device_count();
+#else
+  return 0;
+#endif
+}
+
 std::unique_ptr<Device> make_device(const DeviceOptions& options) {
   DeviceKind kind = options.kind;
   if (kind == DeviceKind::kAuto) {

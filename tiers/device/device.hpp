@@ -247,4 +247,7 @@ std::unique_ptr<Device> make_device(const DeviceOptions& options);
 // an empty string when it can.
 std::string cuda_unavailable_reason();
 
+// CUDA devices this process can see: 0 without CUDA, when cudaGetDeviceCount fails or finds none.
+int cuda_device_count();
+
 }  // namespace strata::tiers
