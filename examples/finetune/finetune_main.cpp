@@ -87,7 +87,7 @@ std::string describe_optimizer(const strata::runtime::OptimizerConfig& optimizer
 }
 
 strata::DType export_dtype_of(const std::string& name) {
-  namespace runtime = strata::runtime;
+  using strata::DType;
   return name == "bf16" ? DType::kBf16
          : name == "fp16" ? DType::kFp16
                           : DType::kFp32;
