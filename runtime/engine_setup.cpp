@@ -23,11 +23,11 @@ Config with_debug_knobs(Config config) {
   return config;
 }
 
+}  // namespace
+
 bool uses_fp16(const Config& config) {
   return config.precision.params == DType::kFp16 || config.precision.grads == DType::kFp16;
 }
-
-}  // namespace
 
 std::string_view kind_name(Kind kind) {
   switch (kind) {

@@ -268,5 +268,7 @@ class EngineState final : public tiers::ResidencyClient {
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start);
+// Parameters or gradients in fp16: the loss is scaled ([precision] loss_scale; engine_setup.cpp).
+bool uses_fp16(const Config& config);
 
 }  // namespace strata::runtime::detail
