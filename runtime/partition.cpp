@@ -27,9 +27,12 @@ UnitLayout make_unit_layout(const UnitSpec& unit, std::uint32_t ranks) {
   return layout;
 }
 
+std::uint64_t sub_group_elements(std::uint64_t sub_group_numel) {
+  return round_up(std::max<std::uint64_t>(sub_group_numel, 1), kShardGranuleElements);
+}
+
 std::vector<SubGroup> make_sub_groups(std::uint64_t shard_numel, std::uint64_t sub_group_numel) {
-  const std::uint64_t size =
-      round_up(std::max<std::uint64_t>(sub_group_numel, 1), kShardGranuleElements);
+  const std::uint64_t size = sub_group_elements(sub_group_numel);
   std::vector<SubGroup> groups;
   for (std::uint64_t begin = 0; begin < shard_numel; begin += size) {
     groups.push_back({begin, std::min(size, shard_numel - begin)});

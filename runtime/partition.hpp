@@ -77,7 +77,10 @@ void for_each_decay_run(const UnitSpec& unit, const UnitLayout& layout, std::uin
   if (run.numel > 0) fn(static_cast<const DecayRun&>(run));
 }
 
-// The shard cut into sub-groups of at most `sub_group_numel` elements (rounded up to the granule).
+// The elements of a full sub-group: the configured sub_group_size rounded up to the granule.
+std::uint64_t sub_group_elements(std::uint64_t sub_group_numel);
+
+// The shard cut into sub-groups of sub_group_elements(sub_group_numel) elements, the last partial.
 std::vector<SubGroup> make_sub_groups(std::uint64_t shard_numel, std::uint64_t sub_group_numel);
 
 }  // namespace strata::runtime
