@@ -530,11 +530,7 @@ void import_safetensors(EngineState& state, const std::filesystem::path& file) {
     load_safetensors(
         file, specs,
         [&](std::size_t u, std::span<const float> values) {
-          const UnitLayout& layout = state.units()[u].layout;
-          shards[u].assign(layout.shard_numel, 0.0f);
-          const std::uint64_t begin = std::min(layout.numel, layout.shard_begin(state.rank()));
-          const std::uint64_t real = layout.shard_real_numel(state.rank());
-          std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(begin), real, shards[u].begin());
+          shards[u] = state.units()[u].layout.shard_of(values, state.rank());
         },
         /*prefix_unit_names=*/true);
   });

@@ -13,6 +13,15 @@ std::uint64_t UnitLayout::shard_real_numel(std::uint32_t rank) const {
   return std::min(shard_numel, numel - begin);
 }
 
+std::vector<float> UnitLayout::shard_of(std::span<const float> values, std::uint32_t rank) const {
+  STRATA_ASSERT(values.size() == numel, "values of another unit");
+  std::vector<float> shard(shard_numel, 0.0f);
+  const std::uint64_t begin = std::min(numel, shard_begin(rank));
+  std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(begin), shard_real_numel(rank),
+              shard.begin());
+  return shard;
+}
+
 UnitLayout make_unit_layout(const UnitSpec& unit, std::uint32_t ranks) {
   STRATA_ASSERT(ranks > 0, "no ranks");
   UnitLayout layout;

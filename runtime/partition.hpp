@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "runtime/unit_spec.hpp"
@@ -30,6 +31,8 @@ struct UnitLayout {
   std::uint64_t shard_begin(std::uint32_t rank) const { return rank * shard_numel; }
   // Real (non-padding) elements in `rank`'s shard.
   std::uint64_t shard_real_numel(std::uint32_t rank) const;
+  // `rank`'s shard (shard_numel values, padding zero) of the whole unit's `values` (numel).
+  std::vector<float> shard_of(std::span<const float> values, std::uint32_t rank) const;
 };
 
 UnitLayout make_unit_layout(const UnitSpec& unit, std::uint32_t ranks);
