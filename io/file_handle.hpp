@@ -26,8 +26,9 @@ struct OpenOptions {
 class FileHandle {
  public:
   FileHandle() = default;
-  // Opens read-write. Throws IoError naming the path; when the file system refuses O_DIRECT
-  // (EINVAL, e.g. tmpfs) the message says that `direct = false` will work.
+  // Opens read-write (read-only with Access::kReadOnly). Throws IoError naming the path; when the
+  // file system refuses O_DIRECT (EINVAL, e.g. tmpfs) the message says that `direct = false` will
+  // work.
   static FileHandle open(const std::filesystem::path& path, const OpenOptions& options = {});
   // Opens a directory (O_RDONLY | O_DIRECTORY), to sync() it after creating or renaming entries.
   static FileHandle open_directory(const std::filesystem::path& path);

@@ -72,4 +72,10 @@ void write_file_atomically(const std::filesystem::path& path,
   sync_directory(path.has_parent_path() ? path.parent_path() : std::filesystem::path("."));
 }
 
+void write_file_atomically(const std::filesystem::path& path, std::string_view text) {
+  const std::span<const std::uint8_t> chunks[] = {
+      {reinterpret_cast<const std::uint8_t*>(text.data()), text.size()}};
+  write_file_atomically(path, chunks);
+}
+
 }  // namespace strata::io

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace strata::io {
@@ -20,6 +21,8 @@ std::vector<std::uint8_t> read_file_bytes(const std::filesystem::path& path);
 // temporary file is removed and `path` is untouched.
 void write_file_atomically(const std::filesystem::path& path,
                            std::span<const std::span<const std::uint8_t>> chunks);
+// The same for one block of text or bytes held in a string (manifests, JSON).
+void write_file_atomically(const std::filesystem::path& path, std::string_view text);
 
 // fsync of a directory, so the entries created or renamed in it survive a crash.
 void sync_directory(const std::filesystem::path& directory);

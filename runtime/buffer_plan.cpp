@@ -45,7 +45,7 @@ struct SubGroupCount {
 
 SubGroupCount count_sub_groups(std::uint64_t shard_numel, std::uint64_t sub_group_numel) {
   SubGroupCount count;
-  count.size = round_up(std::max<std::uint64_t>(sub_group_numel, 1), kShardGranuleElements);
+  count.size = sub_group_elements(sub_group_numel);
   count.full = shard_numel / count.size;
   count.remainder = shard_numel % count.size;
   return count;

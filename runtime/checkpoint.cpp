@@ -283,10 +283,7 @@ nlohmann::json make_manifest(const EngineState& state,
 // <dir> -> <dir>.old, <dir>.tmp -> <dir>, drop <dir>.old, every step durable.
 void publish(const nlohmann::json& manifest, const std::filesystem::path& temporary,
              const std::filesystem::path& dir) {
-  const std::string text = manifest.dump(1);
-  const std::span<const std::uint8_t> chunks[] = {std::span<const std::uint8_t>(
-      reinterpret_cast<const std::uint8_t*>(text.data()), text.size())};
-  io::write_file_atomically(temporary / kManifestName, chunks);  // fsyncs file and `temporary`
+  io::write_file_atomically(temporary / kManifestName, manifest.dump(1));  // fsyncs it, `temporary`
   const std::filesystem::path old = with_suffix(dir, ".old");
   std::filesystem::remove_all(old);
   if (std::filesystem::exists(dir)) std::filesystem::rename(dir, old);
@@ -479,10 +476,7 @@ void record_or_check_store_model(EngineState& state, bool resume) {
   if (!resume) {
     nlohmann::json manifest;
     describe_model(state, manifest);
-    const std::string text = manifest.dump(1);
-    const std::span<const std::uint8_t> chunks[] = {std::span<const std::uint8_t>(
-        reinterpret_cast<const std::uint8_t*>(text.data()), text.size())};
-    io::write_file_atomically(path, chunks);
+    io::write_file_atomically(path, manifest.dump(1));
     return;
   }
   if (!std::filesystem::exists(path)) return;  // a store from before the sidecar: its own checks
@@ -530,11 +524,7 @@ void import_safetensors(EngineState& state, const std::filesystem::path& file) {
     load_safetensors(
         file, specs,
         [&](std::size_t u, std::span<const float> values) {
-          const UnitLayout& layout = state.units()[u].layout;
-          shards[u].assign(layout.shard_numel, 0.0f);
-          const std::uint64_t begin = std::min(layout.numel, layout.shard_begin(state.rank()));
-          const std::uint64_t real = layout.shard_real_numel(state.rank());
-          std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(begin), real, shards[u].begin());
+          shards[u] = state.units()[u].layout.shard_of(values, state.rank());
         },
         /*prefix_unit_names=*/true);
   });

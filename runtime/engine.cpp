@@ -2,7 +2,6 @@
 // live one per file (runtime/engine_state.hpp lists them).
 #include "runtime/engine.hpp"
 
-#include <cmath>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -117,16 +116,7 @@ void Engine::set_master(UnitId unit, std::span<const float> full_values) {
 }
 
 void Engine::set_learning_rate(double lr) {
-  const OptimizerConfig& optimizer = state_->config().optimizer;
-  if (!std::isfinite(lr) || lr < 0) {
-    throw std::invalid_argument(
-        fmt::format("set_learning_rate: {} is not a finite, non-negative learning rate", lr));
-  }
-  if (optimizer.schedule != LrScheduleKind::kConstant && lr < optimizer.min_lr) {
-    throw std::invalid_argument(fmt::format(
-        "set_learning_rate: {} is below [optimizer] min_lr = {} of the {} schedule", lr,
-        optimizer.min_lr, to_string(optimizer.schedule)));
-  }
+  validate_peak_lr(lr, state_->config().optimizer, "set_learning_rate");
   state_->set_learning_rate(lr);
 }
 

@@ -154,7 +154,7 @@ class Engine {
   // Replaces [optimizer] lr from the next step on, between steps (for callers that schedule the
   // rate themselves, e.g. PyTorch's LR schedulers); the config's warm-up and decay still apply on
   // top. Throws std::invalid_argument for a negative or non-finite rate, or one below min_lr
-  // under a decaying schedule.
+  // under a decaying schedule (validate_peak_lr: the rule a unit's lr override follows too).
   void set_learning_rate(double lr);
   // Replaces the unit's optimizer overrides (lr, weight decay, betas, eps; unset fields take the
   // config's value) from the next step on; before or after finalize(), between steps. The rules

@@ -1,5 +1,4 @@
 // EngineState's construction and teardown, and the narrow API checkpoints and the facade use.
-#include <algorithm>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -23,11 +22,11 @@ Config with_debug_knobs(Config config) {
   return config;
 }
 
+}  // namespace
+
 bool uses_fp16(const Config& config) {
   return config.precision.params == DType::kFp16 || config.precision.grads == DType::kFp16;
 }
-
-}  // namespace
 
 std::string_view kind_name(Kind kind) {
   switch (kind) {
@@ -127,11 +126,8 @@ void EngineState::set_master(UnitId id, std::span<const float> full_values) {
                                             units_[id].spec.name, full_values.size(), layout.numel));
   }
   residency_->invalidate();
-  // This rank's shard of the values (padding zero); the moments restart from zero.
-  std::vector<float> shard(layout.shard_numel, 0.0f);
-  const std::uint64_t begin = std::min(layout.numel, layout.shard_begin(rank_));
-  const std::uint64_t real = layout.shard_real_numel(rank_);
-  std::copy_n(full_values.begin() + static_cast<std::ptrdiff_t>(begin), real, shard.begin());
+  // This rank's shard of the values; the moments restart from zero.
+  const std::vector<float> shard = layout.shard_of(full_values, rank_);
   const std::vector<float> zeros(layout.shard_numel, 0.0f);
   write_shard(id, Kind::kMaster, shard);
   write_shard(id, Kind::kParam, shard);

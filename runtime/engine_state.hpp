@@ -4,7 +4,8 @@
 //   engine_setup.cpp     construction (data path, debug knobs, element types), teardown, the
 //                        narrow API that checkpoint.cpp and the Engine facade use
 //   engine_finalize.cpp  finalize: plan -> check budgets -> allocate -> open or resume -> residency
-//   shard_io.cpp         moving a sub-group of a shard in and out of its home (ShardHome)
+//   shard_io.cpp         moving a sub-group of a shard in and out of its home (ShardHome); whole
+//                        shards in fp32 (read_shard_fp32, write_shard)
 //   gather.cpp           the ResidencyClient: units gathered on the device for compute
 //   reduce_grads.cpp     gradients reduce-scattered into their home; the contracts of step()
 //   optimizer_step.cpp   the pipelined optimizer step
@@ -121,7 +122,8 @@ class EngineState final : public tiers::ResidencyClient {
   std::uint64_t device_high_water_bytes() const;
   std::uint64_t host_high_water_bytes() const;
 
-  // What checkpoints and the facade read (engine_setup.cpp) -------------------------------------
+  // What checkpoints and the facade use (engine_setup.cpp; the shard reads and writes are
+  // shard_io.cpp's, gather_master gather.cpp's, all_gather_host device_lanes.cpp's) -------------
   const Config& config() const { return config_; }
   const BufferPlan& plan() const { return plan_; }
   comm::Communicator& comm() const { return *comm_; }
@@ -268,5 +270,7 @@ class EngineState final : public tiers::ResidencyClient {
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start);
+// Parameters or gradients in fp16: the loss is scaled ([precision] loss_scale; engine_setup.cpp).
+bool uses_fp16(const Config& config);
 
 }  // namespace strata::runtime::detail

@@ -17,7 +17,7 @@ namespace strata::runtime::detail {
 
 const float* EngineState::gather(UnitId id) {
   STRATA_ASSERT(finalized_, "gather before finalize");
-  STRATA_ASSERT(id < units_.size(), "unknown unit");
+  unit(id);  // throws std::out_of_range naming an unknown id
   residency_->acquire(id);
   GatheredCopy& gathered = units_[id].gathered;
   ++gathered.live_handles;

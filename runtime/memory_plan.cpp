@@ -111,7 +111,6 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
   const std::uint64_t n = plan.ranks;
   const std::uint64_t psi = plan.params;
   const std::uint64_t shard = ceil_div(psi, n);
-  const PrecisionConfig& precision = config.precision;
   const ZeroConfig& zero = config.zero;
 
   const auto add_state = [&](StateKind kind, std::string layout, std::uint32_t bytes, bool sharded,
@@ -123,28 +122,36 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
     // committed copy: state homed on NVMe occupies twice its size there.
     tier_row(plan, home).state_bytes += elements * bytes * (home == Tier::kNvme ? 2 : 1);
   };
-  const std::uint32_t param_bytes = dtype_bytes(precision.params);
-  // Accumulating over micro-batches keeps gradients in fp32 (as the Engine does).
-  const std::uint32_t grad_bytes =
-      config.model.grad_accumulation > 1 ? 4 : dtype_bytes(precision.grads);
-  const std::uint32_t optimizer_bytes = optimizer_bytes_per_param(config.optimizer.type);
-  add_state(StateKind::kParams, std::string(to_string(precision.params)), param_bytes,
-            plan.stage >= 3, zero.params);
-  add_state(StateKind::kGrads, grad_bytes == 4 ? "fp32" : std::string(to_string(precision.grads)),
-            grad_bytes, plan.stage >= 2, zero.grads);
+  // The Engine's buffer plan over the model's units (or units of the largest unit's size when only
+  // Ψ is known): each kind's element type and whether the optimizer keeps it, and the working
+  // buffers.
+  plan.unit_elements = inputs.unit_numels.empty() ? largest_unit_elements(config, psi)
+                                                  : *std::max_element(inputs.unit_numels.begin(),
+                                                                      inputs.unit_numels.end());
+  const BufferPlan buffers = make_buffer_plan(config, buffer_inputs(config, inputs, plan));
+  const DType param_dtype = buffers.kind(ShardKind::kParam).dtype;
+  const DType grad_dtype = buffers.kind(ShardKind::kGrad).dtype;
+  const auto param_bytes = static_cast<std::uint32_t>(dtype_bytes(param_dtype));
+  const auto grad_bytes = static_cast<std::uint32_t>(dtype_bytes(grad_dtype));
+  std::uint32_t optimizer_bytes = 0;
+  for (ShardKind kind : {ShardKind::kMaster, ShardKind::kExpAvg, ShardKind::kExpAvgSq}) {
+    if (buffers.kind(kind).kept) {
+      optimizer_bytes += static_cast<std::uint32_t>(buffers.kind(kind).element_bytes());
+    }
+  }
+  const bool exp_avg = buffers.kind(ShardKind::kExpAvg).kept;
+  const bool exp_avg_sq = buffers.kind(ShardKind::kExpAvgSq).kept;
+  add_state(StateKind::kParams, std::string(to_string(param_dtype)), param_bytes, plan.stage >= 3,
+            zero.params);
+  add_state(StateKind::kGrads, std::string(to_string(grad_dtype)), grad_bytes, plan.stage >= 2,
+            zero.grads);
   add_state(StateKind::kOptimizer,
-            optimizer_bytes == 12
-                ? "fp32 master + exp_avg + exp_avg_sq"
-                : (config.optimizer.type == OptimizerType::kLion ? "fp32 master + exp_avg"
-                                                                 : "fp32 master + sum of squares"),
+            exp_avg && exp_avg_sq ? "fp32 master + exp_avg + exp_avg_sq"
+            : exp_avg             ? "fp32 master + exp_avg"
+                                  : "fp32 master + sum of squares",  // Adagrad's exp_avg_sq
             optimizer_bytes, plan.stage >= 1, zero.optimizer);
 
-  // Working buffers: the Engine's buffer plan over the model's units (or units of the largest
-  // unit's size when only Ψ is known).
-  plan.unit_elements = inputs.unit_numels.empty()
-                           ? largest_unit_elements(config, psi)
-                           : *std::max_element(inputs.unit_numels.begin(), inputs.unit_numels.end());
-  const BufferPlan buffers = make_buffer_plan(config, buffer_inputs(config, inputs, plan));
+  // Units known: the exact state of the buffer plan replaces the ZeRO arithmetic's.
   if (!inputs.unit_numels.empty()) use_exact_state(plan, buffers);
   add_buffer_rows(plan, config, buffers, !inputs.unit_numels.empty());
   for (const BufferRow& buffer : plan.buffers)
@@ -299,18 +306,6 @@ std::string_view to_string(StateKind kind) {
       return "optimizer";
   }
   return "?";
-}
-
-std::uint32_t optimizer_bytes_per_param(OptimizerType type) {
-  switch (type) {
-    case OptimizerType::kAdamW:
-    case OptimizerType::kAdam:
-      return 12;                   // master + exp_avg + exp_avg_sq
-    case OptimizerType::kAdagrad:  // master + sum of squared gradients
-    case OptimizerType::kLion:
-      return 8;  // master + exp_avg
-  }
-  return 12;
 }
 
 std::uint64_t MemoryPlan::model_state_bytes_per_rank() const {

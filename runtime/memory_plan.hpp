@@ -80,9 +80,6 @@ struct MemoryPlan {
   bool fits() const;
 };
 
-// Bytes of optimizer state per parameter (fp32 master weights plus the optimizer's moments).
-std::uint32_t optimizer_bytes_per_param(OptimizerType type);
-
 MemoryPlan make_memory_plan(const Config& config, const PlanInputs& inputs);
 
 std::string render_plan_text(const MemoryPlan& plan, const Config& config);

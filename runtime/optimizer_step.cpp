@@ -54,10 +54,6 @@ cpu_adam::Hyperparams hyperparams_of(const OptimizerConfig& optimizer, double lr
   return hyper;
 }
 
-bool uses_fp16(const Config& config) {
-  return config.precision.params == DType::kFp16 || config.precision.grads == DType::kFp16;
-}
-
 // Elements [begin, begin + numel) of every span in `spans`.
 cpu_adam::ParamSpans slice(const cpu_adam::ParamSpans& spans, std::uint64_t begin,
                            std::uint64_t numel) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "runtime/unit_spec.hpp"
@@ -30,6 +31,8 @@ struct UnitLayout {
   std::uint64_t shard_begin(std::uint32_t rank) const { return rank * shard_numel; }
   // Real (non-padding) elements in `rank`'s shard.
   std::uint64_t shard_real_numel(std::uint32_t rank) const;
+  // `rank`'s shard (shard_numel values, padding zero) of the whole unit's `values` (numel).
+  std::vector<float> shard_of(std::span<const float> values, std::uint32_t rank) const;
 };
 
 UnitLayout make_unit_layout(const UnitSpec& unit, std::uint32_t ranks);
@@ -77,7 +80,10 @@ void for_each_decay_run(const UnitSpec& unit, const UnitLayout& layout, std::uin
   if (run.numel > 0) fn(static_cast<const DecayRun&>(run));
 }
 
-// The shard cut into sub-groups of at most `sub_group_numel` elements (rounded up to the granule).
+// The elements of a full sub-group: the configured sub_group_size rounded up to the granule.
+std::uint64_t sub_group_elements(std::uint64_t sub_group_numel);
+
+// The shard cut into sub-groups of sub_group_elements(sub_group_numel) elements, the last partial.
 std::vector<SubGroup> make_sub_groups(std::uint64_t shard_numel, std::uint64_t sub_group_numel);
 
 }  // namespace strata::runtime

@@ -21,7 +21,8 @@ namespace strata::runtime::detail {
 
 void EngineState::reduce_grads(UnitId id, std::span<const float> full_grads) {
   STRATA_ASSERT(finalized_, "reduce_grads before finalize");
-  UnitState& unit = units_.at(id);
+  this->unit(id);  // throws std::out_of_range naming an unknown id
+  UnitState& unit = units_[id];
   if (full_grads.size() != unit.layout.numel) {
     throw std::invalid_argument(
         fmt::format("reduce_grads('{}'): {} gradient values, the unit has {}", unit.spec.name,

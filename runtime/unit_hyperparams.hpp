@@ -34,6 +34,11 @@ struct UnitHyperparams {
   bool operator==(const UnitHyperparams&) const = default;
 };
 
+// Throws std::invalid_argument unless `lr` may be the peak rate of `optimizer`'s schedule: finite,
+// >= 0 and, under a decaying schedule, >= min_lr. The one rule for Engine::set_learning_rate and a
+// unit's lr; `where` starts the message ("set_learning_rate", "set_unit_hyperparams: unit 'x'").
+void validate_peak_lr(double lr, const OptimizerConfig& optimizer, std::string_view where);
+
 // Throws std::invalid_argument naming `unit_name` and the field for a value out of range.
 void validate_unit_hyperparams(const UnitHyperparams& hyper, const OptimizerConfig& optimizer,
                                std::string_view unit_name);

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "io_test_support.hpp"
@@ -37,6 +38,8 @@ TEST(WholeFileTest, AtomicWriteThenReadRoundTrips) {
   EXPECT_FALSE(std::filesystem::exists(dir / "file.bin.tmp"));
   write_in_two_chunks(dir / "empty.bin", "", "");
   EXPECT_TRUE(read_file_bytes(dir / "empty.bin").empty());
+  write_file_atomically(dir / "file.bin", std::string_view("text\0bytes", 10));  // one block
+  EXPECT_EQ(read_file_bytes(dir / "file.bin"), bytes_of(std::string("text\0bytes", 10)));
 }
 
 TEST(WholeFileTest, MissingFileNamesPathAndErrno) {

@@ -60,9 +60,7 @@ grad_clip = 0.5
       std::printf("resumed %llu\n", static_cast<unsigned long long>(engine.step_count()));
     } else {
       // The store's step 0 is committed: from now on a restart resumes.
-      const std::uint8_t byte = 1;
-      const std::span<const std::uint8_t> chunks[] = {std::span(&byte, 1)};
-      io::write_file_atomically(marker, chunks);
+      io::write_file_atomically(marker, std::string_view("\x01", 1));
       std::printf("started\n");
     }
     std::fflush(stdout);
@@ -77,9 +75,7 @@ grad_clip = 0.5
       const std::vector<float> master = engine.gather_master(unit);
       bytes.append(reinterpret_cast<const char*>(master.data()), master.size() * sizeof(float));
     }
-    const std::span<const std::uint8_t> chunks[] = {
-        std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size())};
-    io::write_file_atomically(out, chunks);
+    io::write_file_atomically(out, bytes);
     std::printf("done\n");
     return 0;
   } catch (const std::exception& error) {

@@ -1,8 +1,12 @@
 // Proves that step() checks its contracts and names the unit that breaks one: no GatheredUnit
 // alive, and every unit given exactly grad_accumulation reduce_grads calls since the last step.
 // A refused step changes nothing: once the caller complies, the step runs as if never refused.
+// Unknown unit ids are refused by name.
 #include <cstring>
 #include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -114,6 +118,25 @@ TEST(EngineContract, ARefusedStepChangesNothing) {
     EXPECT_EQ(std::memcmp(straight[u].data(), refused[u].data(), straight[u].size() * 4), 0)
         << "unit " << u;
   }
+}
+
+// gather and reduce_grads refuse an unknown unit id as every other call does, naming it.
+TEST(EngineContract, GatherAndReduceGradsOfAnUnknownUnitNameTheId) {
+  Fixture fixture;
+  const auto refusal = [](auto&& call) -> std::string {
+    try {
+      call();
+    } catch (const std::out_of_range& error) {
+      return error.what();
+    }
+    return "accepted";
+  };
+  const std::string unknown = "unit id 99 is unknown (the Engine has 3 units)";
+  EXPECT_EQ(refusal([&] { fixture.engine.gather(99); }), unknown);
+  EXPECT_EQ(refusal([&] { fixture.engine.reduce_grads(99, std::vector<float>(16, 0.0f)); }),
+            unknown);
+  fixture.model.train_step(fixture.engine);  // nothing was left half done
+  EXPECT_EQ(fixture.engine.step().step, 1u);
 }
 
 TEST(EngineContract, StateShardOfAMomentTheOptimizerDoesNotKeepIsAnError) {

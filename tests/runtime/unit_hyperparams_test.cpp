@@ -2,10 +2,12 @@
 // weight decay, betas and eps each match an independent scalar AdamW with their own values (the
 // warm-up scaling each unit's lr), weight decay stays off tensors that do not ask for it, results
 // are bitwise the same with optimizer state on host or NVMe, a unit without overrides is bitwise
-// untouched, and out-of-range values are refused naming the unit and field.
+// untouched, and out-of-range values are refused naming the unit and field, by the rule
+// set_learning_rate follows too.
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -224,6 +226,40 @@ TEST(UnitHyperparams, OutOfRangeValuesAreRefusedNamingUnitAndField) {
         }
       },
       std::invalid_argument);
+}
+
+// set_learning_rate and a unit's lr override follow one rule (validate_peak_lr): under a decaying
+// schedule both refuse a rate below min_lr and accept min_lr itself; both refuse negative rates.
+TEST(UnitHyperparams, GlobalAndUnitLearningRatesFollowOneRule) {
+  ScratchDir dir;
+  Config config = fp32_config(dir, Tier::kHost);
+  config.optimizer.schedule = LrScheduleKind::kLinear;
+  config.optimizer.lr_decay_steps = 10;
+  config.optimizer.min_lr = 1e-3;
+  auto device = host_device(config);
+  comm::LocalComm comm;
+  Engine engine(config, *device, comm);
+  const UnitId u = engine.add_unit(unit_spec("mlp"));
+  const auto refusal = [](auto&& call) -> std::string {
+    try {
+      call();
+    } catch (const std::invalid_argument& error) {
+      return error.what();
+    }
+    return "accepted";
+  };
+  const auto set_global = [&](double lr) { return refusal([&] { engine.set_learning_rate(lr); }); };
+  const auto set_unit = [&](double lr) {
+    return refusal([&] { engine.set_unit_hyperparams(u, only(&UnitHyperparams::lr, lr)); });
+  };
+  const std::string below =
+      "lr = 0.0001 is below [optimizer] min_lr = 0.001 of the linear schedule";
+  EXPECT_EQ(set_global(1e-4), "set_learning_rate: " + below);
+  EXPECT_EQ(set_unit(1e-4), "set_unit_hyperparams: unit 'mlp': " + below);
+  EXPECT_EQ(set_global(-1.0), "set_learning_rate: lr = -1 is not finite and >= 0");
+  EXPECT_EQ(set_unit(-1.0), "set_unit_hyperparams: unit 'mlp': lr = -1 is not finite and >= 0");
+  EXPECT_EQ(set_global(1e-3), "accepted");
+  EXPECT_EQ(set_unit(1e-3), "accepted");
 }
 
 }  // namespace
