@@ -3,35 +3,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <string>
+#include <utility>
 
-#include "io/file_handle.hpp"
+#include "base/assert.hpp"
 #include "io/io_error.hpp"
 
 namespace strata::io {
-namespace {
-
-// Removes the temporary file of a failed atomic write; a failure to remove it changes nothing
-// the caller can act on (the error being raised is the news).
-class TemporaryFile {
- public:
-  explicit TemporaryFile(std::filesystem::path path) : path_(std::move(path)) {}
-  TemporaryFile(const TemporaryFile&) = delete;
-  TemporaryFile& operator=(const TemporaryFile&) = delete;
-  ~TemporaryFile() {
-    if (!kept_) {
-      std::error_code ignored;
-      std::filesystem::remove(path_, ignored);
-    }
-  }
-  const std::filesystem::path& path() const { return path_; }
-  void keep() { kept_ = true; }
-
- private:
-  std::filesystem::path path_;
-  bool kept_ = false;
-};
-
-}  // namespace
 
 std::vector<std::uint8_t> read_file_bytes(const std::filesystem::path& path) {
   const FileHandle file =
@@ -50,26 +27,51 @@ void sync_directory(const std::filesystem::path& directory) {
   FileHandle::open_directory(directory).sync();
 }
 
+AtomicFileWriter AtomicFileWriter::create(const std::filesystem::path& path) {
+  std::filesystem::path temporary = path;
+  temporary += ".tmp";
+  FileHandle file = FileHandle::open(temporary, {CreateMode::kCreateTruncate, DirectIo::kOff});
+  return AtomicFileWriter(path, std::move(temporary), std::move(file));
+}
+
+AtomicFileWriter::AtomicFileWriter(std::filesystem::path path, std::filesystem::path temporary,
+                                   FileHandle file)
+    : path_(std::move(path)), temporary_(std::move(temporary)), file_(std::move(file)) {}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (file_.valid()) {
+    file_ = FileHandle();
+    // A failure to remove changes nothing the caller can act on (the error that got us here,
+    // if any, is the news).
+    std::error_code ignored;
+    std::filesystem::remove(temporary_, ignored);
+  }
+}
+
+void AtomicFileWriter::append(std::span<const std::byte> bytes) {
+  STRATA_ASSERT(file_.valid(), "append after commit");
+  file_.write_at(written_bytes_, bytes);
+  written_bytes_ += bytes.size();
+}
+
+void AtomicFileWriter::commit() {
+  STRATA_ASSERT(file_.valid(), "commit twice");
+  file_.sync();
+  file_ = FileHandle();
+  if (std::rename(temporary_.c_str(), path_.c_str()) != 0) {
+    const int error_number = errno;
+    std::error_code ignored;
+    std::filesystem::remove(temporary_, ignored);
+    throw IoError("rename '" + temporary_.string() + "' to", path_.string(), 0, 0, error_number);
+  }
+  sync_directory(path_.has_parent_path() ? path_.parent_path() : std::filesystem::path("."));
+}
+
 void write_file_atomically(const std::filesystem::path& path,
                            std::span<const std::span<const std::uint8_t>> chunks) {
-  std::filesystem::path temporary_path = path;
-  temporary_path += ".tmp";
-  TemporaryFile temporary(temporary_path);
-  {
-    const FileHandle file =
-        FileHandle::open(temporary.path(), {CreateMode::kCreateTruncate, DirectIo::kOff});
-    std::uint64_t offset = 0;
-    for (const std::span<const std::uint8_t> chunk : chunks) {
-      file.write_at(offset, std::as_bytes(chunk));
-      offset += chunk.size();
-    }
-    file.sync();
-  }
-  if (std::rename(temporary.path().c_str(), path.c_str()) != 0) {
-    throw IoError("rename '" + temporary.path().string() + "' to", path.string(), 0, 0, errno);
-  }
-  temporary.keep();
-  sync_directory(path.has_parent_path() ? path.parent_path() : std::filesystem::path("."));
+  AtomicFileWriter file = AtomicFileWriter::create(path);
+  for (const std::span<const std::uint8_t> chunk : chunks) file.append(std::as_bytes(chunk));
+  file.commit();
 }
 
 void write_file_atomically(const std::filesystem::path& path, std::string_view text) {

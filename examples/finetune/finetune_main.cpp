@@ -8,8 +8,6 @@
 //
 // Prints where the state lives, one progress line per step (loss, learning rate, tokens/s, where
 // the step's time went, NVMe traffic), periodic validation losses and a summary.
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -25,6 +23,7 @@
 
 #include "examples/finetune/gpt_trainer.hpp"
 #include "examples/finetune/hf_finetune.hpp"
+#include "examples/finetune/training_run.hpp"
 #include "examples/gpt/gpt_model.hpp"
 #include "runtime/byte_size.hpp"
 #include "runtime/comm/communicator.hpp"
@@ -36,12 +35,6 @@ namespace {
 
 using strata::runtime::format_binary_bytes;
 using strata::runtime::format_decimal_bytes;
-
-std::uint64_t peak_rss_bytes() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;
-}
 
 struct Options {
   std::string config;
@@ -69,20 +62,6 @@ strata::tiers::DeviceKind device_kind(const std::string& name) {
   if (name == "cuda") return strata::tiers::DeviceKind::kCuda;
   if (name == "auto") return strata::tiers::DeviceKind::kAuto;
   return strata::tiers::DeviceKind::kHost;
-}
-
-// "adamw, lr 0.0003, warm-up 10 steps, cosine decay to 3e-05 at step 100".
-std::string describe_optimizer(const strata::runtime::OptimizerConfig& optimizer) {
-  namespace runtime = strata::runtime;
-  std::string text =
-      fmt::format("{}, lr {:g}, weight decay {:g} (matrices and embeddings)",
-                  runtime::to_string(optimizer.type), optimizer.lr, optimizer.weight_decay);
-  if (optimizer.warmup_steps > 0) text += fmt::format(", warm-up {} steps", optimizer.warmup_steps);
-  if (optimizer.schedule != runtime::LrScheduleKind::kConstant) {
-    text += fmt::format(", {} decay to {:g} at step {}", runtime::to_string(optimizer.schedule),
-                        optimizer.min_lr, optimizer.lr_decay_steps);
-  }
-  return text;
 }
 
 strata::DType export_dtype_of(const std::string& name) {
@@ -161,7 +140,9 @@ int run(const Options& options) {
         config.tiers.nvme.paths.empty() ? std::string("no paths")
                                         : config.tiers.nvme.paths.front());
   }
-  if (lead) std::cout << "  optimizer: " << describe_optimizer(config.optimizer) << "\n";
+  if (lead) {
+    std::cout << "  optimizer: " << strata::examples::describe_optimizer(config.optimizer) << "\n";
+  }
   if (!plan.fits()) {
     std::cerr << runtime::render_plan_text(plan, config);
     return 3;
@@ -187,96 +168,23 @@ int run(const Options& options) {
     std::cout << fmt::format("  data: {} training bytes, {} validation bytes from {} file(s); {}\n",
                              trainer.corpus().train.size(), trainer.corpus().validation.size(),
                              trainer.corpus().files.size(), trainer.engine().placement_summary());
-    if (trainer.engine().step_count() > 0) {
-      std::cout << fmt::format("  resumed at step {} from the NVMe store\n",
-                               trainer.engine().step_count());
-    }
-    const runtime::OptimizerConfig& optimizer = config.optimizer;
-    const std::uint64_t last_step = trainer.engine().step_count() + options.steps;
-    if (optimizer.schedule != runtime::LrScheduleKind::kConstant &&
-        last_step > optimizer.lr_decay_steps) {
-      std::cout << fmt::format(
-          "  note: the run ends at step {}, past [optimizer] lr_decay_steps = {}: its last {} "
-          "steps use min_lr {:g}\n",
-          last_step, optimizer.lr_decay_steps,
-          last_step - std::max(optimizer.lr_decay_steps, trainer.engine().step_count()),
-          optimizer.min_lr);
-    }
+    strata::examples::print_start_notes(config.optimizer, trainer.engine().step_count(),
+                                        options.steps);
   }
 
-  const double initial_val = trainer.validation_loss();
-  if (lead)
-    std::cout << fmt::format("step {:4} | val loss {:.4f}\n", trainer.engine().step_count(),
-                             initial_val);
-  double final_val = initial_val;
-  std::uint64_t tokens = 0;
-  double train_seconds = 0;
-  std::uint64_t nvme_read = 0;
-  std::uint64_t nvme_written = 0;
-  const std::uint64_t first_step = trainer.engine().step_count();
-  while (trainer.engine().step_count() < first_step + options.steps) {
-    const strata::examples::StepReport report = trainer.train_step();
-    tokens += report.tokens * config.run.ranks;
-    train_seconds += report.total_s;
-    nvme_read += report.optimizer.nvme.read_bytes;
-    nvme_written += report.optimizer.nvme.written_bytes;
-    if (lead) {
-      std::cout << fmt::format(
-          "step {:4} | loss {:.4f} | lr {:.3g} | {:6.0f} tok/s | {:.2f} s: compute {:.2f}, gather "
-          "wait {:.2f}, grads {:.2f}, optimizer {:.2f} (io wait {:.2f}, adam {:.2f}) | nvme r {} w "
-          "{}{}\n",
-          report.step, report.loss, report.optimizer.lr,
-          report.tokens * config.run.ranks / report.total_s, report.total_s, report.compute_s,
-          report.gather_wait_s, report.grads_s, report.optimizer.step_s, report.optimizer.io_wait_s,
-          report.optimizer.adam_s,
-          format_decimal_bytes(static_cast<double>(report.optimizer.nvme.read_bytes)),
-          format_decimal_bytes(static_cast<double>(report.optimizer.nvme.written_bytes)),
-          report.optimizer.skipped ? " | SKIPPED (non-finite gradients)" : "");
-      std::cout.flush();  // progress lines reach a pipe or a log file as they happen
-    }
-    const std::uint64_t done = trainer.engine().step_count() - first_step;
-    if (options.eval_every != 0 && (done % options.eval_every == 0 || done == options.steps)) {
-      final_val = trainer.validation_loss();
-      if (lead)
-        std::cout << fmt::format("step {:4} | val loss {:.4f}\n", trainer.engine().step_count(),
-                                 final_val);
-    }
-  }
-  if (options.eval_every == 0) final_val = trainer.validation_loss();
-
+  const strata::examples::RunTotals totals = strata::examples::run_training(
+      trainer, {options.steps, options.eval_every, config.run.ranks, lead});
   if (!options.export_path.empty()) {
     trainer.export_weights(options.export_path, export_dtype_of(options.export_dtype));
     if (lead) std::cout << "  exported " << options.export_path << "\n";
   }
-  const double tokens_per_s = train_seconds > 0 ? static_cast<double>(tokens) / train_seconds : 0;
-  const std::uint64_t rss = peak_rss_bytes();
-  if (lead) {
-    std::cout << fmt::format(
-        "summary: {} steps, val loss {:.4f} -> {:.4f} ({:+.1f}%), {:.0f} tokens/s, NVMe read {} "
-        "written {}, peak RSS {} (host budget {})\n",
-        options.steps, initial_val, final_val, 100.0 * (final_val - initial_val) / initial_val,
-        tokens_per_s, format_decimal_bytes(static_cast<double>(nvme_read)),
-        format_decimal_bytes(static_cast<double>(nvme_written)), format_binary_bytes(rss),
-        format_binary_bytes(config.tiers.host.budget_bytes));
-  }
+  if (lead) strata::examples::print_summary(totals, config.tiers.host.budget_bytes);
   if (lead && !options.trace.empty()) {
     tracer.write_chrome_json(options.trace);
     std::cout << fmt::format("  trace: {} ({} events)\n", options.trace, tracer.event_count());
   }
   if (lead && !options.summary_json.empty()) {
-    const nlohmann::json summary = {{"params", config.parameter_count()},
-                                    {"steps", options.steps},
-                                    {"ranks", config.run.ranks},
-                                    {"initial_val_loss", initial_val},
-                                    {"final_val_loss", final_val},
-                                    {"tokens_per_s", tokens_per_s},
-                                    {"peak_rss_bytes", rss},
-                                    {"nvme_read_bytes", nvme_read},
-                                    {"nvme_written_bytes", nvme_written},
-                                    {"placement",
-                                     {{"params", runtime::to_string(config.zero.params)},
-                                      {"grads", runtime::to_string(config.zero.grads)},
-                                      {"optimizer", runtime::to_string(config.zero.optimizer)}}}};
+    const nlohmann::json summary = strata::examples::summary_json(totals, config);
     std::ofstream(options.summary_json) << summary.dump(2) << "\n";
   }
   return 0;

@@ -1,7 +1,5 @@
 #include "examples/finetune/hf_finetune.hpp"
 
-#include <sys/resource.h>
-
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -9,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "examples/finetune/training_run.hpp"
 #include "examples/llm/llm_trainer.hpp"
 #include "examples/llm/model_plan.hpp"
 #include "runtime/byte_size.hpp"
@@ -19,14 +18,7 @@
 namespace strata::examples {
 namespace {
 
-using runtime::format_binary_bytes;
 using runtime::format_decimal_bytes;
-
-std::uint64_t peak_rss_bytes() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;
-}
 
 llm::LlmTrainerOptions trainer_options(const runtime::Config& config,
                                        const HfFinetuneOptions& options) {
@@ -40,19 +32,6 @@ llm::LlmTrainerOptions trainer_options(const runtime::Config& config,
   trainer.eval_batches = options.eval_batches;
   trainer.resume = options.resume;
   return trainer;
-}
-
-void print_step(const llm::LlmStepReport& report, std::uint32_t ranks) {
-  std::cout << fmt::format(
-      "step {:4} | loss {:.4f} | lr {:.3g} | {:6.0f} tok/s | {:.2f} s: compute {:.2f}, gather "
-      "wait {:.2f}, grads {:.2f}, optimizer {:.2f} | nvme r {} w {}{}\n",
-      report.step, report.loss, report.optimizer.lr,
-      static_cast<double>(report.tokens * ranks) / report.total_s, report.total_s,
-      report.compute_s, report.gather_wait_s, report.grads_s, report.optimizer.step_s,
-      format_decimal_bytes(static_cast<double>(report.optimizer.nvme.read_bytes)),
-      format_decimal_bytes(static_cast<double>(report.optimizer.nvme.written_bytes)),
-      report.optimizer.skipped ? " | SKIPPED (non-finite gradients)" : "");
-  std::cout.flush();
 }
 
 }  // namespace
@@ -80,6 +59,7 @@ int run_hf_finetune(runtime::Config config, const HfFinetuneOptions& options) {
         runtime::to_string(config.zero.params), runtime::to_string(config.zero.grads),
         runtime::to_string(config.zero.optimizer),
         format_decimal_bytes(static_cast<double>(plan.model_state_bytes_per_rank())));
+    std::cout << "  optimizer: " << describe_optimizer(config.optimizer) << "\n";
   }
   if (!plan.fits()) {
     std::cerr << runtime::render_plan_text(plan, config);
@@ -96,34 +76,10 @@ int run_hf_finetune(runtime::Config config, const HfFinetuneOptions& options) {
         "  data: {} tokens, {} training and {} validation windows of {} tokens; {}\n",
         trainer.data_tokens(), trainer.data().train_windows(), trainer.data().validation_windows(),
         trainer.data().window_tokens(), trainer.engine().placement_summary());
-    if (trainer.engine().step_count() > 0) {
-      std::cout << fmt::format("  resumed at step {} from the NVMe store\n",
-                               trainer.engine().step_count());
-    }
+    print_start_notes(config.optimizer, trainer.engine().step_count(), options.steps);
   }
-  const double initial_val = trainer.validation_loss();
-  if (lead) {
-    std::cout << fmt::format("step {:4} | val loss {:.4f}\n", trainer.engine().step_count(),
-                             initial_val);
-  }
-  double final_val = initial_val;
-  std::uint64_t tokens = 0;
-  double train_seconds = 0;
-  const std::uint64_t first_step = trainer.engine().step_count();
-  while (trainer.engine().step_count() < first_step + options.steps) {
-    const llm::LlmStepReport report = trainer.train_step();
-    tokens += report.tokens * config.run.ranks;
-    train_seconds += report.total_s;
-    if (lead) print_step(report, config.run.ranks);
-    const std::uint64_t done = trainer.engine().step_count() - first_step;
-    if ((options.eval_every != 0 && done % options.eval_every == 0) || done == options.steps) {
-      final_val = trainer.validation_loss();
-      if (lead) {
-        std::cout << fmt::format("step {:4} | val loss {:.4f}\n", trainer.engine().step_count(),
-                                 final_val);
-      }
-    }
-  }
+  const RunTotals totals =
+      run_training(trainer, {options.steps, options.eval_every, config.run.ranks, lead});
   if (!options.export_dir.empty()) {
     llm::ExportOptions export_options;
     export_options.dtype = options.export_dtype;
@@ -134,24 +90,10 @@ int run_hf_finetune(runtime::Config config, const HfFinetuneOptions& options) {
                                runtime::to_string(options.export_dtype));
     }
   }
-  const double tokens_per_s = train_seconds > 0 ? static_cast<double>(tokens) / train_seconds : 0;
-  const std::uint64_t rss = peak_rss_bytes();
-  if (lead) {
-    std::cout << fmt::format(
-        "summary: {} steps, val loss {:.4f} -> {:.4f} ({:+.1f}%), {:.0f} tokens/s, peak RSS {} "
-        "(host budget {})\n",
-        options.steps, initial_val, final_val, 100.0 * (final_val - initial_val) / initial_val,
-        tokens_per_s, format_binary_bytes(rss), format_binary_bytes(config.tiers.host.budget_bytes));
-  }
+  if (lead) print_summary(totals, config.tiers.host.budget_bytes);
   if (lead && !options.summary_json.empty()) {
-    const nlohmann::json summary = {{"model", options.model_dir},
-                                    {"params", config.model.params},
-                                    {"steps", options.steps},
-                                    {"ranks", config.run.ranks},
-                                    {"initial_val_loss", initial_val},
-                                    {"final_val_loss", final_val},
-                                    {"tokens_per_s", tokens_per_s},
-                                    {"peak_rss_bytes", rss}};
+    nlohmann::json summary = summary_json(totals, config);
+    summary["model"] = options.model_dir;
     std::ofstream(options.summary_json) << summary.dump(2) << "\n";
   }
   return 0;

@@ -1,7 +1,7 @@
-// Files for checkpoint I/O, on io/'s one file layer (io::FileHandle, io/whole_file.hpp): a
-// read-only file read by byte range (pread), so a loader touches only the bytes it needs, and an
-// output file written sequentially then renamed into place. Errors are io::IoError naming the
-// operation, the path, the offset and the length.
+// Files for checkpoint input, on io/'s one file layer (io::FileHandle, io/whole_file.hpp): a
+// read-only file read by byte range (pread), so a loader touches only the bytes it needs, and small
+// whole files as text. Errors are io::IoError naming the operation, the path, the offset and the
+// length. Outputs are written with io::AtomicFileWriter (io/whole_file.hpp).
 #pragma once
 
 #include <cstddef>
@@ -29,29 +29,6 @@ class ReadOnlyFile {
   std::filesystem::path path_;
   io::FileHandle file_;
   std::uint64_t size_bytes_ = 0;
-};
-
-// Written at `path` + ".tmp", made visible under `path` by commit() (fsync, rename, fsync of the
-// directory). Destroyed without commit, the temporary is removed.
-class OutputFile {
- public:
-  static OutputFile create(const std::filesystem::path& path);
-  OutputFile(OutputFile&& other) noexcept = default;
-  OutputFile& operator=(OutputFile&& other) = delete;
-  OutputFile(const OutputFile&) = delete;
-  OutputFile& operator=(const OutputFile&) = delete;
-  ~OutputFile();
-
-  void write(std::span<const std::byte> bytes);
-  std::uint64_t written_bytes() const { return written_bytes_; }
-  void commit();
-
- private:
-  OutputFile(std::filesystem::path path, std::filesystem::path temporary, io::FileHandle file);
-  std::filesystem::path path_;
-  std::filesystem::path temporary_;
-  io::FileHandle file_;
-  std::uint64_t written_bytes_ = 0;
 };
 
 // A whole small file (config.json, an index) as text.

@@ -41,9 +41,9 @@ std::string shard_header(const ShardPlan& plan, std::size_t shard, DType dtype) 
   return text;
 }
 
-void write_converted(OutputFile& file, std::span<const float> values, DType dtype) {
+void write_converted(io::AtomicFileWriter& file, std::span<const float> values, DType dtype) {
   if (dtype == DType::kFp32) {
-    file.write(std::as_bytes(values));
+    file.append(std::as_bytes(values));
     return;
   }
   std::vector<std::uint16_t> halves;
@@ -55,7 +55,7 @@ void write_converted(OutputFile& file, std::span<const float> values, DType dtyp
       halves[i] = dtype == DType::kBf16 ? to_bf16(chunk[i]).bits
                                                  : to_fp16(chunk[i]).bits;
     }
-    file.write(std::as_bytes(std::span<const std::uint16_t>(halves)));
+    file.append(std::as_bytes(std::span<const std::uint16_t>(halves)));
   }
 }
 
@@ -124,11 +124,11 @@ HfExportWriter::~HfExportWriter() = default;
 
 void HfExportWriter::open_shard(std::size_t shard) {
   if (shard_) shard_->commit();
-  shard_ = std::make_unique<OutputFile>(OutputFile::create(out_dir_ / plan_.file_names[shard]));
+  shard_ = std::make_unique<io::AtomicFileWriter>(io::AtomicFileWriter::create(out_dir_ / plan_.file_names[shard]));
   const std::string header = shard_header(plan_, shard, options_.dtype);
   const std::uint64_t length = header.size();
-  shard_->write(std::as_bytes(std::span<const std::uint64_t>(&length, 1)));
-  shard_->write(std::as_bytes(std::span<const char>(header)));
+  shard_->append(std::as_bytes(std::span<const std::uint64_t>(&length, 1)));
+  shard_->append(std::as_bytes(std::span<const char>(header)));
   open_index_ = shard;
 }
 
@@ -157,8 +157,8 @@ void HfExportWriter::finish() {
     index["weight_map"][tensor.name] = plan_.file_names[tensor.shard];
   }
   const std::string text = index.dump(2) + "\n";
-  OutputFile file = OutputFile::create(out_dir_ / kIndexFileName);
-  file.write(std::as_bytes(std::span<const char>(text)));
+  io::AtomicFileWriter file = io::AtomicFileWriter::create(out_dir_ / kIndexFileName);
+  file.append(std::as_bytes(std::span<const char>(text)));
   file.commit();
 }
 

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "examples/llm/decoder_model.hpp"
-#include "examples/llm/file_io.hpp"
+#include "io/whole_file.hpp"
 #include "runtime/config.hpp"
 
 namespace strata::llm {
@@ -80,7 +80,7 @@ class HfExportWriter {
   std::size_t next_unit_ = 0;
   std::size_t next_tensor_ = 0;
   std::optional<std::size_t> open_index_;
-  std::unique_ptr<OutputFile> shard_;
+  std::unique_ptr<io::AtomicFileWriter> shard_;
 };
 
 }  // namespace strata::llm

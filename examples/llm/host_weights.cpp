@@ -2,7 +2,6 @@
 
 #include "base/assert.hpp"
 #include "examples/llm/hf_checkpoint.hpp"
-#include "examples/llm/weights_loader.hpp"
 
 namespace strata::llm {
 namespace {
@@ -20,9 +19,10 @@ HostWeights HostWeights::load(const std::filesystem::path& model_dir,
   checkpoint.check(units);
   HostWeights weights;
   weights.values_.resize(units.size());
-  load_units(checkpoint, units, [&weights](std::size_t unit, std::span<const float> values) {
-    weights.values_[unit].assign(values.begin(), values.end());
-  });
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    weights.values_[u].resize(units[u].numel);
+    checkpoint.read_unit_range(units[u], 0, weights.values_[u]);  // straight into place
+  }
   weights.make_views(units);
   return weights;
 }

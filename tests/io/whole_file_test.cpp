@@ -1,5 +1,6 @@
-// Proves the whole-file layer: reads give every byte, atomic writes replace a file whole (or leave
-// it untouched and no temporary behind on failure), and every error names the path and errno.
+// Proves the whole-file layer: reads give every byte, atomic writes (whole or streamed) replace a
+// file whole (or leave it untouched and no temporary behind on failure or abandonment), and every
+// error names the path and errno.
 #include "io/whole_file.hpp"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include <fstream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "io_test_support.hpp"
@@ -40,6 +42,32 @@ TEST(WholeFileTest, AtomicWriteThenReadRoundTrips) {
   EXPECT_TRUE(read_file_bytes(dir / "empty.bin").empty());
   write_file_atomically(dir / "file.bin", std::string_view("text\0bytes", 10));  // one block
   EXPECT_EQ(read_file_bytes(dir / "file.bin"), bytes_of(std::string("text\0bytes", 10)));
+}
+
+TEST(WholeFileTest, StreamedWriteIsInvisibleUntilCommit) {
+  ScratchDir dir;
+  write_in_two_chunks(dir / "file.bin", "old", "");
+  AtomicFileWriter writer = AtomicFileWriter::create(dir / "file.bin");
+  const std::string parts[] = {"new ", "", "bytes"};
+  for (const std::string& part : parts) writer.append(std::as_bytes(std::span(part)));
+  EXPECT_EQ(writer.written_bytes(), 9u);
+  EXPECT_EQ(read_file_bytes(dir / "file.bin"), bytes_of("old")) << "visible before commit";
+  writer.commit();
+  EXPECT_EQ(read_file_bytes(dir / "file.bin"), bytes_of("new bytes"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "file.bin.tmp"));
+}
+
+TEST(WholeFileTest, AbandonedStreamedWriteLeavesTargetAndNoTemporary) {
+  ScratchDir dir;
+  write_in_two_chunks(dir / "file.bin", "old", "");
+  {
+    AtomicFileWriter writer = AtomicFileWriter::create(dir / "file.bin");
+    AtomicFileWriter moved = std::move(writer);  // the moved-from writer owns nothing to remove
+    moved.append(std::as_bytes(std::span(std::string_view("partial"))));
+    EXPECT_TRUE(std::filesystem::exists(dir / "file.bin.tmp"));
+  }
+  EXPECT_EQ(read_file_bytes(dir / "file.bin"), bytes_of("old"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "file.bin.tmp")) << "the temporary file was left";
 }
 
 TEST(WholeFileTest, MissingFileNamesPathAndErrno) {

@@ -1,5 +1,6 @@
 // Proves the programs end to end on a tiny Llama folder: strata-finetune --model lowers the
-// validation loss and exports a loadable folder; strata-eval --json prints the perplexity the
+// validation loss, reports its NVMe traffic as the built-in GPT's run does and exports a loadable
+// folder; strata-eval --json prints the perplexity the
 // library computes; strata-generate --json prints the prompt's ids and the ids generate() gives;
 // strata plan --model takes the parameter count from config.json; a malformed data line stops
 // strata-finetune with file:line.
@@ -57,6 +58,12 @@ TEST_F(Programs, FinetuneExportEvalGenerate) {
   const nlohmann::json figures = nlohmann::json::parse(read_text_file(summary));
   EXPECT_LT(figures["final_val_loss"].get<double>(), figures["initial_val_loss"].get<double>() - 0.5)
       << log;
+  // Params and optimizer state live on NVMe: the run's traffic is in the summary, line and JSON.
+  EXPECT_GT(figures["nvme_read_bytes"].get<std::uint64_t>(), 0u) << log;
+  EXPECT_GT(figures["nvme_written_bytes"].get<std::uint64_t>(), 0u) << log;
+  EXPECT_EQ(figures["placement"]["optimizer"], "nvme");
+  EXPECT_EQ(figures["model"], model.string());
+  EXPECT_NE(log.find(", NVMe read "), std::string::npos) << log;
   const HfConfig hf = read_hf_config(out / "config.json");
   HfCheckpoint::open(out).check(decoder_units(hf));
   EXPECT_EQ(testing::python_tensor_summary(out).begin().value()["dtype"], "BF16");

@@ -1,0 +1,78 @@
+#include "examples/finetune/training_run.hpp"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+
+namespace strata::examples {
+namespace {
+
+std::uint64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;
+}
+
+}  // namespace
+
+std::string describe_optimizer(const runtime::OptimizerConfig& optimizer) {
+  std::string text =
+      fmt::format("{}, lr {:g}, weight decay {:g} (matrices and embeddings)",
+                  runtime::to_string(optimizer.type), optimizer.lr, optimizer.weight_decay);
+  if (optimizer.warmup_steps > 0) text += fmt::format(", warm-up {} steps", optimizer.warmup_steps);
+  if (optimizer.schedule != runtime::LrScheduleKind::kConstant) {
+    text += fmt::format(", {} decay to {:g} at step {}", runtime::to_string(optimizer.schedule),
+                        optimizer.min_lr, optimizer.lr_decay_steps);
+  }
+  return text;
+}
+
+void print_start_notes(const runtime::OptimizerConfig& optimizer, std::uint64_t first_step,
+                       std::uint32_t steps) {
+  if (first_step > 0) std::cout << fmt::format("  resumed at step {} from the NVMe store\n", first_step);
+  const std::uint64_t last_step = first_step + steps;
+  if (optimizer.schedule == runtime::LrScheduleKind::kConstant ||
+      last_step <= optimizer.lr_decay_steps) {
+    return;
+  }
+  std::cout << fmt::format(
+      "  note: the run ends at step {}, past [optimizer] lr_decay_steps = {}: its last {} steps "
+      "use min_lr {:g}\n",
+      last_step, optimizer.lr_decay_steps,
+      last_step - std::max(optimizer.lr_decay_steps, first_step), optimizer.min_lr);
+}
+
+void print_validation(std::uint64_t step, double val_loss) {
+  std::cout << fmt::format("step {:4} | val loss {:.4f}\n", step, val_loss);
+}
+
+void print_summary(const RunTotals& totals, std::uint64_t host_budget_bytes) {
+  std::cout << fmt::format(
+      "summary: {} steps, val loss {:.4f} -> {:.4f} ({:+.1f}%), {:.0f} tokens/s, NVMe read {} "
+      "written {}, peak RSS {} (host budget {})\n",
+      totals.steps, totals.initial_val_loss, totals.final_val_loss,
+      100.0 * (totals.final_val_loss - totals.initial_val_loss) / totals.initial_val_loss,
+      totals.tokens_per_s(),
+      runtime::format_decimal_bytes(static_cast<double>(totals.nvme_read_bytes)),
+      runtime::format_decimal_bytes(static_cast<double>(totals.nvme_written_bytes)),
+      runtime::format_binary_bytes(peak_rss_bytes()),
+      runtime::format_binary_bytes(host_budget_bytes));
+}
+
+nlohmann::json summary_json(const RunTotals& totals, const runtime::Config& config) {
+  return {{"params", config.parameter_count()},
+          {"steps", totals.steps},
+          {"ranks", config.run.ranks},
+          {"initial_val_loss", totals.initial_val_loss},
+          {"final_val_loss", totals.final_val_loss},
+          {"tokens_per_s", totals.tokens_per_s()},
+          {"peak_rss_bytes", peak_rss_bytes()},
+          {"nvme_read_bytes", totals.nvme_read_bytes},
+          {"nvme_written_bytes", totals.nvme_written_bytes},
+          {"placement",
+           {{"params", runtime::to_string(config.zero.params)},
+            {"grads", runtime::to_string(config.zero.grads)},
+            {"optimizer", runtime::to_string(config.zero.optimizer)}}}};
+}
+
+}  // namespace strata::examples

@@ -1,0 +1,96 @@
+// The run both strata-finetune drivers share (the built-in GPT of gpt_trainer.hpp and --model's
+// LlmTrainer): the initial validation, the steps with one progress line each and periodic
+// validation, then the summary line and JSON, so the two print the same figures. A trainer
+// offers engine(), train_step() (a report with step, loss, tokens, compute_s, gather_wait_s,
+// grads_s, total_s and the Engine's StepStats as optimizer) and validation_loss(); every rank runs
+// the loop, rank 0 (`lead`) prints.
+#pragma once
+
+#include <cstdint>
+#include <iostream>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/byte_size.hpp"
+#include "runtime/config.hpp"
+#include "runtime/engine.hpp"
+
+namespace strata::examples {
+
+struct RunOptions {
+  std::uint32_t steps = 100;
+  std::uint32_t eval_every = 25;  // 0: validation only at the start and after the last step
+  std::uint32_t ranks = 1;
+  bool lead = true;  // prints
+};
+
+// The run's figures; tokens summed over ranks.
+struct RunTotals {
+  std::uint32_t steps = 0;
+  double initial_val_loss = 0;
+  double final_val_loss = 0;
+  std::uint64_t tokens = 0;
+  double train_s = 0;
+  std::uint64_t nvme_read_bytes = 0;
+  std::uint64_t nvme_written_bytes = 0;
+
+  double tokens_per_s() const { return train_s > 0 ? static_cast<double>(tokens) / train_s : 0; }
+};
+
+// "adamw, lr 0.0003, weight decay 0.1 (...), warm-up 10 steps, cosine decay to 3e-05 at step 100".
+std::string describe_optimizer(const runtime::OptimizerConfig& optimizer);
+// Printed before the first step: "resumed at step N" when first_step > 0, and a note when the run's
+// last step, first_step + steps, lies past lr_decay_steps.
+void print_start_notes(const runtime::OptimizerConfig& optimizer, std::uint64_t first_step,
+                         std::uint32_t steps);
+void print_validation(std::uint64_t step, double val_loss);
+// "summary: N steps, val loss a -> b (+x%), tokens/s, NVMe read/written, peak RSS (host budget)".
+void print_summary(const RunTotals& totals, std::uint64_t host_budget_bytes);
+// The figures --summary-json writes: params, steps, ranks, losses, tokens/s, peak RSS, NVMe bytes
+// and the placement of params, grads and optimizer state.
+nlohmann::json summary_json(const RunTotals& totals, const runtime::Config& config);
+
+template <class Report>
+void print_step(const Report& report, std::uint32_t ranks) {
+  const runtime::StepStats& optimizer = report.optimizer;
+  std::cout << fmt::format(
+      "step {:4} | loss {:.4f} | lr {:.3g} | {:6.0f} tok/s | {:.2f} s: compute {:.2f}, gather "
+      "wait {:.2f}, grads {:.2f}, optimizer {:.2f} (io wait {:.2f}, adam {:.2f}) | nvme r {} w "
+      "{}{}\n",
+      report.step, report.loss, optimizer.lr,
+      static_cast<double>(report.tokens * ranks) / report.total_s, report.total_s,
+      report.compute_s, report.gather_wait_s, report.grads_s, optimizer.step_s,
+      optimizer.io_wait_s, optimizer.adam_s,
+      runtime::format_decimal_bytes(static_cast<double>(optimizer.nvme.read_bytes)),
+      runtime::format_decimal_bytes(static_cast<double>(optimizer.nvme.written_bytes)),
+      optimizer.skipped ? " | SKIPPED (non-finite gradients)" : "");
+  std::cout.flush();  // progress lines reach a pipe or a log file as they happen
+}
+
+template <class Trainer>
+RunTotals run_training(Trainer& trainer, const RunOptions& options) {
+  RunTotals totals;
+  totals.steps = options.steps;
+  totals.initial_val_loss = trainer.validation_loss();
+  totals.final_val_loss = totals.initial_val_loss;
+  if (options.lead) print_validation(trainer.engine().step_count(), totals.initial_val_loss);
+  const std::uint64_t first_step = trainer.engine().step_count();
+  while (trainer.engine().step_count() < first_step + options.steps) {
+    const auto report = trainer.train_step();
+    totals.tokens += report.tokens * options.ranks;
+    totals.train_s += report.total_s;
+    totals.nvme_read_bytes += report.optimizer.nvme.read_bytes;
+    totals.nvme_written_bytes += report.optimizer.nvme.written_bytes;
+    if (options.lead) print_step(report, options.ranks);
+    const std::uint64_t done = trainer.engine().step_count() - first_step;
+    if ((options.eval_every != 0 && done % options.eval_every == 0) || done == options.steps) {
+      totals.final_val_loss = trainer.validation_loss();
+      if (options.lead) print_validation(trainer.engine().step_count(), totals.final_val_loss);
+    }
+  }
+  return totals;
+}
+
+}  // namespace strata::examples
