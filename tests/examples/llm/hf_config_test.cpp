@@ -254,7 +254,14 @@ INSTANTIATE_TEST_SUITE_P(
                   "attention_bias", "not supported"},
         BadConfig{"llama3_without_factor", "\"factor\": 8.0,", "", "rope_scaling.factor",
                   "positive number"},
-        BadConfig{"eos_beyond_vocab", "128009]", "999999]", "eos_token_id", "vocab_size"},
+        BadConfig{"llama3_original_not_integer", "\"original_max_position_embeddings\": 8192",
+                  "\"original_max_position_embeddings\": 8192.5",
+                  "rope_scaling.original_max_position_embeddings", "8192.5"},
+        BadConfig{"llama3_original_beyond_uint32", "\"original_max_position_embeddings\": 8192",
+                  "\"original_max_position_embeddings\": 1e12",
+                  "rope_scaling.original_max_position_embeddings", "1000000000000"},
+        BadConfig{"eos_beyond_vocab", "128009]", "999999]", "eos_token_id",
+                  "token id 999999 is beyond vocab_size (128256)"},
         BadConfig{"not_json", "{", "[", "", "not valid JSON"}),
     [](const ::testing::TestParamInfo<BadConfig>& param_info) {
       return std::string(param_info.param.name);
