@@ -1,11 +1,12 @@
 #include "examples/llm/hf_config.hpp"
 
 #include <cmath>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "io/io_error.hpp"
+#include "io/whole_file.hpp"
 
 namespace strata::llm {
 namespace {
@@ -328,12 +329,14 @@ HfConfig parse_hf_config(std::string_view json, const std::filesystem::path& sou
 }
 
 HfConfig read_hf_config(const std::filesystem::path& config_json) {
-  std::ifstream in(config_json, std::ios::binary);
-  if (!in) throw HfConfigError(config_json.string() + ": cannot be opened");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw HfConfigError(config_json.string() + ": read failed");
-  return parse_hf_config(text.str(), config_json);
+  std::vector<std::uint8_t> bytes;
+  try {
+    bytes = io::read_file_bytes(config_json);
+  } catch (const io::IoError& error) {
+    throw HfConfigError(config_json.string() + ": " + error.what());
+  }
+  return parse_hf_config(
+      std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), config_json);
 }
 
 }  // namespace strata::llm

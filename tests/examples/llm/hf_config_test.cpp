@@ -272,8 +272,24 @@ TEST(HfConfigTest, MissingFileIsNamed) {
     read_hf_config("/nonexistent/config.json");
     ADD_FAILURE() << "read a missing file";
   } catch (const HfConfigError& error) {
-    EXPECT_NE(std::string(error.what()).find("/nonexistent/config.json"), std::string::npos);
+    const std::string message = error.what();
+    EXPECT_NE(message.find("/nonexistent/config.json"), std::string::npos) << message;
+    EXPECT_NE(message.find("No such file or directory"), std::string::npos) << message;
   }
+}
+
+// Regression: a directory read as an empty file and was reported as "not valid JSON".
+TEST(HfConfigTest, DirectoryIsRefusedAsADirectory) {
+  const fs::path dir = write_config("directory", "{}").parent_path();
+  try {
+    read_hf_config(dir);
+    ADD_FAILURE() << "read a directory";
+  } catch (const HfConfigError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find(dir.string()), std::string::npos) << message;
+    EXPECT_NE(message.find("Is a directory"), std::string::npos) << message;
+  }
+  fs::remove_all(dir);
 }
 
 TEST(HfConfigTest, SeqLenBeyondMaxPositionsIsRefusedNamingTheKey) {
