@@ -13,9 +13,14 @@ config_path, threads, batch, seq, steps = sys.argv[1], *map(int, sys.argv[2:6])
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 c = json.load(open(config_path))
+# Equal work or no figure: refuse what this model leaves out but strata-llm-bench would run.
+for key, plain in (("architectures", ["LlamaForCausalLM"]), ("tie_word_embeddings", False),
+                   ("rope_scaling", None), ("hidden_act", "silu")):
+    if c.get(key, plain) != plain:
+        sys.exit(f"{config_path}: key {key!r} = {c[key]!r} is not modelled here (only {plain!r})")
 d, inner, layers = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"]
-H, KV, vocab, eps = c["num_attention_heads"], c["num_key_value_heads"], c["vocab_size"], c["rms_norm_eps"]
-hd = d // H
+H, vocab, eps = c["num_attention_heads"], c["vocab_size"], c["rms_norm_eps"]
+KV, hd = c.get("num_key_value_heads", H), c.get("head_dim", d // H)
 
 
 def param(*shape, ones=False):

@@ -144,10 +144,8 @@ void DecoderModel::Impl::decode_head(UnitParams p, UnitParams shared) {
   Decoding& s = decoding;
   const std::size_t d = dims.hidden;
   const float* last = s.x.data() + (s.fed - 1) * d;
-  norm_forward(p[head_layout.norm_weight].data(),
-               head_layout.norm_bias == detail::kAbsent ? nullptr
-                                                        : p[head_layout.norm_bias].data(),
-               last, s.head_norm.data(), s.head_mean.data(), s.head_rstd.data(), 1);
+  norm_forward(p[head_layout.norm_weight].data(), detail::tensor(p, head_layout.norm_bias), last,
+               s.head_norm.data(), s.head_mean.data(), s.head_rstd.data(), 1);
   gpt::detail::gemm(gpt::detail::Transpose::kNo, gpt::detail::Transpose::kYes, 1, dims.vocab, d,
                     1.0f, s.head_norm.data(), d, head_matrix(p, shared), d, 0.0f,
                     s.logits.data(), dims.vocab);

@@ -33,6 +33,14 @@ struct Dims {
   Dims() = default;
 };
 
+// The tensor at `index` of a unit's views, or nullptr when the family lacks it (kAbsent).
+inline const float* tensor(UnitParams p, std::size_t index) {
+  return index == kAbsent ? nullptr : p[index].data();
+}
+inline float* tensor(UnitGrads g, std::size_t index) {
+  return index == kAbsent ? nullptr : g[index].data();
+}
+
 // One layer's activations for `rows` rows.
 struct LayerBuffers {
   std::vector<float> norm1, norm1_mean, norm1_rstd;

@@ -12,18 +12,10 @@ namespace strata::llm {
 
 using detail::Accumulate;
 using detail::ConstStrided;
-using detail::kAbsent;
 using detail::Layout;
-using detail::Strided;
+using detail::tensor;
 
 namespace {
-
-const float* tensor(UnitParams p, std::size_t index) {
-  return index == kAbsent ? nullptr : p[index].data();
-}
-float* tensor(UnitGrads g, std::size_t index) {
-  return index == kAbsent ? nullptr : g[index].data();
-}
 
 void add_into(float* out, const float* x, std::size_t count) {
   for (std::size_t i = 0; i < count; ++i) out[i] += x[i];

@@ -249,9 +249,8 @@ void DecoderModel::Impl::forward_embedding(UnitParams p) {
 void DecoderModel::Impl::forward_head(UnitParams p, UnitParams shared) {
   const detail::HeadLayout& h = head_layout;
   const std::size_t d = dims.hidden;
-  norm_forward(p[h.norm_weight].data(),
-               h.norm_bias == detail::kAbsent ? nullptr : p[h.norm_bias].data(),
-               resid.back().data(), head_norm.data(), head_mean.data(), head_rstd.data(), rows);
+  norm_forward(p[h.norm_weight].data(), detail::tensor(p, h.norm_bias), resid.back().data(),
+               head_norm.data(), head_mean.data(), head_rstd.data(), rows);
   // logits = norm·Eᵀ, E [vocab × d].
   gemm(Transpose::kNo, Transpose::kYes, rows, dims.vocab, d, 1.0f, head_norm.data(), d,
        head_matrix(p, shared), d, 0.0f, logits.data(), dims.vocab);
@@ -270,7 +269,7 @@ void DecoderModel::Impl::backward_head(UnitParams p, UnitGrads g, UnitParams sha
   std::fill(d_resid.begin(), d_resid.end(), 0.0f);
   norm_backward(p[h.norm_weight].data(), d_norm.data(), resid.back().data(), head_mean.data(),
                 head_rstd.data(), d_resid.data(), g[h.norm_weight].data(),
-                h.norm_bias == detail::kAbsent ? nullptr : g[h.norm_bias].data(), rows);
+                detail::tensor(g, h.norm_bias), rows);
 }
 
 void DecoderModel::Impl::backward_embedding(UnitGrads g) {

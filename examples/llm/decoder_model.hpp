@@ -103,13 +103,14 @@ class DecoderModel {
   // the shifted targets: 2 .. seq_len + 1; 0 means seq_len + 1), at most micro_batch of them.
   // `loss_weights` (empty: all 1) has one weight per predicted target, sequences × (sequence_tokens
   // - 1): 0 leaves a target out of the loss (prompt tokens, padding), 1 counts it.
+  // Throws std::invalid_argument for a token count or weight count that does not fit, or a
+  // negative or non-finite weight; std::out_of_range for a token outside the vocabulary, naming
+  // its position.
   void set_batch(std::span<const std::int32_t> tokens, std::size_t sequence_tokens = 0,
                  std::span<const float> loss_weights = {});
   void forward_unit(std::size_t unit, UnitParams params, UnitParams shared = {});
   // Weighted mean next-token cross-entropy (nats) over the batch; prepares backward. A batch
-  // whose weights are all 0 has loss 0 and zero gradients. set_batch throws
-  // std::invalid_argument for a token count or weight count that does not fit, or a negative or
-  // non-finite weight.
+  // whose weights are all 0 has loss 0 and zero gradients.
   double loss();
   // Sum of the weighted per-token losses and the sum of the weights (strata-eval's totals).
   double loss_sum() const;

@@ -125,6 +125,18 @@ UnitSpec rope_layer(const HfConfig& c, std::uint32_t layer, float init_std) {
   return b.take();
 }
 
+// split_unit for parameters (const) and gradients alike.
+template <typename Element>
+std::vector<std::span<Element>> split_flat(const UnitSpec& unit, std::span<Element> flat) {
+  STRATA_ASSERT(flat.size() == unit.numel, "flat buffer of the unit's size");
+  std::vector<std::span<Element>> views;
+  views.reserve(unit.tensors.size());
+  for (const TensorSpec& tensor : unit.tensors) {
+    views.push_back(flat.subspan(tensor.offset, tensor.numel()));
+  }
+  return views;
+}
+
 }  // namespace
 
 std::size_t TensorSpec::numel() const {
@@ -184,23 +196,11 @@ runtime::UnitSpec engine_unit(const UnitSpec& unit) {
 }
 
 std::vector<std::span<const float>> split_unit(const UnitSpec& unit, std::span<const float> flat) {
-  STRATA_ASSERT(flat.size() == unit.numel, "flat buffer of the unit's size");
-  std::vector<std::span<const float>> views;
-  views.reserve(unit.tensors.size());
-  for (const TensorSpec& tensor : unit.tensors) {
-    views.push_back(flat.subspan(tensor.offset, tensor.numel()));
-  }
-  return views;
+  return split_flat(unit, flat);
 }
 
 std::vector<std::span<float>> split_unit(const UnitSpec& unit, std::span<float> flat) {
-  STRATA_ASSERT(flat.size() == unit.numel, "flat buffer of the unit's size");
-  std::vector<std::span<float>> views;
-  views.reserve(unit.tensors.size());
-  for (const TensorSpec& tensor : unit.tensors) {
-    views.push_back(flat.subspan(tensor.offset, tensor.numel()));
-  }
-  return views;
+  return split_flat(unit, flat);
 }
 
 namespace detail {

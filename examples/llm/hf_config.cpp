@@ -1,11 +1,12 @@
 #include "examples/llm/hf_config.hpp"
 
 #include <cmath>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "io/io_error.hpp"
+#include "io/whole_file.hpp"
 
 namespace strata::llm {
 namespace {
@@ -63,8 +64,8 @@ class KeyReader {
     if (!value.is_string()) fail(key, "expected a string, got " + value.dump());
     return value.get<std::string>();
   }
-  // One token id or a list of them (Llama 3.1's eos_token_id is a list).
-  std::vector<std::int32_t> token_ids(std::string_view key) const {
+  // One token id or a list of them (Llama 3.1's eos_token_id is a list), each below vocab_size.
+  std::vector<std::int32_t> token_ids(std::string_view key, std::uint32_t vocab_size) const {
     std::vector<std::int32_t> ids;
     if (!has(key)) return ids;
     const Json& value = at(key);
@@ -72,6 +73,10 @@ class KeyReader {
       if (!id.is_number_integer() || id.get<std::int64_t>() < 0 ||
           id.get<std::int64_t>() > std::numeric_limits<std::int32_t>::max()) {
         fail(key, "expected a token id (a non-negative integer), got " + id.dump());
+      }
+      if (id.get<std::int64_t>() >= vocab_size) {
+        fail(key, "token id " + id.dump() + " is beyond vocab_size (" +
+                      std::to_string(vocab_size) + ")");
       }
       ids.push_back(id.get<std::int32_t>());
     };
@@ -159,11 +164,13 @@ RopeScaling rope_scaling_of(const KeyReader& keys, const Json& root) {
   if (!(scaling.high_freq_factor > scaling.low_freq_factor)) {
     fail("high_freq_factor", "must exceed low_freq_factor");
   }
-  const double original = number("original_max_position_embeddings");
-  scaling.original_max_position_embeddings = static_cast<std::uint32_t>(original);
-  if (static_cast<double>(scaling.original_max_position_embeddings) != original) {
-    fail("original_max_position_embeddings", "expected an integer");
+  // Checked before the cast: converting a double beyond uint32's range is undefined behaviour.
+  const char* original_key = "original_max_position_embeddings";
+  const double original = number(original_key);
+  if (original != std::floor(original) || original > std::numeric_limits<std::uint32_t>::max()) {
+    fail(original_key, "expected an integer below 2^32, got " + value[original_key].dump());
   }
+  scaling.original_max_position_embeddings = static_cast<std::uint32_t>(original);
   return scaling;
 }
 
@@ -316,24 +323,20 @@ HfConfig parse_hf_config(std::string_view json, const std::filesystem::path& sou
   refuse_unimplemented(keys, config.family);
   config.initializer_range = keys.positive_real_or("initializer_range", 0.02);
   config.torch_dtype = dtype_of(keys);
-  config.bos_token_ids = keys.token_ids("bos_token_id");
-  config.eos_token_ids = keys.token_ids("eos_token_id");
-  for (const std::int32_t id : config.bos_token_ids) {
-    if (static_cast<std::uint32_t>(id) >= config.vocab_size) keys.fail("bos_token_id", "beyond vocab_size");
-  }
-  for (const std::int32_t id : config.eos_token_ids) {
-    if (static_cast<std::uint32_t>(id) >= config.vocab_size) keys.fail("eos_token_id", "beyond vocab_size");
-  }
+  config.bos_token_ids = keys.token_ids("bos_token_id", config.vocab_size);
+  config.eos_token_ids = keys.token_ids("eos_token_id", config.vocab_size);
   return config;
 }
 
 HfConfig read_hf_config(const std::filesystem::path& config_json) {
-  std::ifstream in(config_json, std::ios::binary);
-  if (!in) throw HfConfigError(config_json.string() + ": cannot be opened");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw HfConfigError(config_json.string() + ": read failed");
-  return parse_hf_config(text.str(), config_json);
+  std::vector<std::uint8_t> bytes;
+  try {
+    bytes = io::read_file_bytes(config_json);
+  } catch (const io::IoError& error) {
+    throw HfConfigError(config_json.string() + ": " + error.what());
+  }
+  return parse_hf_config(
+      std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), config_json);
 }
 
 }  // namespace strata::llm

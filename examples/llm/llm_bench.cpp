@@ -10,8 +10,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <exception>
+#include <iostream>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "examples/llm/decoder_model.hpp"
@@ -43,25 +46,8 @@ std::vector<std::vector<float>> initial_parameters(const std::vector<UnitSpec>& 
   return values;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"Decoder forward + backward throughput on the host (fp32, OpenBLAS)"};
-  std::string config_path;
-  std::uint32_t threads = 2;
-  std::uint32_t steps = 3;
-  strata::llm::DecoderOptions options;
-  options.seq_len = 256;
-  options.micro_batch = 4;
-  app.add_option("--config", config_path, "the model's config.json")->required();
-  app.add_option("--threads", threads, "OpenBLAS and oneTBB threads");
-  app.add_option("--steps", steps, "timed steps (after one warm-up step)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--batch", options.micro_batch, "sequences per step");
-  app.add_option("--seq-len", options.seq_len, "tokens per sequence");
-  app.add_flag("--checkpointing", options.activation_checkpointing, "activation checkpointing");
-  CLI11_PARSE(app, argc, argv);
-
+int run(const std::string& config_path, std::uint32_t threads, std::uint32_t steps,
+        const strata::llm::DecoderOptions& options) {
   strata::llm::set_blas_threads(threads);
   const tbb::global_control tbb_threads(tbb::global_control::max_allowed_parallelism, threads);
   const strata::llm::HfConfig config = strata::llm::read_hf_config(config_path);
@@ -119,4 +105,30 @@ int main(int argc, char** argv) {
              total / steps * 1e3, steps);
   fmt::print("tokens_per_s: {:.1f}\n", static_cast<double>(rows) / best);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Decoder forward + backward throughput on the host (fp32, OpenBLAS)"};
+  std::string config_path;
+  std::uint32_t threads = 2;
+  std::uint32_t steps = 3;
+  strata::llm::DecoderOptions options;
+  options.seq_len = 256;
+  options.micro_batch = 4;
+  app.add_option("--config", config_path, "the model's config.json")->required();
+  app.add_option("--threads", threads, "OpenBLAS and oneTBB threads")->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "timed steps (after one warm-up step)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--batch", options.micro_batch, "sequences per step")->check(CLI::PositiveNumber);
+  app.add_option("--seq-len", options.seq_len, "tokens per sequence")->check(CLI::PositiveNumber);
+  app.add_flag("--checkpointing", options.activation_checkpointing, "activation checkpointing");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(config_path, threads, steps, options);
+  } catch (const std::exception& error) {
+    std::cerr << "strata-llm-bench: error: " << error.what() << "\n";
+    return 1;
+  }
 }

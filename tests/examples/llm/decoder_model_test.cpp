@@ -81,7 +81,7 @@ TEST_P(DecoderModelTest, SameInputsGiveBitwiseSameResults) {
 
 // Feeds a prompt, then one token at a time; after each feed the next-token logits equal those of
 // a full forward over the same tokens at that position (different product shapes, so within fp32
-// rounding: 1e-5 of the largest logit; measured about 1e-7).
+// rounding: 1e-5 of the largest logit; measured at most 5e-7).
 TEST_P(DecoderModelTest, KvCacheDecodingMatchesFullForward) {
   set_blas_threads(1);
   const HfConfig c = config();

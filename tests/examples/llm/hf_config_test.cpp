@@ -254,7 +254,14 @@ INSTANTIATE_TEST_SUITE_P(
                   "attention_bias", "not supported"},
         BadConfig{"llama3_without_factor", "\"factor\": 8.0,", "", "rope_scaling.factor",
                   "positive number"},
-        BadConfig{"eos_beyond_vocab", "128009]", "999999]", "eos_token_id", "vocab_size"},
+        BadConfig{"llama3_original_not_integer", "\"original_max_position_embeddings\": 8192",
+                  "\"original_max_position_embeddings\": 8192.5",
+                  "rope_scaling.original_max_position_embeddings", "8192.5"},
+        BadConfig{"llama3_original_beyond_uint32", "\"original_max_position_embeddings\": 8192",
+                  "\"original_max_position_embeddings\": 1e12",
+                  "rope_scaling.original_max_position_embeddings", "1000000000000"},
+        BadConfig{"eos_beyond_vocab", "128009]", "999999]", "eos_token_id",
+                  "token id 999999 is beyond vocab_size (128256)"},
         BadConfig{"not_json", "{", "[", "", "not valid JSON"}),
     [](const ::testing::TestParamInfo<BadConfig>& param_info) {
       return std::string(param_info.param.name);
@@ -265,8 +272,24 @@ TEST(HfConfigTest, MissingFileIsNamed) {
     read_hf_config("/nonexistent/config.json");
     ADD_FAILURE() << "read a missing file";
   } catch (const HfConfigError& error) {
-    EXPECT_NE(std::string(error.what()).find("/nonexistent/config.json"), std::string::npos);
+    const std::string message = error.what();
+    EXPECT_NE(message.find("/nonexistent/config.json"), std::string::npos) << message;
+    EXPECT_NE(message.find("No such file or directory"), std::string::npos) << message;
   }
+}
+
+// Regression: a directory read as an empty file and was reported as "not valid JSON".
+TEST(HfConfigTest, DirectoryIsRefusedAsADirectory) {
+  const fs::path dir = write_config("directory", "{}").parent_path();
+  try {
+    read_hf_config(dir);
+    ADD_FAILURE() << "read a directory";
+  } catch (const HfConfigError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find(dir.string()), std::string::npos) << message;
+    EXPECT_NE(message.find("Is a directory"), std::string::npos) << message;
+  }
+  fs::remove_all(dir);
 }
 
 TEST(HfConfigTest, SeqLenBeyondMaxPositionsIsRefusedNamingTheKey) {
