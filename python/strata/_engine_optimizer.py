@@ -84,14 +84,15 @@ class EngineOptimizer(torch.optim.Optimizer):
             self._engine_lr = lr
 
     def state_dict(self):
-        """Collective: torch's param_groups plus the Engine's whole state (a strata checkpoint of
-        master weights and moments, every rank's shard) under 'strata'."""
+        """Collective: torch's param_groups plus the Engine's whole state under 'strata' (a strata
+        checkpoint of master weights and moments, every rank's shard, as bytes on rank 0 only)."""
         state = super().state_dict()
         state["strata"] = _checkpoint.engine_state(self.engine)
         return state
 
     def load_state_dict(self, state_dict):
-        """Collective: restores the param groups and the Engine's state, on any rank count."""
+        """Collective: restores the param groups and the Engine's state (from rank 0's
+        state_dict), on any rank count."""
         if "strata" not in state_dict:
             raise ValueError("not a strata optimizer state_dict: it has no 'strata' entry "
                              "(a plain torch optimizer's state cannot seed strata's moments)")
