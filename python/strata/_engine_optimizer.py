@@ -16,6 +16,12 @@ import torch
 from strata import _checkpoint
 
 
+def float_tensor(array):
+    """A FloatArray the Engine returned, viewed as a 1-D fp32 tensor (torch.frombuffer refuses an
+    empty buffer, which a rank whose shard of a small unit is empty gets)."""
+    return torch.frombuffer(array, dtype=torch.float32) if len(array) else torch.empty(0)
+
+
 def shared_hyperparameters(param_groups):
     """(lr, (beta1, beta2), eps, weight_decay) common to the groups; raises ValueError if none."""
     first = param_groups[0]

@@ -27,7 +27,7 @@ import torch
 
 from strata import _strata
 from strata._config import engine_config
-from strata._engine_optimizer import EngineOptimizer
+from strata._engine_optimizer import EngineOptimizer, float_tensor
 
 
 class OffloadOptimizer(EngineOptimizer):
@@ -97,7 +97,7 @@ class OffloadOptimizer(EngineOptimizer):
         wherever it lives; the whole tensor, flattened, on one rank."""
         for candidate, unit in self._units:
             if candidate is param:
-                return _tensor(self.engine.state_shard(unit, kind))
+                return float_tensor(self.engine.state_shard(unit, kind))
         raise KeyError("the parameter is not managed by this optimizer")
 
     def close(self):
@@ -137,7 +137,3 @@ class OffloadOptimizer(EngineOptimizer):
         staged = self._staging[:tensor.numel()]
         staged.copy_(tensor.reshape(-1))
         return staged
-
-
-def _tensor(array):
-    return torch.frombuffer(array, dtype=torch.float32) if len(array) else torch.empty(0)
