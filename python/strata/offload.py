@@ -49,6 +49,10 @@ class OffloadOptimizer(EngineOptimizer):
             for i, param in enumerate(group["params"]):
                 if param.numel() == 0 or not param.requires_grad:
                     continue  # torch would never step it either
+                if param.is_complex() or param.layout != torch.strided:
+                    raise ValueError(f"{_where(g, i, param)} is {param.dtype}, "
+                                     f"{param.layout}: OffloadOptimizer takes real dense "
+                                     "parameters")
                 # Decay on: the group's weight_decay override sets its value, 0 included.
                 unit = self.engine.add_unit(f"group{g}.param{i}",
                                             [("value", [param.numel()], True)])
@@ -112,15 +116,21 @@ class OffloadOptimizer(EngineOptimizer):
             self.engine.set_master(unit, values.data_ptr(), values.numel())
 
     def _hand_gradients(self):
+        self._check_gradients()  # before any reaches the Engine, which sums what it is handed
         for param, unit in self._units:
             grad = param.grad
             if grad is None:
                 grad = self._staging[:param.numel()].zero_()
-            elif grad.is_sparse:
-                raise ValueError("OffloadOptimizer does not take sparse gradients")
             else:
                 grad = self._host_fp32(grad)
             self.engine.reduce_grads(unit, grad.data_ptr(), grad.numel())
+
+    def _check_gradients(self):
+        for g, group in enumerate(self.param_groups):
+            for i, param in enumerate(group["params"]):
+                if param.grad is not None and param.grad.layout != torch.strided:
+                    raise ValueError(f"{_where(g, i, param)} has a {param.grad.layout} gradient: "
+                                     "OffloadOptimizer takes dense gradients")
 
     @torch.no_grad()
     def _after_update(self):
@@ -137,3 +147,9 @@ class OffloadOptimizer(EngineOptimizer):
         staged = self._staging[:tensor.numel()]
         staged.copy_(tensor.reshape(-1))
         return staged
+
+
+def _where(group, index, param):
+    """A parameter as errors name it: its unit's name, its place in param_groups, its shape."""
+    return (f"parameter group{group}.param{index} (param_groups[{group}]['params'][{index}], "
+            f"shape {tuple(param.shape)})")
