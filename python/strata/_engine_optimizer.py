@@ -11,6 +11,8 @@ Engine (Engine.set_learning_rate), under the config's warm-up and decay if it se
 OffloadOptimizer (one unit per parameter) overrides this with per-unit hyper-parameters, so its
 groups may differ in everything (see offload.py).
 """
+import time
+
 import torch
 
 from strata import _checkpoint
@@ -49,7 +51,9 @@ class EngineOptimizer(torch.optim.Optimizer):
         self.engine = None
         super().__init__(params, defaults)
         self._configure(optimizer)
-        self.last_step = None  # the Engine's StepStats of the latest step, as a dict
+        # The Engine's StepStats of the latest step, as a dict, plus the seconds step() spent
+        # handing the gradients over (hand_over_s) and writing the weights back (write_back_s).
+        self.last_step = None
 
     def _configure(self, optimizer):
         """Sets the config's [optimizer] from the param groups, before the Engine is built."""
@@ -72,9 +76,15 @@ class EngineOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         self._sync_hyperparameters()
+        start = time.perf_counter()
         self._hand_gradients()
-        self.last_step = self.engine.step()
+        handed = time.perf_counter()
+        stats = self.engine.step()
+        stepped = time.perf_counter()
         self._after_update()
+        stats["hand_over_s"] = handed - start
+        stats["write_back_s"] = time.perf_counter() - stepped
+        self.last_step = stats
         return loss
 
     def _sync_hyperparameters(self):

@@ -52,6 +52,8 @@ class OffloadOptimizerTest(unittest.TestCase):
         self.assertLess(reference_losses[-1], 0.9 * reference_losses[0])
         self.assertEqual(optimizer.last_step["step"], STEPS)
         self.assertAlmostEqual(optimizer.last_step["lr"], LR)
+        self.assertGreater(optimizer.last_step["hand_over_s"], 0)
+        self.assertGreater(optimizer.last_step["write_back_s"], 0)
         optimizer.close()
 
     def test_matches_torch_adamw_with_state_on_host(self):
