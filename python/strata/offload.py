@@ -70,20 +70,17 @@ class OffloadOptimizer(EngineOptimizer):
     def _configure(self, optimizer):
         """The config takes the first group's values (what last_step reports); every group's own
         values are its units' overrides (_sync_hyperparameters)."""
-        first = self.param_groups[0]
-        optimizer.lr, optimizer.eps = first["lr"], first["eps"]
-        optimizer.beta1, optimizer.beta2 = first["betas"]
-        optimizer.weight_decay = first["weight_decay"]
-        self._engine_lr = first["lr"]
+        lr, beta1, beta2, eps, decay = _group_values(0, self.param_groups[0])
+        optimizer.lr, optimizer.beta1, optimizer.beta2, optimizer.eps = lr, beta1, beta2, eps
+        optimizer.weight_decay = decay
+        self._engine_lr = lr
         self._group_units = [[] for _ in self.param_groups]
         self._applied = [None] * len(self.param_groups)  # the values last handed over, per group
 
     def _sync_hyperparameters(self):
         """Hands each group's values to its units when they changed since the last hand-over."""
         for g, group in enumerate(self.param_groups):
-            beta1, beta2 = group["betas"]
-            values = (float(group["lr"]), float(beta1), float(beta2), float(group["eps"]),
-                      float(group["weight_decay"]))
+            values = _group_values(g, group)
             if values == self._applied[g]:
                 continue
             lr, beta1, beta2, eps, decay = values
@@ -153,3 +150,15 @@ def _where(group, index, param):
     """A parameter as errors name it: its unit's name, its place in param_groups, its shape."""
     return (f"parameter group{group}.param{index} (param_groups[{group}]['params'][{index}], "
             f"shape {tuple(param.shape)})")
+
+
+def _group_values(index, group):
+    """(lr, beta1, beta2, eps, weight_decay) of param_groups[index] as floats; the Engine checks
+    their ranges and names the unit."""
+    try:
+        beta1, beta2 = group["betas"]
+        return tuple(float(value) for value in
+                     (group["lr"], beta1, beta2, group["eps"], group["weight_decay"]))
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"param_groups[{index}]: lr, eps and weight_decay must be numbers and "
+                         f"betas two numbers ({error})") from None

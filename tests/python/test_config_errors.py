@@ -48,6 +48,20 @@ class ConfigErrorTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, r"invalid betas\[1\] 1.0"):
             OffloadOptimizer(TinyLlama().parameters(), betas=(0.9, 1.0))
 
+    def test_group_values_that_are_not_numbers_are_refused_by_name(self):
+        with self.assertRaisesRegex(ValueError, r"invalid betas 0\.9: must be two numbers"):
+            OffloadOptimizer(TinyLlama().parameters(), betas=0.9)
+        model = TinyLlama()
+        with self.assertRaisesRegex(ValueError, r"param_groups\[1\]: .* betas two numbers"):
+            OffloadOptimizer([{"params": model.head.parameters()},
+                              {"params": model.embed.parameters(), "betas": (0.9,)}],
+                             config=config("host", scratch_dir("betas")))
+        optimizer = OffloadOptimizer(model.parameters(), config=config("host", scratch_dir("lr")))
+        optimizer.param_groups[0]["lr"] = "fast"
+        with self.assertRaisesRegex(ValueError, r"param_groups\[0\]: lr, eps and weight_decay "
+                                                r"must be numbers"):
+            optimizer.step()
+
     def test_complex_parameter_is_refused_by_name(self):
         params = [torch.nn.Parameter(torch.zeros(3)),
                   torch.nn.Parameter(torch.zeros(2, 2, dtype=torch.complex64))]
