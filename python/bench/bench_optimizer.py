@@ -9,9 +9,11 @@ decoder (tests/python/tiny_llama.py), enlarged.
 
 (It lives in its own folder: run from python/, the source package would shadow the built one.)
 
-Prints, per optimizer, the time of optimizer.step() alone and steps/s of the whole training step
-(forward, backward, step) on the same batch. The optimizers take their steps in turn, one model
-each, so load from elsewhere on the machine falls on all of them alike.
+Prints, per optimizer, the time of optimizer.step() alone, for strata what it is made of (handing
+the gradients over, the Engine's step, writing the weights back: last_step's hand_over_s, step_s
+and write_back_s), and steps/s of the whole training step (forward, backward, step) on the same
+batch; then each strata step() against the faster torch one. The optimizers take their steps in
+turn, one model each, so load from elsewhere on the machine falls on all of them alike.
 """
 
 import argparse
@@ -122,21 +124,40 @@ def main():
     # Round robin, one step of each optimizer in turn, so that a change in the machine's load
     # falls on all of them alike.
     trainers = [(name, *(lambda model: (model, make(model)))(fresh_model())) for name, make in runs]
-    totals = {name: [0.0, 0.0] for name, _ in runs}
+    parts = ("hand_over_s", "step_s", "write_back_s")  # of strata's step()
+    totals = {name: dict.fromkeys(("whole_s", "optimizer_s") + parts, 0.0) for name, _ in runs}
     for step in range(args.warmup + args.steps):
         for name, model, optimizer in trainers:
-            whole_s, step_s = train_step(model, optimizer, tokens, targets)
+            whole_s, optimizer_s = train_step(model, optimizer, tokens, targets)
             if step >= args.warmup:
-                totals[name][0] += whole_s
-                totals[name][1] += step_s
-    print(f"{'optimizer':46} {'step() ms':>10} {'train steps/s':>14}")
-    for name, (whole_s, step_s) in totals.items():
-        print(f"{name:46} {step_s / args.steps * 1e3:10.1f} {args.steps / whole_s:14.2f}")
+                totals[name]["whole_s"] += whole_s
+                totals[name]["optimizer_s"] += optimizer_s
+                for part in parts:
+                    totals[name][part] += getattr(optimizer, "last_step", {}).get(part, 0.0)
+    print_table(totals, args.steps)
     for _, _, optimizer in trainers:
         if hasattr(optimizer, "close"):
             optimizer.close()
     if args.nvme:
         shutil.rmtree(nvme_dir)  # the swap files of this run
+
+
+def print_table(totals, steps):
+    ms = lambda seconds: f"{seconds / steps * 1e3:.1f}"
+    print(f"{'optimizer':46} {'step() ms':>10} {'grads in':>9} {'Engine':>9} {'weights out':>12}"
+          f" {'train steps/s':>14}")
+    for name, t in totals.items():
+        strata = name.startswith("strata")
+        parts = [ms(t[part]) if strata else "-"
+                 for part in ("hand_over_s", "step_s", "write_back_s")]
+        print(f"{name:46} {ms(t['optimizer_s']):>10} {parts[0]:>9} {parts[1]:>9} {parts[2]:>12}"
+              f" {steps / t['whole_s']:14.2f}")
+    torch_name = min((name for name in totals if not name.startswith("strata")),
+                     key=lambda name: totals[name]["optimizer_s"])
+    for name, t in totals.items():
+        if name.startswith("strata"):
+            change = t["optimizer_s"] / totals[torch_name]["optimizer_s"] - 1
+            print(f"{name}: step() {change:+.0%} against the faster torch one ({torch_name})")
 
 
 if __name__ == "__main__":

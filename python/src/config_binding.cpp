@@ -1,5 +1,5 @@
 // Config for Python: load_config / parse_config, the fields the PyTorch layer reads or overrides
-// (optimizer hyper-parameters, precision, device kind), and ConfigError as a Python exception
+// (optimizer hyper-parameters, the parameters' precision, device kind), and ConfigError as a Python exception
 // (a ValueError) whose message is strata's and whose attributes say where: file, line, column, key.
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
@@ -18,17 +18,12 @@ using runtime::ConfigError;
 using strata::DType;
 using runtime::OptimizerConfig;
 using runtime::PrecisionConfig;
-using runtime::Tier;
 
 void bind_enums(py::module_& module) {
   py::enum_<DType>(module, "DType")
       .value("fp32", DType::kFp32)
       .value("bf16", DType::kBf16)
       .value("fp16", DType::kFp16);
-  py::enum_<Tier>(module, "Tier")
-      .value("device", Tier::kDevice)
-      .value("host", Tier::kHost)
-      .value("nvme", Tier::kNvme);
   py::enum_<runtime::DeviceKind>(module, "DeviceKind")
       .value("auto", runtime::DeviceKind::kAuto)
       .value("host", runtime::DeviceKind::kHost)
@@ -37,20 +32,14 @@ void bind_enums(py::module_& module) {
 
 void bind_sections(py::module_& module) {
   py::class_<OptimizerConfig>(module, "OptimizerConfig")
-      .def_property_readonly("type",
-                             [](const OptimizerConfig& o) { return std::string(to_string(o.type)); })
       .def_readwrite("lr", &OptimizerConfig::lr)
       .def_readwrite("beta1", &OptimizerConfig::beta1)
       .def_readwrite("beta2", &OptimizerConfig::beta2)
       .def_readwrite("eps", &OptimizerConfig::eps)
       .def_readwrite("weight_decay", &OptimizerConfig::weight_decay)
-      .def_readwrite("grad_clip", &OptimizerConfig::grad_clip)
-      .def_readonly("warmup_steps", &OptimizerConfig::warmup_steps)
-      .def_property_readonly(
-          "schedule", [](const OptimizerConfig& o) { return std::string(to_string(o.schedule)); });
+      .def_readwrite("grad_clip", &OptimizerConfig::grad_clip);
   py::class_<PrecisionConfig>(module, "PrecisionConfig")
-      .def_readwrite("params", &PrecisionConfig::params)
-      .def_readwrite("grads", &PrecisionConfig::grads);
+      .def_readwrite("params", &PrecisionConfig::params);
 }
 
 void bind_config_class(py::module_& module) {
@@ -60,12 +49,7 @@ void bind_config_class(py::module_& module) {
       .def_readwrite("precision", &Config::precision)
       .def_property(
           "device_kind", [](const Config& c) { return c.tiers.device.kind; },
-          [](Config& c, runtime::DeviceKind kind) { c.tiers.device.kind = kind; })
-      .def_property_readonly("params_tier", [](const Config& c) { return c.zero.params; })
-      .def_property_readonly("grads_tier", [](const Config& c) { return c.zero.grads; })
-      .def_property_readonly("optimizer_tier", [](const Config& c) { return c.zero.optimizer; })
-      .def_property_readonly("nvme_paths", [](const Config& c) { return c.tiers.nvme.paths; })
-      .def_property_readonly("seed", [](const Config& c) { return c.run.seed; });
+          [](Config& c, runtime::DeviceKind kind) { c.tiers.device.kind = kind; });
 }
 
 // ConfigError -> strata.ConfigError(ValueError) carrying strata's message and where it points.

@@ -174,12 +174,6 @@ class PyEngine {
   }
 
   std::uint64_t step_count() { return open("step_count").step_count(); }
-  double loss_scale() { return open("loss_scale").loss_scale(); }
-  std::uint64_t unit_numel(UnitId unit) { return training("unit_numel", unit).unit_numel(unit); }
-  std::string placement_summary() { return open("placement_summary").placement_summary(); }
-  std::uint64_t host_high_water_bytes() { return open("host_high_water").host_high_water_bytes(); }
-  int rank() const { return comm_->rank(); }
-  int world_size() const { return comm_->size(); }
 
   // Destroys the Engine now (its NVMe store closes, its memory returns); later calls raise.
   void close() {
@@ -272,13 +266,7 @@ void bind_engine(py::module_& module) {
            "eps"_a = py::none(),
            "replaces the unit's optimizer overrides; None takes the config's value")
       .def("close", &PyEngine::close)
-      .def_property_readonly("step_count", &PyEngine::step_count)
-      .def_property_readonly("loss_scale", &PyEngine::loss_scale)
-      .def_property_readonly("placement_summary", &PyEngine::placement_summary)
-      .def_property_readonly("host_high_water_bytes", &PyEngine::host_high_water_bytes)
-      .def_property_readonly("rank", &PyEngine::rank)
-      .def_property_readonly("world_size", &PyEngine::world_size)
-      .def("unit_numel", &PyEngine::unit_numel, "unit"_a);
+      .def_property_readonly("step_count", &PyEngine::step_count);
 }
 
 }  // namespace strata::python

@@ -21,6 +21,8 @@ def engine_config(config, *, lr=None, betas=None, eps=None, weight_decay=None, g
     if lr is not None:
         optimizer.lr = _checked("lr", lr, low=0.0)
     if betas is not None:
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise ValueError(f"invalid betas {betas!r}: must be two numbers (beta1, beta2)")
         beta1, beta2 = betas
         optimizer.beta1 = _checked("betas[0]", beta1, low=0.0, below=1.0)
         optimizer.beta2 = _checked("betas[1]", beta2, low=0.0, below=1.0)

@@ -11,9 +11,17 @@ Engine (Engine.set_learning_rate), under the config's warm-up and decay if it se
 OffloadOptimizer (one unit per parameter) overrides this with per-unit hyper-parameters, so its
 groups may differ in everything (see offload.py).
 """
+import time
+
 import torch
 
 from strata import _checkpoint
+
+
+def float_tensor(array):
+    """A FloatArray the Engine returned, viewed as a 1-D fp32 tensor (torch.frombuffer refuses an
+    empty buffer, which a rank whose shard of a small unit is empty gets)."""
+    return torch.frombuffer(array, dtype=torch.float32) if len(array) else torch.empty(0)
 
 
 def shared_hyperparameters(param_groups):
@@ -43,7 +51,9 @@ class EngineOptimizer(torch.optim.Optimizer):
         self.engine = None
         super().__init__(params, defaults)
         self._configure(optimizer)
-        self.last_step = None  # the Engine's StepStats of the latest step, as a dict
+        # The Engine's StepStats of the latest step, as a dict, plus the seconds step() spent
+        # handing the gradients over (hand_over_s) and writing the weights back (write_back_s).
+        self.last_step = None
 
     def _configure(self, optimizer):
         """Sets the config's [optimizer] from the param groups, before the Engine is built."""
@@ -66,9 +76,15 @@ class EngineOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         self._sync_hyperparameters()
+        start = time.perf_counter()
         self._hand_gradients()
-        self.last_step = self.engine.step()
+        handed = time.perf_counter()
+        stats = self.engine.step()
+        stepped = time.perf_counter()
         self._after_update()
+        stats["hand_over_s"] = handed - start
+        stats["write_back_s"] = time.perf_counter() - stepped
+        self.last_step = stats
         return loss
 
     def _sync_hyperparameters(self):
@@ -84,14 +100,15 @@ class EngineOptimizer(torch.optim.Optimizer):
             self._engine_lr = lr
 
     def state_dict(self):
-        """Collective: torch's param_groups plus the Engine's whole state (a strata checkpoint of
-        master weights and moments, every rank's shard) under 'strata'."""
+        """Collective: torch's param_groups plus the Engine's whole state under 'strata' (a strata
+        checkpoint of master weights and moments, every rank's shard, as bytes on rank 0 only)."""
         state = super().state_dict()
         state["strata"] = _checkpoint.engine_state(self.engine)
         return state
 
     def load_state_dict(self, state_dict):
-        """Collective: restores the param groups and the Engine's state, on any rank count."""
+        """Collective: restores the param groups and the Engine's state (from rank 0's
+        state_dict), on any rank count."""
         if "strata" not in state_dict:
             raise ValueError("not a strata optimizer state_dict: it has no 'strata' entry "
                              "(a plain torch optimizer's state cannot seed strata's moments)")

@@ -27,7 +27,7 @@ import torch
 
 from strata import _strata
 from strata._config import engine_config
-from strata._engine_optimizer import EngineOptimizer
+from strata._engine_optimizer import EngineOptimizer, float_tensor
 
 
 class OffloadOptimizer(EngineOptimizer):
@@ -49,6 +49,10 @@ class OffloadOptimizer(EngineOptimizer):
             for i, param in enumerate(group["params"]):
                 if param.numel() == 0 or not param.requires_grad:
                     continue  # torch would never step it either
+                if param.is_complex() or param.layout != torch.strided:
+                    raise ValueError(f"{_where(g, i, param)} is {param.dtype}, "
+                                     f"{param.layout}: OffloadOptimizer takes real dense "
+                                     "parameters")
                 # Decay on: the group's weight_decay override sets its value, 0 included.
                 unit = self.engine.add_unit(f"group{g}.param{i}",
                                             [("value", [param.numel()], True)])
@@ -66,20 +70,17 @@ class OffloadOptimizer(EngineOptimizer):
     def _configure(self, optimizer):
         """The config takes the first group's values (what last_step reports); every group's own
         values are its units' overrides (_sync_hyperparameters)."""
-        first = self.param_groups[0]
-        optimizer.lr, optimizer.eps = first["lr"], first["eps"]
-        optimizer.beta1, optimizer.beta2 = first["betas"]
-        optimizer.weight_decay = first["weight_decay"]
-        self._engine_lr = first["lr"]
+        lr, beta1, beta2, eps, decay = _group_values(0, self.param_groups[0])
+        optimizer.lr, optimizer.beta1, optimizer.beta2, optimizer.eps = lr, beta1, beta2, eps
+        optimizer.weight_decay = decay
+        self._engine_lr = lr
         self._group_units = [[] for _ in self.param_groups]
         self._applied = [None] * len(self.param_groups)  # the values last handed over, per group
 
     def _sync_hyperparameters(self):
         """Hands each group's values to its units when they changed since the last hand-over."""
         for g, group in enumerate(self.param_groups):
-            beta1, beta2 = group["betas"]
-            values = (float(group["lr"]), float(beta1), float(beta2), float(group["eps"]),
-                      float(group["weight_decay"]))
+            values = _group_values(g, group)
             if values == self._applied[g]:
                 continue
             lr, beta1, beta2, eps, decay = values
@@ -97,7 +98,7 @@ class OffloadOptimizer(EngineOptimizer):
         wherever it lives; the whole tensor, flattened, on one rank."""
         for candidate, unit in self._units:
             if candidate is param:
-                return _tensor(self.engine.state_shard(unit, kind))
+                return float_tensor(self.engine.state_shard(unit, kind))
         raise KeyError("the parameter is not managed by this optimizer")
 
     def close(self):
@@ -112,15 +113,21 @@ class OffloadOptimizer(EngineOptimizer):
             self.engine.set_master(unit, values.data_ptr(), values.numel())
 
     def _hand_gradients(self):
+        self._check_gradients()  # before any reaches the Engine, which sums what it is handed
         for param, unit in self._units:
             grad = param.grad
             if grad is None:
                 grad = self._staging[:param.numel()].zero_()
-            elif grad.is_sparse:
-                raise ValueError("OffloadOptimizer does not take sparse gradients")
             else:
                 grad = self._host_fp32(grad)
             self.engine.reduce_grads(unit, grad.data_ptr(), grad.numel())
+
+    def _check_gradients(self):
+        for g, group in enumerate(self.param_groups):
+            for i, param in enumerate(group["params"]):
+                if param.grad is not None and param.grad.layout != torch.strided:
+                    raise ValueError(f"{_where(g, i, param)} has a {param.grad.layout} gradient: "
+                                     "OffloadOptimizer takes dense gradients")
 
     @torch.no_grad()
     def _after_update(self):
@@ -139,5 +146,19 @@ class OffloadOptimizer(EngineOptimizer):
         return staged
 
 
-def _tensor(array):
-    return torch.frombuffer(array, dtype=torch.float32) if len(array) else torch.empty(0)
+def _where(group, index, param):
+    """A parameter as errors name it: its unit's name, its place in param_groups, its shape."""
+    return (f"parameter group{group}.param{index} (param_groups[{group}]['params'][{index}], "
+            f"shape {tuple(param.shape)})")
+
+
+def _group_values(index, group):
+    """(lr, beta1, beta2, eps, weight_decay) of param_groups[index] as floats; the Engine checks
+    their ranges and names the unit."""
+    try:
+        beta1, beta2 = group["betas"]
+        return tuple(float(value) for value in
+                     (group["lr"], beta1, beta2, group["eps"], group["weight_decay"]))
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"param_groups[{index}]: lr, eps and weight_decay must be numbers and "
+                         f"betas two numbers ({error})") from None

@@ -28,7 +28,7 @@ import torch
 
 from strata import _strata
 from strata._config import engine_config
-from strata._engine_optimizer import EngineOptimizer
+from strata._engine_optimizer import EngineOptimizer, float_tensor
 
 
 def wrap(model, config=None, units=(), *, lr=None, betas=None, eps=None, weight_decay=None,
@@ -77,7 +77,7 @@ class Zero3:
         """Collective: {parameter name: full fp32 master weights}, gathered from every rank."""
         state = {}
         for unit in self.units:
-            flat = _tensor(self.engine.gather_master(unit.id))
+            flat = float_tensor(self.engine.gather_master(unit.id))
             for slot in unit.slots:
                 state[slot.name] = flat[slot.offset:slot.offset + slot.numel].view(slot.shape)
         return state
@@ -365,7 +365,3 @@ def _checked(name, param):
 
 def _placeholder():
     return torch.empty(0, dtype=torch.float32)
-
-
-def _tensor(array):
-    return torch.frombuffer(array, dtype=torch.float32) if len(array) else torch.empty(0)

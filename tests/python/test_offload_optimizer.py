@@ -52,6 +52,8 @@ class OffloadOptimizerTest(unittest.TestCase):
         self.assertLess(reference_losses[-1], 0.9 * reference_losses[0])
         self.assertEqual(optimizer.last_step["step"], STEPS)
         self.assertAlmostEqual(optimizer.last_step["lr"], LR)
+        self.assertGreater(optimizer.last_step["hand_over_s"], 0)
+        self.assertGreater(optimizer.last_step["write_back_s"], 0)
         optimizer.close()
 
     def test_matches_torch_adamw_with_state_on_host(self):
@@ -169,6 +171,11 @@ class OffloadOptimizerTest(unittest.TestCase):
         first, optimizer, _ = self.run_strata("host", steps=2)
         saved = optimizer.state_dict()
         self.assertEqual(saved["strata"]["step"], 2)
+        files = saved["strata"]["files"]  # the state's bytes exist once, on rank 0
+        if strata.rank() == 0:
+            self.assertIn("manifest.json", files)
+        else:
+            self.assertIsNone(files)
         model = TinyLlama(seed=99)
         restored = OffloadOptimizer(model.parameters(), config=config("host", scratch_dir("sd")))
         restored.load_state_dict(saved)
@@ -188,6 +195,14 @@ class OffloadOptimizerTest(unittest.TestCase):
         self.assertEqual(restored.param_groups[0]["lr"], 5e-3)
         continued = train_strata(model, restored, 2, first_step=2)
         self.assertEqual(continued, straight[2:])
+
+    def test_load_state_dict_without_rank0_files_is_refused_on_every_rank(self):
+        model = TinyLlama()
+        optimizer = OffloadOptimizer(model.parameters(), config=config("host", scratch_dir("nf")))
+        saved = optimizer.state_dict()
+        saved["strata"]["files"] = None  # what the other ranks' state_dict() holds
+        with self.assertRaisesRegex(ValueError, "carries no checkpoint files: pass rank 0's"):
+            optimizer.load_state_dict(saved)
 
     def test_load_state_dict_refuses_a_torch_state(self):
         model = TinyLlama()

@@ -1,7 +1,8 @@
 """Proves strata.torch.wrap gives ZeRO-3 to a torch model: torch keeps no parameter values between
 uses, training matches torch.optim.AdamW (with global-norm clipping) on host and NVMe placements
-and any rank count, also with activation checkpointing, gradient accumulation sums micro-batches, evaluation under no_grad sees the
-trained weights, checkpoints resume the run, and bad unit lists are refused."""
+and any rank count, also with activation checkpointing, gradient accumulation sums micro-batches,
+evaluation under no_grad sees the trained weights, checkpoints resume the run, and bad unit lists
+are refused."""
 
 import unittest
 
