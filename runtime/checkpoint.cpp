@@ -497,6 +497,26 @@ void record_or_check_store_model(EngineState& state, bool resume) {
   }
 }
 
+std::string describe_stored_model(const EngineState& state) {
+  const std::filesystem::path path = store_model_path(state);
+  try {
+    if (!std::filesystem::exists(path)) return fmt::format("no model description ({} missing)", path.string());
+    const std::vector<std::uint8_t> bytes = io::read_file_bytes(path);
+    const nlohmann::json manifest = nlohmann::json::parse(bytes.begin(), bytes.end());
+    const nlohmann::json& units = manifest.at("units");
+    std::uint64_t params = 0;
+    for (const nlohmann::json& unit : units) params += unit.at("numel").get<std::uint64_t>();
+    return fmt::format("a model of {} units, {} parameters, {} optimizer, {} rank(s), first unit "
+                       "\"{}\" ({})",
+                       units.size(), params, manifest.at("optimizer").get<std::string>(),
+                       manifest.at("ranks").get<std::uint32_t>(),
+                       units.empty() ? std::string() : units.at(0).at("name").get<std::string>(),
+                       path.filename().string());
+  } catch (const std::exception& error) {
+    return fmt::format("an unreadable model description ({}: {})", path.string(), error.what());
+  }
+}
+
 void export_safetensors(EngineState& state, const std::filesystem::path& file, DType dtype) {
   STRATA_ASSERT(state.finalized(), "export before finalize");
   std::vector<std::vector<float>> units;

@@ -19,8 +19,10 @@
 // is a CheckpointCorruption naming the file.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <stdexcept>
+#include <string>
 
 #include "runtime/config.hpp"
 
@@ -33,6 +35,19 @@ class EngineState;
 class CheckpointMismatch : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// A run asked to start afresh over an NVMe store that holds a committed training step: refused
+// before anything on disk changed. The message names the store, the model it holds, the step and
+// the two ways out (resume, or overwrite explicitly).
+class CommittedStoreExists : public std::runtime_error {
+ public:
+  CommittedStoreExists(const std::string& message, std::uint64_t step)
+      : std::runtime_error(message), step_(step) {}
+  std::uint64_t step() const { return step_; }
+
+ private:
+  std::uint64_t step_;
 };
 
 class CheckpointCorruption : public std::runtime_error {
@@ -54,6 +69,9 @@ void import_safetensors(EngineState& state, const std::filesystem::path& file);
 // A fresh store writes it (atomically); a resumed one is checked against it (CheckpointMismatch
 // naming the unit or tensor that differs).
 void record_or_check_store_model(EngineState& state, bool resume);
+// What the store's model description says it holds ("12 units, 1,234,567 parameters, adamw, 1
+// rank(s), first unit \"emb\""), or why there is none; for messages, never throws.
+std::string describe_stored_model(const EngineState& state);
 }  // namespace detail
 
 }  // namespace strata::runtime

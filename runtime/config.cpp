@@ -50,6 +50,10 @@ void read_tiers(TableReader& root, TiersConfig& tiers) {
                      {"io_uring", IoEngineKind::kIoUring},
                      {"posix", IoEngineKind::kPosix}});
     nvme->read_bool("fsync", config.fsync);
+    nvme->read_enum("on_existing", config.on_existing,
+                    {{"refuse", OnExistingStore::kRefuse},
+                     {"overwrite", OnExistingStore::kOverwrite},
+                     {"resume", OnExistingStore::kResume}});
     if (config.direct && !is_aligned(config.block_size, kDirectIoAlignment)) {
       nvme->fail("block_size",
                  fmt::format("block_size {} is not a multiple of 4 KiB, which direct = true "
@@ -299,6 +303,18 @@ std::string_view to_string(IoEngineKind kind) {
       return "io_uring";
     case IoEngineKind::kPosix:
       return "posix";
+  }
+  return "?";
+}
+
+std::string_view to_string(OnExistingStore policy) {
+  switch (policy) {
+    case OnExistingStore::kRefuse:
+      return "refuse";
+    case OnExistingStore::kOverwrite:
+      return "overwrite";
+    case OnExistingStore::kResume:
+      return "resume";
   }
   return "?";
 }

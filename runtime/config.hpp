@@ -20,6 +20,9 @@ namespace strata::runtime {
 enum class Tier { kDevice, kHost, kNvme };
 enum class DeviceKind { kAuto, kHost, kCuda };
 enum class IoEngineKind { kAuto, kIoUring, kPosix };
+// What a run that was not told to resume does when the NVMe store holds a committed step:
+// refuse (naming the store, the model and the step), overwrite it, or resume from it.
+enum class OnExistingStore { kRefuse, kOverwrite, kResume };
 enum class OptimizerType { kAdamW, kAdam, kAdagrad, kLion };
 // The learning rate after warm-up: held, or decayed (linearly or along a half cosine) to min_lr.
 enum class LrScheduleKind { kConstant, kLinear, kCosine };
@@ -29,6 +32,7 @@ std::string_view to_string(Tier tier);
 std::string_view to_string(DType dtype);
 std::string_view to_string(DeviceKind kind);
 std::string_view to_string(IoEngineKind kind);
+std::string_view to_string(OnExistingStore policy);
 std::string_view to_string(OptimizerType type);
 std::string_view to_string(LrScheduleKind kind);
 
@@ -56,6 +60,7 @@ struct NvmeTierConfig {
   bool direct = true;
   IoEngineKind engine = IoEngineKind::kAuto;
   bool fsync = true;  // durability: fsync data before the manifest names it committed
+  OnExistingStore on_existing = OnExistingStore::kRefuse;
 
   bool operator==(const NvmeTierConfig&) const = default;
 };

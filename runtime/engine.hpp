@@ -59,6 +59,10 @@ class EngineState;
 struct EngineOptions {
   // Resume from the NVMe store's committed step (state homed on NVMe), instead of starting afresh.
   bool resume = false;
+  // Start afresh even over a store that holds a committed step (that state is lost). With neither
+  // resume nor overwrite, [tiers.nvme] on_existing decides (default: refuse with
+  // CommittedStoreExists, runtime/checkpoint.hpp). Both set is an error.
+  bool overwrite = false;
   // Micro-batches per optimizer step: gradients are summed in fp32 over this many reduce_grads
   // calls per unit (scale the loss by 1 / grad_accumulation for an average).
   std::uint32_t grad_accumulation = 1;

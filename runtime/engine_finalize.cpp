@@ -14,6 +14,7 @@
 #include "runtime/engine_state.hpp"
 #include "runtime/param_init.hpp"
 #include "runtime/preflight.hpp"
+#include "tiers/store_probe.hpp"
 
 namespace strata::runtime::detail {
 namespace {
@@ -181,19 +182,43 @@ bool EngineState::open_store(std::vector<tiers::ExtentSpec> extents) {
     return false;
   }
   const NvmeTierConfig& nvme = config_.tiers.nvme;
+  const bool resume = resume_decided();
   io_engine_ = io::make_io_engine(io_options_of(nvme, options_.faults));
   tiers::NvmeStoreOptions store_options;
   for (const std::string& path : nvme.paths) store_options.paths.emplace_back(path);
   store_options.rank = rank_;
   store_options.ranks = ranks_;
   store_options.durable = nvme.fsync;
-  store_options.mode =
-      options_.resume ? tiers::StoreOpenMode::kResume : tiers::StoreOpenMode::kCreate;
-  record_or_check_store_model(*this, options_.resume);  // runtime/checkpoint.hpp
+  store_options.mode = resume ? tiers::StoreOpenMode::kResume : tiers::StoreOpenMode::kCreate;
+  record_or_check_store_model(*this, resume);  // runtime/checkpoint.hpp
   store_ = std::make_unique<tiers::NvmeStore>(*io_engine_, store_options, std::move(extents));
   if (!store_->resumed() || !store_->committed_step().has_value()) return false;
   progress_.step = *store_->committed_step();
   return true;
+}
+
+// Resume, start afresh, or refuse: EngineOptions resume / overwrite, else [tiers.nvme]
+// on_existing. Decided from the manifests alone, before any file is created or truncated, so a
+// refusal leaves the store byte for byte as it was. A store committed only at step 0 holds no
+// training (the seed or an import recreates it) and is overwritten without asking.
+bool EngineState::resume_decided() const {
+  if (options_.resume && options_.overwrite) {
+    throw std::invalid_argument("resume and overwrite both asked: choose one");
+  }
+  if (options_.resume) return true;
+  const NvmeTierConfig& nvme = config_.tiers.nvme;
+  const std::filesystem::path directory = nvme.paths.front();
+  const std::optional<std::uint64_t> step = tiers::committed_step_on_disk(directory, rank_);
+  if (options_.overwrite || !step || *step == 0) return false;
+  if (nvme.on_existing == OnExistingStore::kOverwrite) return false;
+  if (nvme.on_existing == OnExistingStore::kResume) return true;
+  throw CommittedStoreExists(
+      fmt::format("the NVMe store at {} (rank {}) holds {} committed at step {}: starting afresh "
+                  "would overwrite it. Resume it (strata-finetune --resume, or [tiers.nvme] "
+                  "on_existing = \"resume\"), or discard it explicitly (--overwrite, or "
+                  "on_existing = \"overwrite\")",
+                  directory.string(), rank_, describe_stored_model(*this), *step),
+      *step);
 }
 
 // Resumed: parameters homed in memory are derived from the committed master weights.

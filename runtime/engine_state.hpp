@@ -162,6 +162,8 @@ class EngineState final : public tiers::ResidencyClient {
   std::vector<tiers::ExtentSpec> plan_homes();
   void check_budgets(const std::vector<tiers::ExtentSpec>& extents) const;
   void allocate();
+  // Whether open_store resumes; throws CommittedStoreExists when policy refuses a fresh start.
+  bool resume_decided() const;
   // Opens the NVMe store when state is homed there; true when it resumed a committed step.
   bool open_store(std::vector<tiers::ExtentSpec> extents);
   void initialise_fresh();

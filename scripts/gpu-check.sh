@@ -59,5 +59,5 @@ grads = "device"
 optimizer = "$optimizer"
 EOF
   ./build/release/runtime/strata bench step "$bench_dir/step-$optimizer.toml" --device cuda \
-    --params 1e8 --unit-params 1e7 --steps 2
+    --params 1e8 --unit-params 1e7 --steps 2 --overwrite
 done

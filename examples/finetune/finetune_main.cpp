@@ -56,6 +56,7 @@ struct Options {
   std::uint32_t blas_threads = 0;
   std::string device = "host";
   bool resume = false;
+  bool overwrite = false;
 };
 
 strata::tiers::DeviceKind device_kind(const std::string& name) {
@@ -101,6 +102,7 @@ int run_model(const Options& options, const strata::runtime::Config& config) {
   hf.eval_batches = options.eval_batches;
   hf.blas_threads = options.blas_threads;
   hf.resume = options.resume;
+  hf.overwrite = options.overwrite;
   hf.summary_json = options.summary_json;
   return strata::examples::run_hf_finetune(config, hf);
 }
@@ -161,6 +163,7 @@ int run(const Options& options) {
   for (const std::string& path : options.data) trainer_options.data.emplace_back(path);
   trainer_options.eval_batches = options.eval_batches;
   trainer_options.resume = options.resume;
+  trainer_options.overwrite = options.overwrite;
   trainer_options.tracer = options.trace.empty() ? nullptr : &tracer;
   strata::examples::GptTrainer trainer(config, *device, *comm, trainer_options);
   if (!options.init.empty()) trainer.load_weights(options.init);
@@ -196,7 +199,8 @@ int main(int argc, char** argv) {
   CLI::App app{"strata-finetune: fine-tune a GPT through strata's ZeRO-3 engine"};
   Options options;
   app.add_option("--config", options.config, "TOML config (examples/configs/*.toml)")->required();
-  app.add_option("--steps", options.steps, "optimizer steps (default 100)")
+  app.add_option("--steps", options.steps,
+                 "the run's total optimizer steps (default 100): a resumed run ends at this step")
       ->check(CLI::Range(1u, 10'000'000u));
   app.add_option("--data", options.data,
                  "text files or directories (default: /usr/share/common-licenses); with "
@@ -234,7 +238,12 @@ int main(int argc, char** argv) {
                  "host-emulated device), cuda (the GPU of [tiers.device] index: cuBLAS and "
                  "kernels) or auto (cuda when usable)")
       ->check(CLI::IsMember({"host", "cuda", "auto"}));
-  app.add_flag("--resume", options.resume, "continue from the NVMe store's committed step");
+  app.add_flag("--resume", options.resume,
+               "continue from the NVMe store's committed step (--steps stays the run's total)");
+  app.add_flag("--overwrite", options.overwrite,
+               "start afresh even when the NVMe store holds a committed step (it is lost); "
+               "without it such a start is refused")
+      ->excludes("--resume");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(options);

@@ -31,6 +31,7 @@ struct TrainerOptions {
       data;                        // empty: the licence texts under /usr/share/common-licenses
   std::uint32_t eval_batches = 4;  // validation batches per evaluation
   bool resume = false;             // continue from the NVMe store's committed step
+  bool overwrite = false;          // start afresh even over a committed store (EngineOptions)
   runtime::Tracer* tracer = nullptr;
 };
 

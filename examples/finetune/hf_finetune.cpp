@@ -31,6 +31,7 @@ llm::LlmTrainerOptions trainer_options(const runtime::Config& config,
   trainer.activation_checkpointing = options.activation_checkpointing;
   trainer.eval_batches = options.eval_batches;
   trainer.resume = options.resume;
+  trainer.overwrite = options.overwrite;
   return trainer;
 }
 

@@ -29,6 +29,7 @@ struct HfFinetuneOptions {
   std::uint32_t eval_batches = 4;
   std::uint32_t blas_threads = 0;
   bool resume = false;
+  bool overwrite = false;
   std::string summary_json;
 };
 

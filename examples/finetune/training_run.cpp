@@ -29,8 +29,17 @@ std::string describe_optimizer(const runtime::OptimizerConfig& optimizer) {
 
 void print_start_notes(const runtime::OptimizerConfig& optimizer, std::uint64_t first_step,
                        std::uint32_t steps) {
-  if (first_step > 0) std::cout << fmt::format("  resumed at step {} from the NVMe store\n", first_step);
-  const std::uint64_t last_step = first_step + steps;
+  const std::uint64_t last_step = run_end_step(first_step, steps);
+  if (first_step >= steps && first_step > 0) {
+    std::cout << fmt::format(
+        "  resumed at step {} from the NVMe store: the run (--steps {}) is already complete, "
+        "nothing to train\n",
+        first_step, steps);
+  } else if (first_step > 0) {
+    std::cout << fmt::format(
+        "  resumed at step {} from the NVMe store: {} steps left to reach --steps {}\n", first_step,
+        steps - first_step, steps);
+  }
   if (optimizer.schedule == runtime::LrScheduleKind::kConstant ||
       last_step <= optimizer.lr_decay_steps) {
     return;

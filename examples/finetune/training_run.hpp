@@ -19,8 +19,15 @@
 
 namespace strata::examples {
 
+// --steps is a run's total, not a count from the resume point: the same command line restarted
+// after a crash ends at the same step, with the same schedule end, as the uninterrupted run.
+// The step a run of `total_steps` ends at, resumed at `committed_step` (never before it).
+inline std::uint64_t run_end_step(std::uint64_t committed_step, std::uint64_t total_steps) {
+  return committed_step > total_steps ? committed_step : total_steps;
+}
+
 struct RunOptions {
-  std::uint32_t steps = 100;
+  std::uint32_t steps = 100;  // the run's total (run_end_step)
   std::uint32_t eval_every = 25;  // 0: validation only at the start and after the last step
   std::uint32_t ranks = 1;
   bool lead = true;  // prints
@@ -28,7 +35,7 @@ struct RunOptions {
 
 // The run's figures; tokens summed over ranks.
 struct RunTotals {
-  std::uint32_t steps = 0;
+  std::uint64_t steps = 0;  // trained in this run
   double initial_val_loss = 0;
   double final_val_loss = 0;
   std::uint64_t tokens = 0;
@@ -41,8 +48,8 @@ struct RunTotals {
 
 // "adamw, lr 0.0003, weight decay 0.1 (...), warm-up 10 steps, cosine decay to 3e-05 at step 100".
 std::string describe_optimizer(const runtime::OptimizerConfig& optimizer);
-// Printed before the first step: "resumed at step N" when first_step > 0, and a note when the run's
-// last step, first_step + steps, lies past lr_decay_steps.
+// Printed before the first step: "resumed at step N: M steps left" when first_step > 0, and a note
+// when the run's last step (run_end_step) lies past lr_decay_steps.
 void print_start_notes(const runtime::OptimizerConfig& optimizer, std::uint64_t first_step,
                          std::uint32_t steps);
 void print_validation(std::uint64_t step, double val_loss);
@@ -72,12 +79,13 @@ void print_step(const Report& report, std::uint32_t ranks) {
 template <class Trainer>
 RunTotals run_training(Trainer& trainer, const RunOptions& options) {
   RunTotals totals;
-  totals.steps = options.steps;
   totals.initial_val_loss = trainer.validation_loss();
   totals.final_val_loss = totals.initial_val_loss;
   if (options.lead) print_validation(trainer.engine().step_count(), totals.initial_val_loss);
   const std::uint64_t first_step = trainer.engine().step_count();
-  while (trainer.engine().step_count() < first_step + options.steps) {
+  const std::uint64_t last_step = run_end_step(first_step, options.steps);
+  totals.steps = last_step - first_step;
+  while (trainer.engine().step_count() < last_step) {
     const auto report = trainer.train_step();
     totals.tokens += report.tokens * options.ranks;
     totals.train_s += report.total_s;
@@ -85,7 +93,8 @@ RunTotals run_training(Trainer& trainer, const RunOptions& options) {
     totals.nvme_written_bytes += report.optimizer.nvme.written_bytes;
     if (options.lead) print_step(report, options.ranks);
     const std::uint64_t done = trainer.engine().step_count() - first_step;
-    if ((options.eval_every != 0 && done % options.eval_every == 0) || done == options.steps) {
+    if ((options.eval_every != 0 && done % options.eval_every == 0) ||
+        trainer.engine().step_count() == last_step) {
       totals.final_val_loss = trainer.validation_loss();
       if (options.lead) print_validation(trainer.engine().step_count(), totals.final_val_loss);
     }

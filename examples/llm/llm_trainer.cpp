@@ -71,6 +71,7 @@ LlmTrainer::LlmTrainer(const runtime::Config& config, tiers::Device& device,
   runtime::EngineOptions engine_options;
   engine_options.grad_accumulation = options.grad_accumulation;
   engine_options.resume = options.resume;
+  engine_options.overwrite = options.overwrite;
   engine_options.tracer = options.tracer;
   engine_ = std::make_unique<runtime::Engine>(config, device, comm, engine_options);
   std::size_t largest = 0;

@@ -44,6 +44,7 @@ struct LlmTrainerOptions {
   bool activation_checkpointing = false;
   bool load_weights = true;                   // false: the Engine's seeded initialisation
   bool resume = false;                        // continue from the NVMe store's committed step
+  bool overwrite = false;                     // start afresh even over a committed store
   runtime::Tracer* tracer = nullptr;
 };
 

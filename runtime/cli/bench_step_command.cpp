@@ -42,6 +42,7 @@ struct StepBenchOptions {
   std::uint32_t steps = 2;
   std::string device = "host";
   bool json = false;
+  bool overwrite = false;  // start over a store that holds a committed step (a training run's)
 };
 
 std::uint64_t parse_count(const std::string& text, const char* option) {
@@ -74,8 +75,9 @@ double median(std::vector<double> values) {
 // pipeline alone and the real step, so both see the same files and the same machine noise.
 Timings run_steps(const runtime::Config& config, tiers::Device& device,
                   runtime::comm::Communicator& comm, std::uint64_t params,
-                  std::uint64_t unit_params, std::uint32_t steps) {
-  runtime::Engine engine(config, device, comm);
+                  std::uint64_t unit_params, std::uint32_t steps,
+                  const runtime::EngineOptions& engine_options) {
+  runtime::Engine engine(config, device, comm, engine_options);
   std::vector<runtime::UnitId> units;
   for (std::uint64_t begin = 0, index = 0; begin < params; begin += unit_params, ++index) {
     const std::uint64_t count = std::min(unit_params, params - begin);
@@ -180,7 +182,8 @@ int run(const StepBenchOptions& options) {
   }
 #endif
   runtime::comm::Communicator& comm = device_comm ? *device_comm : *host_comm;
-  const Timings timings = run_steps(config, *device, comm, params, unit_params, options.steps);
+  const Timings timings = run_steps(config, *device, comm, params, unit_params, options.steps,
+                                    runtime::EngineOptions{.overwrite = options.overwrite});
   const double adam_per_step = time_adam(config, params, options.steps) / options.steps;
   const double t_io = median(timings.io_s);
   const double t_step = median(timings.step_s);
@@ -237,6 +240,9 @@ void add_bench_step_command(CLI::App& bench) {
   command->add_option("--device", options->device, "host (default), cuda or auto")
       ->check(CLI::IsMember({"host", "cuda", "auto"}));
   command->add_flag("--json", options->json, "print one JSON object");
+  command->add_flag("--overwrite", options->overwrite,
+                    "run over an NVMe store that holds a committed step (its state is lost); "
+                    "without it that is refused");
   command->callback([options] {
     const int code = run(*options);
     if (code != 0) throw CLI::RuntimeError(code);

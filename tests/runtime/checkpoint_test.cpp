@@ -151,6 +151,10 @@ void expect_load_error(TrainedModel& target, const std::filesystem::path& checkp
   EXPECT_EQ(target.engine->step_count(), 0u);
 }
 
+// The models that load a checkpoint start afresh in the NVMe path of the run that saved it (a store
+// only under STRATA_FORCE_NVME=1, whose committed step they overwrite on purpose).
+const EngineOptions kOverSaved{.overwrite = true};
+
 TEST(Checkpoint, AnotherModelShapeDtypeOrOptimizerIsRefusedByName) {
   ScratchDir dir;
   const std::filesystem::path checkpoint = dir.path() / "ckpt";
@@ -160,25 +164,25 @@ TEST(Checkpoint, AnotherModelShapeDtypeOrOptimizerIsRefusedByName) {
     saved.engine->save(checkpoint);
   }
   {
-    TrainedModel wider(engine_test_config(dir.path().string()), {}, {24, 72, 41, 8});
+    TrainedModel wider(engine_test_config(dir.path().string()), kOverSaved, {24, 72, 41, 8});
     expect_load_error(wider, checkpoint,
                       "tensor 'layer1.w' of shape [72, 40]; this model has 'layer1.w' of shape "
                       "[72, 41]");
   }
   {
-    TrainedModel deeper(engine_test_config(dir.path().string()), {}, {24, 72, 40, 8, 8});
+    TrainedModel deeper(engine_test_config(dir.path().string()), kOverSaved, {24, 72, 40, 8, 8});
     expect_load_error(deeper, checkpoint, "holds 3 units; this model has 4");
   }
   {
     Config fp16 = engine_test_config(dir.path().string());
     fp16.precision.params = DType::kFp16;
-    TrainedModel other(fp16);
+    TrainedModel other(fp16, kOverSaved);
     expect_load_error(other, checkpoint, "trained with bf16 parameters; this run has fp16");
   }
   {
     Config lion = engine_test_config(dir.path().string());
     lion.optimizer.type = OptimizerType::kLion;
-    TrainedModel other(lion);
+    TrainedModel other(lion, kOverSaved);
     expect_load_error(other, checkpoint, "holds adamw optimizer state; this run uses lion");
   }
 }
@@ -191,7 +195,7 @@ TEST(Checkpoint, CorruptTruncatedOrMissingFilesAreRefused) {
     saved.train(1);
     saved.engine->save(checkpoint);
   }
-  TrainedModel target(engine_test_config(dir.path().string()));
+  TrainedModel target(engine_test_config(dir.path().string()), kOverSaved);
   const std::filesystem::path shard = checkpoint / "rank00000.bin";
   {  // One flipped byte in a shard: the segment checksum catches it.
     std::fstream file(shard, std::ios::in | std::ios::out | std::ios::binary);

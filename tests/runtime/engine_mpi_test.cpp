@@ -80,7 +80,9 @@ TEST(EngineMpi, Zero3MatchesPlainDataParallelism) {
   // and averaged over the real ranks before the update.
   comm::LocalComm local;
   auto device = host_device(config);
-  Engine replica(config, *device, local);
+  // Rank 0's replica starts afresh in the NVMe path where the sharded run's rank 0 committed
+  // (under STRATA_FORCE_NVME=1): on purpose.
+  Engine replica(config, *device, local, EngineOptions{.overwrite = true});
   TinyMlp model(kWidths, 8, 100 + static_cast<std::uint32_t>(world().rank()));
   model.add_units(replica);
   replica.finalize();

@@ -170,8 +170,9 @@ TEST(Engine, KnobsDoNotChangeTheResult) {
     config.zero.sub_group_size = knobs.sub_group_size;
     config.zero.persistence_threshold = knobs.persistence_threshold;
     for (Access access : {Access::kAuto, Access::kStaged}) {
+      // The second access path starts afresh over the first one's store, on purpose.
       expect_bitwise_equal(
-          reference, train(config, kSteps, with_access(access)),
+          reference, train(config, kSteps, with_access(access, EngineOptions{.overwrite = true})),
           fmt::format("prefetch {} buffers {} threads {} sub-group {} persist {} {} path",
                       knobs.prefetch_depth, knobs.buffer_count, knobs.threads, knobs.sub_group_size,
                       knobs.persistence_threshold, access_name(access)));

@@ -3,9 +3,11 @@
 // folder; strata-eval --json prints the perplexity the
 // library computes; strata-generate --json prints the prompt's ids and the ids generate() gives;
 // strata plan --model takes the parameter count from config.json; a malformed data line stops
-// strata-finetune with file:line.
+// strata-finetune with file:line; --steps is the run's total across a resume, and a fresh start
+// over a committed store is refused until --overwrite.
 #include <cmath>
 #include <fstream>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -95,6 +97,43 @@ TEST_F(Programs, FinetuneExportEvalGenerate) {
   const std::vector<std::int32_t> ids = generate(hf, weights, prompt_ids, options);
   EXPECT_EQ(generated["ids"].get<std::vector<std::int32_t>>(), ids);
   EXPECT_EQ(generated["text"].get<std::string>(), tokenizer.decode(ids, true));
+}
+
+// --steps is the run's total: 3 steps of a 5-step command, then the same command with --resume,
+// end at step 5 with exported weights bitwise equal to the uninterrupted run's; starting afresh
+// over that committed store is refused (the store named) until --overwrite.
+TEST_F(Programs, TheSameStepsRestartedFinishesTheSameRunAndAFreshStartIsRefused) {
+  const auto finetune = [&](const std::string& store, const std::string& arguments) {
+    const std::filesystem::path store_config = scratch.path() / (store + ".toml");
+    std::string toml = read_text_file(config);
+    toml.replace(toml.find("/nvme\""), 6, "/" + store + "\"");
+    std::ofstream(store_config) << toml;
+    return run(std::string(STRATA_FINETUNE) + " --model " + model.string() + " --data " +
+               text.string() + " --config " + store_config.string() +
+               " --eval-every 0 --eval-batches 1 --blas-threads 1 --export-dtype fp32 " + arguments);
+  };
+  const std::filesystem::path straight = scratch.path() / "straight";
+  auto [log, status] = finetune("a", "--steps 5 --export " + straight.string());
+  ASSERT_EQ(status, 0) << log;
+  std::tie(log, status) = finetune("b", "--steps 3");
+  ASSERT_EQ(status, 0) << log;
+  const std::filesystem::path resumed = scratch.path() / "resumed";
+  std::tie(log, status) = finetune("b", "--steps 5 --resume --export " + resumed.string());
+  ASSERT_EQ(status, 0) << log;
+  EXPECT_NE(log.find("resumed at step 3 from the NVMe store: 2 steps left to reach --steps 5"),
+            std::string::npos)
+      << log;
+  EXPECT_TRUE(read_text_file(resumed / "model.safetensors") ==
+              read_text_file(straight / "model.safetensors"))
+      << "the resumed run's weights differ from the uninterrupted run's";
+
+  std::tie(log, status) = finetune("b", "--steps 5");
+  EXPECT_EQ(status, 1) << log;
+  EXPECT_NE(log.find((scratch.path() / "b").string()), std::string::npos) << log;
+  EXPECT_NE(log.find("committed at step 5"), std::string::npos) << log;
+  std::tie(log, status) = finetune("b", "--steps 1 --overwrite");
+  ASSERT_EQ(status, 0) << log;
+  EXPECT_EQ(log.find("resumed"), std::string::npos) << log;
 }
 
 TEST_F(Programs, PlanTakesTheParameterCountFromConfigJson) {
