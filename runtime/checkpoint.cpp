@@ -11,6 +11,7 @@
 #include "base/assert.hpp"
 #include "io/file_handle.hpp"
 #include "io/whole_file.hpp"
+#include "runtime/checkpoint_rotation.hpp"
 #include "runtime/engine_state.hpp"
 #include "runtime/safetensors.hpp"
 
@@ -97,17 +98,6 @@ void read_segment(const io::FileHandle& file, std::uint64_t offset, std::span<st
         "checkpoint file {} ends at {} bytes; the manifest needs bytes up to {} (truncated)",
         file.path(), offset + got, offset + out.size()));
   }
-}
-
-std::filesystem::path with_suffix(const std::filesystem::path& dir, std::string_view suffix) {
-  std::filesystem::path result = dir;
-  result += suffix;
-  return result;
-}
-
-std::filesystem::path parent_of(const std::filesystem::path& dir) {
-  const std::filesystem::path absolute = std::filesystem::absolute(dir);
-  return absolute.parent_path();
 }
 
 nlohmann::json read_manifest(const std::filesystem::path& dir) {
@@ -279,17 +269,12 @@ nlohmann::json make_manifest(const EngineState& state,
   return manifest;
 }
 
-// Writes the manifest into the complete temporary directory, then swaps it in:
-// <dir> -> <dir>.old, <dir>.tmp -> <dir>, drop <dir>.old, every step durable.
+// Writes the manifest into the complete temporary directory (the last file: its presence marks
+// the directory complete), then swaps it in (checkpoint_rotation.hpp).
 void publish(const nlohmann::json& manifest, const std::filesystem::path& temporary,
              const std::filesystem::path& dir) {
-  io::write_file_atomically(temporary / kManifestName, manifest.dump(1));  // fsyncs it, `temporary`
-  const std::filesystem::path old = with_suffix(dir, ".old");
-  std::filesystem::remove_all(old);
-  if (std::filesystem::exists(dir)) std::filesystem::rename(dir, old);
-  std::filesystem::rename(temporary, dir);
-  io::sync_directory(parent_of(dir));
-  std::filesystem::remove_all(old);
+  io::write_file_atomically(temporary / kManifestName, manifest.dump(1));  // fsyncs file, `temporary`
+  publish_checkpoint(dir);
 }
 
 // Reads a checkpoint written by any rank count: this rank's new shard of each unit is cut from
@@ -403,12 +388,9 @@ void save_checkpoint(EngineState& state, const std::filesystem::path& requested)
   STRATA_ASSERT(state.finalized(), "save before finalize");
   const std::filesystem::path dir = directory_name(requested);
   comm::Communicator& comm = state.comm();
-  const std::filesystem::path temporary = with_suffix(dir, ".tmp");
+  const std::filesystem::path temporary = staging_path(dir);
   collectively(comm, "checkpoint save (preparing the directory)", [&] {
-    if (state.rank() == 0) {
-      std::filesystem::remove_all(temporary);
-      std::filesystem::create_directories(temporary);
-    }
+    if (state.rank() == 0) prepare_staging(dir);
   });
   state.drain_gradient_writes();
   std::vector<std::uint64_t> checksums;
@@ -429,12 +411,10 @@ void save_checkpoint(EngineState& state, const std::filesystem::path& requested)
 
 void load_checkpoint(EngineState& state, const std::filesystem::path& requested) {
   STRATA_ASSERT(state.finalized(), "load before finalize");
-  std::filesystem::path dir = directory_name(requested);
-  // A crash between the two renames of save() leaves only <dir>.old, complete.
-  if (!std::filesystem::exists(dir / kManifestName) &&
-      std::filesystem::exists(with_suffix(dir, ".old") / kManifestName)) {
-    dir = with_suffix(dir, ".old");
-  }
+  // A crash during save() may leave the newest complete checkpoint under <dir>.tmp or <dir>.old.
+  const std::filesystem::path requested_dir = directory_name(requested);
+  const std::filesystem::path dir =
+      newest_complete_checkpoint(requested_dir).value_or(requested_dir);
   TrainingProgress progress;
   // shards[u][k]: this rank's new shard (shard_numel, zero padded) of saved kind k of unit u.
   std::vector<std::vector<std::vector<float>>> shards(state.units().size());

@@ -8,10 +8,10 @@
 //                   per rank file the byte range and XXH3 checksum of every (unit, kind) segment
 //   rank<R>.bin     rank R's shard of every unit, real elements only, fp32: master, then each
 //                   optimizer moment the optimizer keeps
-// It is written under "<dir>.tmp", every file fsynced, then renamed to <dir> (an existing <dir>
-// moves to "<dir>.old" first and is removed after), and the parent directory fsynced: a reader sees
-// the old checkpoint or the complete new one. load() falls back to "<dir>.old" when a crash left
-// only that.
+// It is written under "<dir>.tmp", every file fsynced, the manifest last, then swapped in as <dir>
+// (checkpoint_rotation.hpp: an existing complete <dir> moves to "<dir>.old", removed once the new
+// one is in place; every step durable). load() reads the newest complete one of "<dir>.tmp",
+// <dir> and "<dir>.old", so a crash at any point loses nothing that was complete.
 //
 // Loading reshards: each rank reads, from whichever old ranks' files hold them, the elements of
 // its own shard under the current rank count. Another model shape, parameter dtype or optimizer

@@ -1,5 +1,6 @@
 #include "tiers/nvme_store.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <variant>
 
@@ -237,6 +238,19 @@ void NvmeStore::create_files(std::uint64_t logical_bytes) {
   for (int copy = 0; copy < 2; ++copy) {
     manifest_files_[copy] = engine_->open_file(manifest_path(copy), manifest_bytes_, mode);
   }
+  if (options_.durable) sync_directories();
+}
+
+void NvmeStore::sync_directories() {
+  // The files may have just been created: without an fsync of their directories a power loss can
+  // drop the entries, and with them every commit made into the files. Through the engine (not
+  // io::sync_directory) so its fault injector sees, and can fail, these fsyncs too.
+  std::vector<std::filesystem::path> synced;
+  for (const std::filesystem::path& directory : options_.paths) {
+    if (std::find(synced.begin(), synced.end(), directory) != synced.end()) continue;
+    synced.push_back(directory);
+    engine_->sync(engine_->add_file(io::FileHandle::open_directory(directory))).get();
+  }
 }
 
 std::uint64_t NvmeStore::layout_hash() const {
@@ -284,10 +298,9 @@ std::vector<std::byte> NvmeStore::encode_manifest(std::uint64_t sequence, std::u
   return out;
 }
 
-bool NvmeStore::load_manifest() {
+std::vector<DecodedManifest> NvmeStore::read_valid_manifests(std::string& reasons) {
   io::AlignedBuffer buffer = io::AlignedBuffer::allocate(manifest_bytes_);
-  std::optional<DecodedManifest> best;
-  std::string reasons;
+  std::vector<DecodedManifest> valid;
   for (int copy = 0; copy < 2; ++copy) {
     if (manifest_sizes_on_disk_[copy] < manifest_bytes_) {
       reasons +=
@@ -301,27 +314,29 @@ bool NvmeStore::load_manifest() {
       reasons += fmt::format("; {}: {}", manifest_path(copy).string(), *reason);
       continue;
     }
-    DecodedManifest& manifest = std::get<DecodedManifest>(decoded);
-    if (!best || manifest.sequence > best->sequence) best = std::move(manifest);
+    valid.push_back(std::move(std::get<DecodedManifest>(decoded)));
   }
-  if (!best) {
-    throw StoreCorruption(
-        fmt::format("no valid store manifest for rank {}{}", options_.rank, reasons));
+  std::sort(valid.begin(), valid.end(),
+            [](const auto& a, const auto& b) { return a.sequence > b.sequence; });
+  return valid;
+}
+
+void NvmeStore::check_layout(const DecodedManifest& manifest) const {
+  if (manifest.ranks != options_.ranks || manifest.rank != options_.rank) {
+    throw StoreMismatch(
+        fmt::format("the NVMe store at {} was written by rank {} of {} ranks; this "
+                    "run is rank {} of {}",
+                    options_.paths.front().string(), manifest.rank, manifest.ranks, options_.rank,
+                    options_.ranks));
   }
-  if (best->ranks != options_.ranks || best->rank != options_.rank) {
-    throw StoreMismatch(fmt::format(
-        "the NVMe store at {} was written by rank {} of {} ranks; this "
-        "run is rank {} of {}",
-        options_.paths.front().string(), best->rank, best->ranks, options_.rank, options_.ranks));
-  }
-  if (best->records.size() != extents_.size()) {
+  if (manifest.records.size() != extents_.size()) {
     throw StoreMismatch(
         fmt::format("the NVMe store at {} holds {} extents; this model needs {} "
                     "(another model shape)",
-                    options_.paths.front().string(), best->records.size(), extents_.size()));
+                    options_.paths.front().string(), manifest.records.size(), extents_.size()));
   }
   for (std::size_t i = 0; i < extents_.size(); ++i) {
-    const DecodedManifest::Record& record = best->records[i];
+    const DecodedManifest::Record& record = manifest.records[i];
     const ExtentSpec& spec = extents_[i].spec;
     if (record.name != spec.name || record.length != spec.length_bytes) {
       throw StoreMismatch(
@@ -330,11 +345,66 @@ bool NvmeStore::load_manifest() {
                       options_.paths.front().string(), i, record.name, record.length, spec.name,
                       spec.length_bytes));
     }
+  }
+  STRATA_ASSERT(manifest.layout_hash == layout_hash(), "layout hash differs for an equal layout");
+}
+
+std::string NvmeStore::first_bad_slot(const DecodedManifest& manifest,
+                                      const DecodedManifest& other) {
+  for (std::size_t i = 0; i < extents_.size(); ++i) {
+    const DecodedManifest::Record& record = manifest.records[i];
+    const DecodedManifest::Record& theirs = other.records[i];
+    if (record.has_data == 0 || (theirs.has_data != 0 && theirs.slot == record.slot &&
+                                 theirs.checksum == record.checksum)) {
+      continue;  // nothing to read, or the same bytes both name
+    }
+    const Extent& extent = extents_[i];
+    io::AlignedBuffer buffer = io::AlignedBuffer::allocate(extent.slot_bytes);
+    swap_->read(extent.offset_bytes + record.slot * extent.slot_bytes, buffer.span()).get();
+    if (checksum(buffer.span().first(extent.spec.length_bytes)) != record.checksum) {
+      return describe(extent, record.slot);
+    }
+  }
+  return {};
+}
+
+bool NvmeStore::load_manifest() {
+  std::string reasons;
+  const std::vector<DecodedManifest> valid = read_valid_manifests(reasons);
+  if (valid.empty()) {
+    throw StoreCorruption(
+        fmt::format("no valid store manifest for rank {}{}", options_.rank, reasons));
+  }
+  for (const DecodedManifest& manifest : valid) check_layout(manifest);
+  // With two valid copies, the newer is taken only if the slots where it differs from the older
+  // hold its bytes: a commit whose manifest reached the disk though its fsync failed, followed by
+  // writes into its slots (or a lost data write), falls back to the older commit, whose slots
+  // were never written after it.
+  std::size_t chosen = 0;
+  if (valid.size() == 2) {
+    const std::string newer_bad = first_bad_slot(valid[0], valid[1]);
+    if (!newer_bad.empty()) {
+      const std::string older_bad = first_bad_slot(valid[1], valid[0]);
+      if (!older_bad.empty()) {
+        throw StoreCorruption(fmt::format(
+            "neither store manifest of rank {} matches the data: sequence {} (step {}) fails its "
+            "checksum in {}, sequence {} (step {}) in {}",
+            options_.rank, valid[0].sequence, valid[0].step, newer_bad, valid[1].sequence,
+            valid[1].step, older_bad));
+      }
+      chosen = 1;
+    }
+  }
+  const DecodedManifest& best = valid[chosen];
+  for (std::size_t i = 0; i < extents_.size(); ++i) {
+    const DecodedManifest::Record& record = best.records[i];
     extents_[i].committed = {record.has_data != 0, record.slot, record.step, record.checksum};
   }
-  STRATA_ASSERT(best->layout_hash == layout_hash(), "layout hash differs for an equal layout");
-  manifest_sequence_ = best->sequence;
-  if (best->step != kNoStep) committed_step_ = best->step;
+  // After a fallback the rejected copy still decodes and names slots the next step writes:
+  // invalidated before the first write, then the next commit overwrites it.
+  manifest_sequence_ = best.sequence;
+  manifest_in_doubt_ = chosen == 1;
+  if (best.step != kNoStep) committed_step_ = best.step;
   return true;
 }
 
@@ -361,6 +431,8 @@ std::string NvmeStore::describe(const Extent& extent, std::uint8_t slot) const {
 io::Ticket NvmeStore::write(ExtentId id, std::span<const std::byte> data) {
   Extent& extent = extents_[id];
   STRATA_ASSERT(data.size() == extent.slot_bytes, "write buffer must be slot_bytes long");
+  // A failed commit may have left a durable manifest naming the slot about to be written.
+  if (manifest_in_doubt_) invalidate_doubtful_manifest();
   // Replacing a pending write: let the first finish so the two never race on one slot.
   if (extent.pending_write.valid()) extent.pending_write.wait();
   SlotState next;
@@ -395,6 +467,18 @@ StoreRead NvmeStore::read(ExtentId id, std::span<std::byte> buffer) {
   return read;
 }
 
+void NvmeStore::invalidate_doubtful_manifest() {
+  // The copy the failed commit wrote (the next sequence's) is overwritten with zeros, which no
+  // decoder accepts, and made durable: then only the committed manifest can name slots, and the
+  // slots it names are never the ones written next. If this fails too, write() throws before
+  // touching any slot and the store stays in doubt.
+  const io::FileId file = manifest_files_[(manifest_sequence_ + 1) % 2];
+  const io::AlignedBuffer zeros = io::AlignedBuffer::allocate(manifest_bytes_);  // zeroed
+  engine_->submit(io::IoRequest::write(file, 0, zeros.span())).get();
+  if (options_.durable) engine_->sync(file).get();
+  manifest_in_doubt_ = false;
+}
+
 void NvmeStore::commit(std::uint64_t step) {
   // 1. Every write of this step must have landed; a failed one fails the commit.
   std::exception_ptr failure;
@@ -419,8 +503,16 @@ void NvmeStore::commit(std::uint64_t step) {
   io::AlignedBuffer buffer = io::AlignedBuffer::allocate(encoded.size());
   std::memcpy(buffer.data(), encoded.data(), encoded.size());
   const io::FileId file = manifest_files_[sequence % 2];
-  engine_->submit(io::IoRequest::write(file, 0, buffer.span())).get();
-  if (options_.durable) engine_->sync(file).get();
+  try {
+    engine_->submit(io::IoRequest::write(file, 0, buffer.span())).get();
+    if (options_.durable) engine_->sync(file).get();
+  } catch (...) {
+    // A failed write or fsync says nothing of what reached the disk: this manifest may be durable
+    // and name the slots just written. Until it is invalidated no slot may be written again.
+    manifest_in_doubt_ = true;
+    throw;
+  }
+  manifest_in_doubt_ = false;
   // 4. Only now is the step committed in memory too.
   manifest_sequence_ = sequence;
   committed_step_ = step;

@@ -11,7 +11,16 @@
 // extent's bytes, closed by a checksum of the whole manifest. The manifest has two copies
 // ("strata-rank<R>.manifest.0/.1", on the first path) written alternately and fsynced, so a torn
 // manifest write leaves the other copy intact; opening picks the valid copy with the highest
-// sequence number. After a crash at any instant the store reopens at the last committed step.
+// sequence number, unless the slots where it differs from the other valid copy fail their
+// checksums: then it falls back to the other (so opening reads, once, the extents the newest
+// commit changed). After a crash at any instant the store reopens at the last committed step.
+//
+// A failed manifest write or fsync leaves that manifest possibly durable while the commit failed:
+// before any slot is written again the copy is overwritten with zeros and fsynced, so a manifest
+// that may be on disk never names a slot being overwritten.
+//
+// The swap files' and manifests' directories are fsynced after opening (when durable), so the
+// entries of newly created files survive a power loss.
 //
 // Verification. Every read is checked against the manifest's checksum; a mismatch is a
 // StoreCorruption naming the file, offset, extent and step: corrupt bytes are never used.
@@ -34,6 +43,7 @@
 #include "io/file_handle.hpp"
 #include "io/striped_file.hpp"
 #include "io/ticket.hpp"
+#include "tiers/manifest.hpp"
 
 namespace strata::tiers {
 
@@ -153,7 +163,15 @@ class NvmeStore {
   };
 
   void create_files(std::uint64_t logical_bytes);
+  void sync_directories();
+  void invalidate_doubtful_manifest();
   bool load_manifest();  // false when no manifest exists
+  // The copies that decode, newest sequence first; why the others do not, appended to `reasons`.
+  std::vector<DecodedManifest> read_valid_manifests(std::string& reasons);
+  void check_layout(const DecodedManifest& manifest) const;  // throws StoreMismatch
+  // The first slot where `manifest` names bytes `other` does not and they fail their checksum
+  // (described for a message); empty when all verify.
+  std::string first_bad_slot(const DecodedManifest& manifest, const DecodedManifest& other);
   std::vector<std::byte> encode_manifest(std::uint64_t sequence, std::uint64_t step,
                                          const std::vector<SlotState>& states) const;
   std::uint64_t layout_hash() const;
@@ -171,6 +189,8 @@ class NvmeStore {
   // if the constructor throws, since members are destroyed then).
   io::FileHandle lock_;
   std::uint64_t manifest_sequence_ = 0;
+  // A commit failed after its manifest write was issued: that copy may be durable (see write()).
+  bool manifest_in_doubt_ = false;
   std::optional<std::uint64_t> committed_step_;
   bool resumed_ = false;
   std::uint64_t bytes_written_ = 0;

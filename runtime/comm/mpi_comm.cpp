@@ -25,6 +25,12 @@ using Clock = std::chrono::steady_clock;
 // progressing (stuck outside MPI, over a transport that needs target progress) is reported as
 // missing when this runs out; on one machine the window is shared memory and answers at once.
 constexpr auto kProbeLimit = std::chrono::milliseconds(1000);
+// wait(): polls without sleeping for this long, then sleeps between polls, doubling from
+// kBackoffMin to kBackoffMax. The spin covers a transfer in progress (a 64 MiB exchange on one
+// machine takes ~10-20 ms); kBackoffMax bounds the latency a backed-off wait adds.
+constexpr auto kSpinBeforeBackoff = std::chrono::milliseconds(50);
+constexpr auto kBackoffMin = std::chrono::microseconds(10);
+constexpr auto kBackoffMax = std::chrono::milliseconds(1);
 
 std::string mpi_error_text(int code) {
   char text[MPI_MAX_ERROR_STRING];
@@ -117,6 +123,8 @@ struct MpiComm::State {
   MPI_Win arrivals = MPI_WIN_NULL;
   std::uint64_t* own_arrival = nullptr;  // this rank's slot in the window (shared with its peers)
   std::vector<MPI_Request> requests;     // of the collective in flight (at most 2 per peer)
+  std::size_t point_to_point = 0;  // requests[0, point_to_point) are Irecv/Isend (cancellable)
+  bool buffers_in_flight = false;  // the requests use caller memory (all but the barrier)
   std::vector<MPI_Status> statuses;
   Clock::time_point deadline;
   std::vector<std::byte> scratch;  // grows to the largest reduction seen, then is reused
@@ -167,6 +175,12 @@ MpiComm::~MpiComm() {
   if (state_->comm != MPI_COMM_NULL) MPI_Comm_free(&state_->comm);
 }
 
+std::size_t MpiComm::pending_requests() const {
+  return static_cast<std::size_t>(
+      std::count_if(state_->requests.begin(), state_->requests.end(),
+                    [](MPI_Request request) { return request != MPI_REQUEST_NULL; }));
+}
+
 void MpiComm::check(int mpi_result, Collective collective, std::string_view call) {
   if (mpi_result == MPI_SUCCESS) return;
   MpiError error(rank_, collective, call, mpi_result, mpi_error_text(mpi_result));
@@ -197,12 +211,16 @@ void MpiComm::begin(Collective collective) {
 }
 
 void MpiComm::wait(Collective collective) {
-  // Spin on MPI_Testall, yielding the core between polls. Open MPI advances a large transfer only
-  // inside MPI calls (its shared-memory pipeline moves a fragment or so per call), so any sleep
-  // between polls caps the bandwidth: a 1 ms backoff made 4 MiB all-gathers 3-4x slower than
-  // MPI_Allgather. This is what a blocking MPI call does with mpi_yield_when_idle.
+  // Poll MPI_Testall, yielding the core, for the first kSpinBeforeBackoff: Open MPI advances a
+  // large transfer only inside MPI calls (its shared-memory pipeline moves a fragment or so per
+  // call), so sleeping between polls of a transfer in progress caps its bandwidth (a 1 ms backoff
+  // made 4 MiB all-gathers 3-4x slower than MPI_Allgather). A wait longer than that is a rank
+  // waiting for a slower peer: the polls then back off exponentially to kBackoffMax, so a waiting
+  // rank leaves its core to the work beside it (CPU Adam) instead of spinning.
   auto& requests = state_->requests;
   const int count = static_cast<int>(requests.size());
+  const Clock::time_point spin_until = Clock::now() + kSpinBeforeBackoff;
+  Clock::duration backoff = kBackoffMin;
   for (;;) {
     int done = 0;
     const int result = MPI_Testall(count, requests.data(), &done, state_->statuses.data());
@@ -217,8 +235,43 @@ void MpiComm::wait(Collective collective) {
       requests.clear();
       return;
     }
-    if (Clock::now() >= state_->deadline) fail_timeout(collective);
-    std::this_thread::yield();
+    const Clock::time_point now = Clock::now();
+    if (now >= state_->deadline) fail_timeout(collective);
+    if (now < spin_until) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::min<Clock::duration>(backoff, state_->deadline - now));
+      backoff = std::min<Clock::duration>(2 * backoff, kBackoffMax);
+    }
+  }
+}
+
+bool MpiComm::withdraw_requests() {
+  // Receives are cancelled (Open MPI always can); sends are cancelled too, which completes an
+  // eager send at once, but Open MPI 4.1 cannot cancel a rendezvous send its receiver has not
+  // matched; collectives (Ibcast, Ibarrier) cannot be cancelled at all (MPI-3.1 5.12). Then every
+  // request gets up to kProbeLimit to complete (cancelled or done), polled with backoff.
+  auto& requests = state_->requests;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    if (requests[i] != MPI_REQUEST_NULL && i < state_->point_to_point) MPI_Cancel(&requests[i]);
+  }
+  const Clock::time_point drain_deadline =
+      Clock::now() + std::min<Clock::duration>(kProbeLimit, options_.timeout);
+  Clock::duration backoff = kBackoffMin;
+  for (;;) {
+    bool pending = false;
+    for (MPI_Request& request : requests) {
+      int done = 0;
+      if (request != MPI_REQUEST_NULL) MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+      pending = pending || request != MPI_REQUEST_NULL;
+    }
+    if (!pending) {
+      requests.clear();
+      return true;
+    }
+    if (Clock::now() >= drain_deadline) return false;
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min<Clock::duration>(2 * backoff, kBackoffMax);
   }
 }
 
@@ -274,6 +327,15 @@ void MpiComm::fail_timeout(Collective collective) {
   CommTimeoutError error(rank_, collective, std::chrono::duration<double>(options_.timeout).count(),
                          std::move(missing), detail);
   first_error_ = error.what();
+  // The caller frees its buffers once this returns: no request may still be posted on them. (A
+  // barrier's request uses no memory: it stays, and the poisoned communicator never waits on it.)
+  if (state_->buffers_in_flight && !withdraw_requests()) {
+    abort_all(fmt::format("{} (and MPI cannot withdraw a request on the caller's buffers: a send "
+                          "the late rank has not matched, or a broadcast; ending the job rather "
+                          "than let MPI use memory the caller frees)",
+                          error.what()),
+              3);
+  }
   throw error;
 }
 
@@ -284,6 +346,7 @@ void MpiComm::exchange(Collective collective, int phase, DType dtype, const std:
   const int tag = static_cast<int>(collective) * 2 + phase;
   auto& requests = state_->requests;
   STRATA_ASSERT(requests.empty());
+  state_->buffers_in_flight = true;
   // Receives first, so eager messages land in place instead of in MPI's unexpected queue; peers in
   // a rotated order so that not every rank sends to rank 0 first.
   for (int step = 1; step < size_; ++step) {
@@ -312,6 +375,7 @@ void MpiComm::exchange(Collective collective, int phase, DType dtype, const std:
   if (state_->send_counts[own] != 0 && own_source != own_target) {
     std::memmove(own_target, own_source, state_->send_counts[own] * element);
   }
+  state_->point_to_point = requests.size();
   wait(collective);
 }
 
@@ -390,6 +454,8 @@ void MpiComm::do_broadcast(MutableBuffer data, int root) {
   constexpr auto kKind = Collective::kBroadcast;
   check_count(data.count, kKind);
   begin(kKind);
+  state_->point_to_point = 0;
+  state_->buffers_in_flight = true;
   state_->requests.push_back(MPI_REQUEST_NULL);
   check(MPI_Ibcast(data.data, static_cast<int>(data.count), mpi_type_of(data.dtype), root,
                    state_->comm, &state_->requests.back()),
@@ -400,6 +466,8 @@ void MpiComm::do_broadcast(MutableBuffer data, int root) {
 void MpiComm::do_barrier() {
   constexpr auto kKind = Collective::kBarrier;
   begin(kKind);
+  state_->point_to_point = 0;
+  state_->buffers_in_flight = false;
   state_->requests.push_back(MPI_REQUEST_NULL);
   check(MPI_Ibarrier(state_->comm, &state_->requests.back()), kKind, "MPI_Ibarrier");
   wait(kKind);

@@ -9,9 +9,14 @@
 //   every MPI failure becomes an MpiError naming the rank, the collective and MPI_Error_string.
 // - Every collective is nonblocking: all-gather, reduce-scatter and all-reduce post one MPI_Irecv
 //   from and one MPI_Isend to every peer at once (exchange()), broadcast and barrier are MPI_Ibcast
-//   and MPI_Ibarrier. The requests are polled with MPI_Testall, yielding the core between polls,
-//   until the deadline (CommOptions::timeout). On timeout it reads, through a one-sided MPI window,
-//   which collective each rank has reached, and throws CommTimeoutError naming the missing ranks.
+//   and MPI_Ibarrier. The requests are polled with MPI_Testall, yielding the core between polls
+//   for the first 50 ms, then sleeping between polls with exponential backoff up to 1 ms (a rank
+//   waiting for a slow peer does not spin a core), until the deadline (CommOptions::timeout). On
+//   timeout it reads, through a one-sided MPI window, which collective each rank has reached,
+//   withdraws its requests (cancels them, waits up to 1 s for them to complete) and throws
+//   CommTimeoutError naming the missing ranks: no request stays posted on the caller's buffers.
+//   When MPI cannot withdraw one (Open MPI cannot cancel a rendezvous send the late rank never
+//   matched, nor a broadcast), it calls abort_all() with that error instead of returning.
 // - Reductions never use MPI's reduction operators: reduce_scatter receives block r of every rank
 //   and reduces the N blocks locally in rank order; all_reduce does the same on N chunks, then
 //   all-gathers the reduced chunks. Hence fp32 accumulation, one rounding, rank order: bitwise
@@ -50,6 +55,9 @@ class MpiComm final : public Communicator {
   int size() const override { return size_; }
   std::string_view backend_name() const override { return "mpi"; }
   bool poisoned() const { return !first_error_.empty(); }
+  // Requests of this communicator still posted in MPI: 0 between collectives, and after a timeout
+  // (which withdraws them before it throws), but for a timed-out barrier's, which uses no memory.
+  std::size_t pending_requests() const;
 
  protected:
   void do_all_gather(ConstBuffer send, MutableBuffer recv) override;
@@ -67,6 +75,9 @@ class MpiComm final : public Communicator {
   void exchange(Collective collective, int phase, DType dtype, const std::byte* send_base,
                 std::byte* recv_base);
   void wait(Collective collective);
+  // After a timeout: cancels what MPI can cancel and waits (bounded) for every request of the
+  // collective to complete. True when none is left posted.
+  bool withdraw_requests();
   [[noreturn]] void fail_timeout(Collective collective);
   void check(int mpi_result, Collective collective, std::string_view call);
   void check_count(std::size_t count, Collective collective);

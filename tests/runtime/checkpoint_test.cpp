@@ -137,6 +137,36 @@ TEST(Checkpoint, ResavingReplacesAndACrashedSaveLeavesThePreviousOne) {
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "ckpt.old"));
 }
 
+// Regression (issue 14): a crash after a save finished its files but before the swap leaves the
+// newest checkpoint complete under "ckpt.tmp", beside an older "ckpt.old"; load takes the newest.
+TEST(Checkpoint, ACompleteTmpBesideOldIsTheNewestAndIsLoaded) {
+  ScratchDir dir;
+  const std::filesystem::path checkpoint = dir.path() / "ckpt";
+  TrainedModel run(engine_test_config(dir.path().string()));
+  run.train(1);
+  run.engine->save(dir.path() / "older");
+  run.train(1);
+  run.engine->save(checkpoint);
+  const auto at_two = run.state();
+  std::filesystem::rename(dir.path() / "older", dir.path() / "ckpt.old");
+  std::filesystem::rename(checkpoint, dir.path() / "ckpt.tmp");
+  ScratchDir loaded_dir;
+  TrainedModel loaded(engine_test_config(loaded_dir.path().string()));
+  loaded.engine->load(checkpoint);
+  EXPECT_EQ(loaded.engine->step_count(), 2u);
+  expect_same_state(loaded.state(), at_two, "loaded from ckpt.tmp");
+  // The next save publishes it before staging anew, then replaces it: one directory left.
+  loaded.train(1);
+  loaded.engine->save(checkpoint);
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "ckpt.tmp"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "ckpt.old"));
+  ScratchDir again_dir;
+  TrainedModel again(engine_test_config(again_dir.path().string()));
+  again.engine->load(checkpoint);
+  EXPECT_EQ(again.engine->step_count(), 3u);
+  expect_same_state(again.state(), loaded.state(), "after the next save");
+}
+
 // A failed load names the problem and leaves the engine's state as it was.
 void expect_load_error(TrainedModel& target, const std::filesystem::path& checkpoint,
                        const std::string& expected) {

@@ -1,6 +1,8 @@
 // Proves the NVMe store's crash safety: committed steps survive reopening, uncommitted writes and
 // injected failures at every point of a commit never expose half a step, checksums catch flipped
-// bytes, and a store from another layout or rank count is refused with a clear error.
+// bytes, a failed manifest fsync never lets a possibly-durable manifest name overwritten slots,
+// opening falls back past a manifest whose slots fail their checksums, opening fsyncs its
+// directories, and a store from another layout or rank count is refused with a clear error.
 #include "tiers/nvme_store.hpp"
 
 #include <fcntl.h>
@@ -15,6 +17,7 @@
 
 #include "io/aligned_buffer.hpp"
 #include "io/fault_injector.hpp"
+#include "io/io_error.hpp"
 #include "io/make_engine.hpp"
 #include "tests/io/io_test_support.hpp"
 
@@ -334,6 +337,170 @@ TEST(NvmeStore, MissingPathNamesIt) {
     EXPECT_THAT(error.what(), HasSubstr("no/such/dir/strata-rank0."));
     EXPECT_THAT(error.what(), HasSubstr("No such file or directory"));
   }
+}
+
+}  // namespace
+}  // namespace strata::tiers
+
+namespace strata::tiers {
+namespace {
+
+// A fault injector failing every fsync of a manifest copy until cleared.
+io::FaultRule fail_manifest_fsync() {
+  return io::FaultRule::fail_path(".manifest.", EIO, io::IoOp::kFsync);
+}
+
+// Regression (issue 14): the manifest of step 2 is written but its fsync fails, so the commit
+// fails while the manifest may be durable. The run continues and writes step 3 into the free
+// slots, which that manifest names, then crashes before committing: the store must reopen at
+// step 1, every checksum verifying, not at the half-overwritten step 2.
+TEST(NvmeStore, FailedManifestFsyncThenMoreWritesReopensAtThePreviousCommit) {
+  ScratchDir dir;
+  io::FaultInjector faults;
+  {
+    auto engine = make_test_engine(&faults);
+    NvmeStore store(*engine, options_for(dir, StoreOpenMode::kCreate), kExtents);
+    write_step(store, 1);
+    store.commit(1);
+    write_step(store, 2);
+    faults.add(fail_manifest_fsync());
+    EXPECT_THROW(store.commit(2), io::IoError);
+    EXPECT_EQ(store.committed_step(), 1u);
+    faults.clear();
+    write_step(store, 3);  // must not leave a durable manifest naming these slots
+  }
+  auto engine = make_test_engine();
+  NvmeStore store(*engine, options_for(dir, StoreOpenMode::kResume), kExtents);
+  EXPECT_EQ(store.committed_step(), 1u);
+  EXPECT_TRUE(holds_step(store, 1));
+}
+
+// When even the invalidation of the doubtful manifest fails, no slot is written.
+TEST(NvmeStore, WritesAfterAFailedManifestFsyncWaitForItsInvalidation) {
+  ScratchDir dir;
+  io::FaultInjector faults;
+  {
+    auto engine = make_test_engine(&faults);
+    NvmeStore store(*engine, options_for(dir, StoreOpenMode::kCreate), kExtents);
+    write_step(store, 1);
+    store.commit(1);
+    write_step(store, 2);
+    faults.add(fail_manifest_fsync());
+    EXPECT_THROW(store.commit(2), io::IoError);
+    const std::uint64_t written = store.bytes_written();
+    EXPECT_THROW(write_step(store, 3), io::IoError);  // the invalidation's fsync fails too
+    EXPECT_EQ(store.bytes_written(), written);
+    faults.clear();
+    write_step(store, 3);  // invalidated now; the run goes on
+    store.commit(3);
+  }
+  auto engine = make_test_engine();
+  NvmeStore store(*engine, options_for(dir, StoreOpenMode::kResume), kExtents);
+  EXPECT_EQ(store.committed_step(), 3u);
+  EXPECT_TRUE(holds_step(store, 3));
+}
+
+// Reopened right after the failed commit, the store is at a consistent step (the manifest did
+// reach this disk, and its data was fsynced first: step 2); a retried commit is step 2 as well.
+TEST(NvmeStore, FailedManifestFsyncReopensOrRetriesConsistently) {
+  for (const bool retry : {false, true}) {
+    SCOPED_TRACE(retry ? "retrying the commit" : "reopening at once");
+    ScratchDir dir;
+    io::FaultInjector faults;
+    {
+      auto engine = make_test_engine(&faults);
+      NvmeStore store(*engine, options_for(dir, StoreOpenMode::kCreate), kExtents);
+      write_step(store, 1);
+      store.commit(1);
+      write_step(store, 2);
+      faults.add(fail_manifest_fsync());
+      EXPECT_THROW(store.commit(2), io::IoError);
+      faults.clear();
+      if (retry) {
+        store.commit(2);
+        EXPECT_EQ(store.committed_step(), 2u);
+      }
+    }
+    auto engine = make_test_engine();
+    NvmeStore store(*engine, options_for(dir, StoreOpenMode::kResume), kExtents);
+    ASSERT_TRUE(store.committed_step() == 1u || store.committed_step() == 2u);
+    EXPECT_TRUE(holds_step(store, *store.committed_step()));
+    if (retry) {
+      EXPECT_EQ(store.committed_step(), 2u);
+    }
+    // And it goes on: the next step commits and reopens.
+    write_step(store, 4);
+    store.commit(4);
+    EXPECT_TRUE(holds_step(store, 4));
+  }
+}
+
+// Regression (issue 14): when the newest manifest's slots do not hold its bytes, opening falls
+// back to the older manifest (whose slots verify) instead of failing, and the run continues.
+TEST(NvmeStore, NewestManifestWithBadSlotsFallsBackToThePreviousOne) {
+  ScratchDir dir;
+  std::filesystem::path swap;
+  std::uint64_t slot_bytes = 0;
+  {
+    auto engine = make_test_engine();
+    NvmeStore store(*engine, options_for(dir, StoreOpenMode::kCreate), kExtents);
+    write_step(store, 1);  // slot A of every extent
+    store.commit(1);
+    write_step(store, 2);  // slot B
+    store.commit(2);
+    swap = store.swap_files().front();
+    slot_bytes = store.slot_bytes(0);
+  }
+  {  // extent 0's slot B (step 2) loses its bytes
+    const int fd = ::open(swap.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    const std::vector<char> zeros(512, 0);
+    ASSERT_EQ(::pwrite(fd, zeros.data(), zeros.size(), static_cast<off_t>(slot_bytes)), 512);
+    ::close(fd);
+  }
+  {
+    auto engine = make_test_engine();
+    NvmeStore store(*engine, options_for(dir, StoreOpenMode::kResume), kExtents);
+    EXPECT_EQ(store.committed_step(), 1u);
+    EXPECT_TRUE(holds_step(store, 1));
+    write_step(store, 3);  // into slot B again: the rejected manifest is invalidated first
+  }
+  {
+    auto engine = make_test_engine();
+    NvmeStore store(*engine, options_for(dir, StoreOpenMode::kResume), kExtents);
+    EXPECT_EQ(store.committed_step(), 1u);
+    EXPECT_TRUE(holds_step(store, 1));
+    write_step(store, 3);
+    store.commit(3);
+  }
+  auto engine = make_test_engine();
+  NvmeStore store(*engine, options_for(dir, StoreOpenMode::kResume), kExtents);
+  EXPECT_EQ(store.committed_step(), 3u);
+  EXPECT_TRUE(holds_step(store, 3));
+}
+
+// Opening syncs every directory holding its swap files and manifests (so newly created entries
+// survive a power loss): failing one directory's fsync fails the open, naming that directory.
+TEST(NvmeStore, OpeningFsyncsTheDirectoryOfEverySwapFile) {
+  ScratchDir dir;
+  const NvmeStoreOptions options = options_for(dir, StoreOpenMode::kCreate, 2);
+  for (const std::filesystem::path& failing : options.paths) {
+    SCOPED_TRACE(failing.string());
+    io::FaultInjector faults;
+    faults.add(io::FaultRule::fail_path(failing.string(), EIO, io::IoOp::kFsync));
+    auto engine = make_test_engine(&faults);
+    try {
+      NvmeStore store(*engine, options, kExtents);
+      FAIL() << "no fsync of " << failing;
+    } catch (const io::IoError& error) {
+      EXPECT_THAT(error.what(), HasSubstr(failing.string()));
+    }
+    const std::vector<io::FaultEvent> events = faults.events();
+    ASSERT_EQ(events.size(), 1u);                               // the first failure stops the open
+    EXPECT_EQ(std::filesystem::path(events[0].path), failing);  // the directory, not a file
+  }
+  auto engine = make_test_engine();
+  EXPECT_NO_THROW(NvmeStore(*engine, options, kExtents));
 }
 
 }  // namespace

@@ -14,14 +14,21 @@
 //   hang     rank 1 stops without an error (sleeps outside MPI): the others time out and
 //   abort_all(),
 //            so the job ends non-zero instead of hanging.
+//   withdraw rank 1 skips an all_gather: the others time out with no request left posted, free
+//            and reuse their buffers, and a collective on a new communicator then succeeds.
+//   backoff  rank 1 enters a barrier and an all_reduce 1.5 s late: the waiting ranks' CPU time
+//            stays under a quarter of the wall time (the wait sleeps instead of spinning).
 #include <mpi.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "runtime/comm/mpi_comm.hpp"
 
@@ -107,6 +114,77 @@ int run_mpi_error(MpiComm& comm) {
   }
 }
 
+// Regression (issue 14): a timed-out collective used to leave its Irecv/Isend posted on buffers the
+// caller then freed.
+int run_withdraw(MpiComm& comm) {
+  const auto ranks = static_cast<std::size_t>(comm.size());
+  int failures = 0;
+  if (comm.rank() != 1) {  // rank 1 skips the all_gather
+    auto send = std::make_unique<std::uint64_t[]>(4);
+    auto recv = std::make_unique<std::uint64_t[]>(4 * ranks);
+    try {
+      comm.all_gather(std::span<const std::uint64_t>(send.get(), 4),
+                      std::span<std::uint64_t>(recv.get(), 4 * ranks));
+      failures += fail(comm.rank(), "all_gather completed although rank 1 never joined");
+    } catch (const CommTimeoutError&) {
+      if (comm.pending_requests() != 0) {
+        failures += fail(comm.rank(), std::to_string(comm.pending_requests()) +
+                                          " requests still posted after the timeout");
+      }
+    }
+    send.reset();  // freed while MPI would still write them, had the requests stayed
+    recv.reset();
+  }
+  // Every rank, rank 1 included, goes on with a new communicator and fresh buffers.
+  MpiComm fresh(CommOptions{kTimeout});
+  std::vector<std::uint64_t> mine(4, static_cast<std::uint64_t>(fresh.rank()) + 100);
+  std::vector<std::uint64_t> all(4 * ranks, 0);
+  fresh.all_gather(std::span<const std::uint64_t>(mine), std::span<std::uint64_t>(all));
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (all[i] != i / 4 + 100) {
+      failures += fail(fresh.rank(), "the all_gather after the timeout gathered wrong values");
+      break;
+    }
+  }
+  return failures;
+}
+
+double thread_cpu_seconds() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
+}
+
+// Regression (issue 14): the wait loop spun a core (MPI_Testall + yield) for as long as it waited.
+int run_backoff(MpiComm& impatient) {
+  constexpr auto kLate = std::chrono::milliseconds(1500);
+  impatient.barrier();
+  MpiComm comm(CommOptions{std::chrono::seconds(30)});  // kLate is near kTimeout on a loaded CI
+  int failures = 0;
+  for (const char* collective : {"barrier", "all_reduce"}) {
+    comm.barrier();
+    std::vector<float> values(256, 1.0f);
+    const auto wall_start = Clock::now();
+    const double cpu_start = thread_cpu_seconds();
+    if (comm.rank() == 1) std::this_thread::sleep_for(kLate);
+    if (std::strcmp(collective, "barrier") == 0) {
+      comm.barrier();
+    } else {
+      comm.all_reduce(std::span<float>(values), ReduceOp::kSum);
+    }
+    const double wall = std::chrono::duration<double>(Clock::now() - wall_start).count();
+    const double cpu = thread_cpu_seconds() - cpu_start;
+    if (comm.rank() == 1) continue;
+    std::fprintf(stderr, "[rank %d] %s waited %.3f s wall, %.3f s CPU\n", comm.rank(), collective,
+                 wall, cpu);
+    if (wall < 1.0) failures += fail(comm.rank(), "the late rank did not make this rank wait");
+    if (cpu > 0.25 * wall) {
+      failures += fail(comm.rank(), std::string(collective) + " spun a core while waiting");
+    }
+  }
+  return failures;
+}
+
 void run_throw(MpiComm& comm) {
   comm.barrier();
   if (comm.rank() == 1)
@@ -133,9 +211,12 @@ int main(int argc, char** argv) {
   // would wait in MPI_Win_free for ranks that no longer call it); MPI_Finalize cleans up.
   auto* comm = new MpiComm(CommOptions{kTimeout});
   try {
-    if (mode == "timeout" || mode == "mismatch" || mode == "mpi-error") {
+    if (mode == "timeout" || mode == "mismatch" || mode == "mpi-error" || mode == "withdraw" ||
+        mode == "backoff") {
       const int failures = mode == "timeout"    ? run_timeout(*comm)
                            : mode == "mismatch" ? run_mismatch(*comm)
+                           : mode == "withdraw" ? run_withdraw(*comm)
+                           : mode == "backoff"  ? run_backoff(*comm)
                                                 : run_mpi_error(*comm);
       int total = 0;
       MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
@@ -150,7 +231,8 @@ int main(int argc, char** argv) {
       run_hang(*comm);
     else
       return fail(comm->rank(),
-                  "usage: strata_comm_fault_program timeout|mismatch|mpi-error|throw|hang");
+                  "usage: strata_comm_fault_program "
+                  "timeout|mismatch|mpi-error|withdraw|backoff|throw|hang");
   } catch (const std::exception& error) {
     abort_all(error.what(), 3);
   }
