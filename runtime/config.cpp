@@ -28,7 +28,7 @@ void read_tiers(TableReader& root, TiersConfig& tiers) {
     device->read_enum(
         "kind", tiers.device.kind,
         {{"auto", DeviceKind::kAuto}, {"host", DeviceKind::kHost}, {"cuda", DeviceKind::kCuda}});
-    device->read_uint32("index", tiers.device.index, 0, 1023);
+    device->read_int32("index", tiers.device.index, kLocalRankDevice, 1023);
     device->read_size("budget", tiers.device.budget_bytes, 1);
     device->finish();
   }
@@ -226,6 +226,16 @@ void read_model(TableReader& root, ModelConfig& model) {
   section->finish();
 }
 
+void read_comm(TableReader& root, CommConfig& comm) {
+  std::optional<TableReader> section = root.table("comm");
+  if (!section) return;
+  section->read_enum("backend", comm.backend,
+                     {{"auto", CommBackend::kAuto},
+                      {"mpi", CommBackend::kMpi},
+                      {"nccl", CommBackend::kNccl}});
+  section->finish();
+}
+
 void read_run(TableReader& root, RunConfig& run) {
   std::optional<TableReader> section = root.table("run");
   if (!section) return;
@@ -291,6 +301,18 @@ std::string_view to_string(DeviceKind kind) {
       return "host";
     case DeviceKind::kCuda:
       return "cuda";
+  }
+  return "?";
+}
+
+std::string_view to_string(CommBackend backend) {
+  switch (backend) {
+    case CommBackend::kAuto:
+      return "auto";
+    case CommBackend::kMpi:
+      return "mpi";
+    case CommBackend::kNccl:
+      return "nccl";
   }
   return "?";
 }
@@ -385,6 +407,7 @@ Config parse_config(std::string_view toml_text, std::string_view source_name) {
   TableReader root(document, "", file);
   read_run(root, config.run);
   read_tiers(root, config.tiers);
+  read_comm(root, config.comm);
   read_zero(root, config.zero);
   read_optimizer(root, config.optimizer);
   read_precision(root, config.precision);

@@ -19,6 +19,10 @@ namespace strata::runtime {
 
 enum class Tier { kDevice, kHost, kNvme };
 enum class DeviceKind { kAuto, kHost, kCuda };
+// Which Communicator carries the collectives: kMpi (LocalComm for one rank, MpiComm under mpirun),
+// kNccl (NcclComm on device memory, bootstrapped over MPI), kAuto (NCCL when the build has it, the
+// device is CUDA and there is more than one rank).
+enum class CommBackend { kAuto, kMpi, kNccl };
 enum class IoEngineKind { kAuto, kIoUring, kPosix };
 // What a run that was not told to resume does when the NVMe store holds a committed step:
 // refuse (naming the store, the model and the step), overwrite it, or resume from it.
@@ -31,14 +35,19 @@ std::string_view to_string(Tier tier);
 // The config name of a precision: dtype_name() (base/dtype.hpp).
 std::string_view to_string(DType dtype);
 std::string_view to_string(DeviceKind kind);
+std::string_view to_string(CommBackend backend);
 std::string_view to_string(IoEngineKind kind);
 std::string_view to_string(OnExistingStore policy);
 std::string_view to_string(OptimizerType type);
 std::string_view to_string(LrScheduleKind kind);
 
+inline constexpr std::int32_t kLocalRankDevice = -1;
+
 struct DeviceTierConfig {
   DeviceKind kind = DeviceKind::kAuto;
-  std::uint32_t index = 0;
+  // CUDA device ordinal on every rank; kLocalRankDevice: each rank takes its local rank's GPU
+  // (OMPI_COMM_WORLD_LOCAL_RANK, 0 without mpirun). runtime/rank_placement.hpp decides.
+  std::int32_t index = kLocalRankDevice;
   std::uint64_t budget_bytes = 16ull << 30;
 
   bool operator==(const DeviceTierConfig&) const = default;
@@ -146,6 +155,12 @@ struct ModelConfig {
   bool operator==(const ModelConfig&) const = default;
 };
 
+struct CommConfig {
+  CommBackend backend = CommBackend::kAuto;
+
+  bool operator==(const CommConfig&) const = default;
+};
+
 struct RunConfig {
   std::uint32_t ranks = 1;
   std::uint64_t seed = 1234;
@@ -157,6 +172,7 @@ struct Config {
   std::string source;  // file the config was read from ("<string>" for parse_config)
   RunConfig run;
   TiersConfig tiers;
+  CommConfig comm;
   ZeroConfig zero;
   OptimizerConfig optimizer;
   PrecisionConfig precision;

@@ -146,6 +146,18 @@ void TableReader::read_uint32(std::string_view key, std::uint32_t& out, std::uin
   out = static_cast<std::uint32_t>(value);
 }
 
+void TableReader::read_int32(std::string_view key, std::int32_t& out, std::int32_t min,
+                             std::int32_t max) {
+  const toml::node* node = declare(key);
+  if (node == nullptr) return;
+  if (!node->is_integer()) fail(key, fmt::format("expected an integer, got {}", type_name(*node)));
+  const std::int64_t value = *node->value<std::int64_t>();
+  if (value < min || value > max) {
+    fail(key, fmt::format("value {} is out of range: allowed {} to {}", value, min, max));
+  }
+  out = static_cast<std::int32_t>(value);
+}
+
 void TableReader::read_count(std::string_view key, std::uint64_t& out, std::uint64_t min,
                              std::uint64_t max) {
   const toml::node* node = declare(key);

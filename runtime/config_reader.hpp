@@ -29,6 +29,8 @@ class TableReader {
   void read_positive_double(std::string_view key, double& out, double max);
   void read_uint32(std::string_view key, std::uint32_t& out, std::uint64_t min, std::uint64_t max);
   void read_uint64(std::string_view key, std::uint64_t& out, std::uint64_t min, std::uint64_t max);
+  // A signed integer in [min, max] (a negative value may stand for "not set", e.g. index = -1).
+  void read_int32(std::string_view key, std::int32_t& out, std::int32_t min, std::int32_t max);
   // An element count: an integer or an integral float such as 1e9.
   void read_count(std::string_view key, std::uint64_t& out, std::uint64_t min, std::uint64_t max);
   // A byte size: a non-negative integer or a size string ("64GiB", "512k"); must be >= min.

@@ -29,6 +29,7 @@
 #include "runtime/comm/communicator.hpp"
 #include "runtime/config.hpp"
 #include "runtime/memory_plan.hpp"
+#include "runtime/rank_placement.hpp"
 #include "tiers/device/device.hpp"
 
 namespace {
@@ -59,10 +60,10 @@ struct Options {
   bool overwrite = false;
 };
 
-strata::tiers::DeviceKind device_kind(const std::string& name) {
-  if (name == "cuda") return strata::tiers::DeviceKind::kCuda;
-  if (name == "auto") return strata::tiers::DeviceKind::kAuto;
-  return strata::tiers::DeviceKind::kHost;
+strata::runtime::DeviceKind device_kind(const std::string& name) {
+  if (name == "cuda") return strata::runtime::DeviceKind::kCuda;
+  if (name == "auto") return strata::runtime::DeviceKind::kAuto;
+  return strata::runtime::DeviceKind::kHost;
 }
 
 strata::DType export_dtype_of(const std::string& name) {
@@ -151,12 +152,24 @@ int run(const Options& options) {
   }
 
   strata::gpt::set_blas_threads(options.blas_threads);
-  strata::tiers::DeviceOptions device_options;
-  device_options.kind = device_kind(options.device);
-  device_options.index = static_cast<int>(config.tiers.device.index);
-  device_options.budget_bytes = config.tiers.device.budget_bytes;
-  auto device = strata::tiers::make_device(device_options);
-  if (lead) std::cout << fmt::format("  device: {}\n", device->name());
+  // Each rank's GPU (its local rank's, or [tiers.device] index) and its communicator ([comm]).
+  config.tiers.device.kind = device_kind(options.device);
+  std::unique_ptr<strata::tiers::Device> device;
+  std::unique_ptr<runtime::comm::Communicator> device_comm;
+  try {
+    const runtime::RankPlacement placement = runtime::select_rank_placement(
+        config, runtime::detect_placement_environment(config.run.ranks));
+    device = strata::tiers::make_device(runtime::placed_device_options(placement, config));
+    device_comm = runtime::make_placed_device_comm(placement, *comm);
+  } catch (const runtime::PlacementError& error) {
+    std::cerr << "strata-finetune: " << error.what() << "\n";
+    return 2;
+  }
+  runtime::comm::Communicator& engine_comm = device_comm ? *device_comm : *comm;
+  if (lead) {
+    std::cout << fmt::format("  device: {}, collectives over {}\n", device->name(),
+                             engine_comm.backend_name());
+  }
 
   runtime::Tracer tracer;
   strata::examples::TrainerOptions trainer_options;
@@ -165,7 +178,7 @@ int run(const Options& options) {
   trainer_options.resume = options.resume;
   trainer_options.overwrite = options.overwrite;
   trainer_options.tracer = options.trace.empty() ? nullptr : &tracer;
-  strata::examples::GptTrainer trainer(config, *device, *comm, trainer_options);
+  strata::examples::GptTrainer trainer(config, *device, engine_comm, trainer_options);
   if (!options.init.empty()) trainer.load_weights(options.init);
   if (lead) {
     std::cout << fmt::format("  data: {} training bytes, {} validation bytes from {} file(s); {}\n",
@@ -235,8 +248,9 @@ int main(int argc, char** argv) {
   app.add_option("--blas-threads", options.blas_threads, "OpenBLAS threads (0: all cores)");
   app.add_option("--device", options.device,
                  "where the model computes and the device tier lives: host (default; the "
-                 "host-emulated device), cuda (the GPU of [tiers.device] index: cuBLAS and "
-                 "kernels) or auto (cuda when usable)")
+                 "host-emulated device), cuda (each rank's local-rank GPU, or [tiers.device] "
+                 "index: cuBLAS and kernels) or auto (cuda when usable); [comm] backend picks "
+                 "NCCL or MPI")
       ->check(CLI::IsMember({"host", "cuda", "auto"}));
   app.add_flag("--resume", options.resume,
                "continue from the NVMe store's committed step (--steps stays the run's total)");

@@ -25,11 +25,9 @@
 #include "runtime/byte_size.hpp"
 #include "runtime/cli/commands.hpp"
 #include "runtime/comm/communicator.hpp"
-#if defined(STRATA_HAVE_NCCL)
-#include "runtime/comm/nccl_comm.hpp"
-#endif
 #include "runtime/config.hpp"
 #include "runtime/engine.hpp"
+#include "runtime/rank_placement.hpp"
 #include "tiers/device/device.hpp"
 
 namespace strata::cli {
@@ -148,19 +146,19 @@ int run(const StepBenchOptions& options) {
       load_config_or_report(options.config_path, "strata bench step");
   if (!loaded) return kExitBadInput;
   runtime::Config& config = *loaded;
-  // LocalComm, or MpiComm under mpirun (one GPU per rank on a node, by local rank).
+  // LocalComm, or MpiComm under mpirun; the placement picks each rank's GPU and NcclComm.
   std::unique_ptr<runtime::comm::Communicator> host_comm = runtime::comm::make_communicator();
-  tiers::DeviceOptions device_options;
-  if (const char* local_rank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); local_rank != nullptr) {
-    device_options.index = std::atoi(local_rank);
-  }
-  device_options.kind = options.device == "cuda"   ? tiers::DeviceKind::kCuda
-                        : options.device == "auto" ? tiers::DeviceKind::kAuto
-                                                   : tiers::DeviceKind::kHost;
-  device_options.budget_bytes = config.tiers.device.budget_bytes;
+  config.tiers.device.kind = options.device == "cuda"   ? runtime::DeviceKind::kCuda
+                             : options.device == "auto" ? runtime::DeviceKind::kAuto
+                                                        : runtime::DeviceKind::kHost;
   std::unique_ptr<tiers::Device> device;
+  std::unique_ptr<runtime::comm::Communicator> device_comm;
   try {
-    device = tiers::make_device(device_options);
+    const auto ranks = static_cast<std::uint32_t>(host_comm->size());
+    const runtime::RankPlacement placement =
+        runtime::select_rank_placement(config, runtime::detect_placement_environment(ranks));
+    device = tiers::make_device(runtime::placed_device_options(placement, config));
+    device_comm = runtime::make_placed_device_comm(placement, *host_comm);
   } catch (const std::exception& error) {
     std::cerr << "strata bench step: --device " << options.device << ": " << error.what() << "\n";
     return kExitBadInput;
@@ -172,15 +170,6 @@ int run(const StepBenchOptions& options) {
   const std::uint64_t unit_params = parse_count(options.unit_params, "--unit-params");
   for (const std::string& path : config.tiers.nvme.paths) std::filesystem::create_directories(path);
 
-  // Device collectives on CUDA across ranks: NcclComm, bootstrapped over MPI.
-  std::unique_ptr<runtime::comm::Communicator> device_comm;
-#if defined(STRATA_HAVE_NCCL)
-  if (device->kind() == tiers::DeviceKind::kCuda && host_comm->size() > 1) {
-    runtime::comm::NcclCommOptions nccl_options;
-    nccl_options.device = device_options.index;
-    device_comm = std::make_unique<runtime::comm::NcclComm>(*host_comm, nccl_options);
-  }
-#endif
   runtime::comm::Communicator& comm = device_comm ? *device_comm : *host_comm;
   const Timings timings = run_steps(config, *device, comm, params, unit_params, options.steps,
                                     runtime::EngineOptions{.overwrite = options.overwrite});

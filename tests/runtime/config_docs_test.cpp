@@ -82,7 +82,7 @@ TEST(ConfigDocs, EveryLoaderKeyIsDocumented) {
   for (const auto& [section, keys] : documented) {
     EXPECT_EQ(loader_keys(section), keys) << "[" << section << "]";
   }
-  EXPECT_EQ(loader_keys(""), (std::set<std::string>{"run", "tiers", "zero", "optimizer",
+  EXPECT_EQ(loader_keys(""), (std::set<std::string>{"run", "tiers", "comm", "zero", "optimizer",
                                                     "precision", "checkpoint", "trace", "model"}));
   EXPECT_EQ(loader_keys("tiers"), (std::set<std::string>{"device", "host", "nvme"}));
 }

@@ -423,6 +423,39 @@ TEST_P(EngineAccess, GradientAccumulationSumsMicroBatches) {
   }
 }
 
+// The device pool (tiers/device/device.hpp): after the first step, gathers, evictions and gradient
+// moves reuse pooled device memory, so later steps make no backend allocation (cudaMalloc on a
+// GPU); the pooled bytes stay within the device budget.
+TEST_P(EngineAccess, SteadyStateStepsMakeNoBackendAllocation) {
+  const Access access = GetParam();
+  for (Tier params : {Tier::kDevice, Tier::kHost, Tier::kNvme}) {
+    SCOPED_TRACE(fmt::format("params on {}, {} path", to_string(params), access_name(access)));
+    ScratchDir dir;
+    Config config = base_config(dir);
+    config.zero.params = params;
+    config.zero.grads = params;
+    config.zero.persistence_threshold = 0;  // every unit is gathered and evicted every step
+    config.tiers.device.budget_bytes = 1ull << 20;
+    auto device = host_device(config);
+    comm::LocalComm comm;
+    Engine engine(config, *device, comm, with_access(access));
+    TinyMlp model(kEngineTestWidths, 16, 7);
+    model.add_units(engine);
+    engine.finalize();
+    model.train_step(engine);
+    engine.step();
+    const std::uint64_t after_first_step = device->backend_allocation_count();
+    EXPECT_GT(after_first_step, 0u);
+    for (int step = 1; step < 5; ++step) {
+      model.train_step(engine);
+      engine.step();
+      EXPECT_EQ(device->backend_allocation_count(), after_first_step) << "step " << step;
+      EXPECT_LE(device->in_use_bytes() + device->pooled_bytes(), device->budget_bytes());
+      EXPECT_LE(device->high_water_bytes(), device->budget_bytes());
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, EngineAccess, ::testing::Values(Access::kAuto, Access::kStaged),
                          [](const auto& param_info) { return access_name(param_info.param); });
 

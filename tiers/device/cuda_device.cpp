@@ -255,6 +255,12 @@ std::string cuda_unavailable_reason() {
   return {};
 }
 
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
+  return count;
+}
+
 }  // namespace detail
 
 CudaDevice::CudaDevice(const DeviceOptions& options)

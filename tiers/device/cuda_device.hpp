@@ -49,6 +49,7 @@ class CudaDevice final : public Device {
 
 namespace detail {
 std::string cuda_unavailable_reason();
+int cuda_device_count();
 }
 
 }  // namespace strata::tiers

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <iterator>
+#include <vector>
 
 #include "base/assert.hpp"
 #include "base/units.hpp"
@@ -89,7 +91,8 @@ Device::~Device() {
   STRATA_ASSERT(live_buffers_ == 0, "a DeviceBuffer outlived its Device");
   STRATA_ASSERT(live_streams_ == 0, "a Stream outlived its Device");
   STRATA_ASSERT(live_events_ == 0, "an Event outlived its Device");
-  STRATA_ASSERT(quarantine_.empty(), "derived Device must call release_quarantine()");
+  STRATA_ASSERT(quarantine_.empty() && pool_.empty(),
+                "derived Device must call release_quarantine()");
 }
 
 DeviceBuffer Device::allocate(std::uint64_t bytes) {
@@ -97,66 +100,131 @@ DeviceBuffer Device::allocate(std::uint64_t bytes) {
     return {};
   }
   const std::uint64_t accounted = round_up(bytes, kDeviceAllocationGranularity);
+  std::byte* data = nullptr;
+  std::vector<std::pair<std::byte*, std::uint64_t>> to_free;
   {
     std::lock_guard lock(mutex_);
     if (accounted > options_.budget_bytes - in_use_bytes_) {
       throw DeviceBudgetError(name_, options_.budget_bytes, in_use_bytes_, bytes);
     }
+    data = take_pooled_locked(accounted);
+    if (data == nullptr) {
+      make_room_locked(accounted, to_free);
+      ++backend_allocations_;
+    }
     in_use_bytes_ += accounted;
     high_water_bytes_ = std::max(high_water_bytes_, in_use_bytes_);
     ++live_buffers_;
   }
-  std::byte* data = nullptr;
-  try {
-    data = allocate_raw(accounted);
-  } catch (...) {
-    std::lock_guard lock(mutex_);
-    in_use_bytes_ -= accounted;
-    --live_buffers_;
-    throw;
+  free_blocks(to_free);
+  if (data == nullptr) {
+    try {
+      data = allocate_raw(accounted);
+    } catch (...) {
+      std::lock_guard lock(mutex_);
+      in_use_bytes_ -= accounted;
+      --live_buffers_;
+      throw;
+    }
   }
   STRATA_ASSERT(aligned_to(data, kDeviceAlignment), "backend returned a misaligned buffer");
   return DeviceBuffer(this, data, bytes);
 }
 
+std::byte* Device::take_pooled_locked(std::uint64_t accounted) {
+  const auto block = pool_.find(accounted);
+  if (block == pool_.end()) return nullptr;
+  std::byte* data = block->second;
+  pool_.erase(block);
+  pooled_bytes_ -= accounted;
+  return data;
+}
+
+// Frees pooled blocks, largest first, until `accounted` more bytes fit beside the bytes in use, the
+// pool and the quarantine: the backend never holds more than the budget.
+void Device::make_room_locked(std::uint64_t accounted,
+                              std::vector<std::pair<std::byte*, std::uint64_t>>& to_free) {
+  while (!pool_.empty() &&
+         in_use_bytes_ + pooled_bytes_ + quarantine_bytes_ + accounted > options_.budget_bytes) {
+    const auto largest = std::prev(pool_.end());
+    to_free.emplace_back(largest->second, largest->first);
+    pooled_bytes_ -= largest->first;
+    pool_.erase(largest);
+  }
+}
+
+void Device::free_blocks(const std::vector<std::pair<std::byte*, std::uint64_t>>& blocks) noexcept {
+  for (const auto& [pointer, length] : blocks) {
+    free_raw(pointer, length);
+  }
+  if (!blocks.empty()) {
+    std::lock_guard lock(mutex_);
+    backend_frees_ += blocks.size();
+  }
+}
+
 void Device::release(std::byte* data, std::uint64_t bytes) noexcept {
   const std::uint64_t accounted = round_up(bytes, kDeviceAllocationGranularity);
-  std::deque<std::pair<std::byte*, std::uint64_t>> to_free;
   if (poison_) {
     poison_raw(data, accounted);
   }
-  {
-    std::lock_guard lock(mutex_);
-    STRATA_ASSERT(in_use_bytes_ >= accounted && live_buffers_ > 0, "device budget underflow");
-    in_use_bytes_ -= accounted;
-    --live_buffers_;
-    if (poison_) {
-      quarantine_.emplace_back(data, accounted);
-      quarantine_bytes_ += accounted;
-      while (quarantine_bytes_ > options_.poison_quarantine_bytes) {
-        to_free.push_back(quarantine_.front());
-        quarantine_bytes_ -= quarantine_.front().second;
-        quarantine_.pop_front();
-      }
-    } else {
-      to_free.emplace_back(data, accounted);
-    }
+  std::lock_guard lock(mutex_);
+  STRATA_ASSERT(in_use_bytes_ >= accounted && live_buffers_ > 0, "device budget underflow");
+  in_use_bytes_ -= accounted;
+  --live_buffers_;
+  if (!poison_) {
+    pool_.emplace(accounted, data);
+    pooled_bytes_ += accounted;
+    return;
   }
-  for (const auto& [pointer, length] : to_free) {
-    free_raw(pointer, length);
+  // Poisoned blocks wait in the quarantine (never reused while there) and then join the pool.
+  quarantine_.emplace_back(data, accounted);
+  quarantine_bytes_ += accounted;
+  while (quarantine_bytes_ > options_.poison_quarantine_bytes) {
+    const auto [oldest, length] = quarantine_.front();
+    quarantine_.pop_front();
+    quarantine_bytes_ -= length;
+    pool_.emplace(length, oldest);
+    pooled_bytes_ += length;
   }
 }
 
 void Device::release_quarantine() noexcept {
-  std::deque<std::pair<std::byte*, std::uint64_t>> to_free;
+  std::vector<std::pair<std::byte*, std::uint64_t>> to_free;
   {
     std::lock_guard lock(mutex_);
-    to_free.swap(quarantine_);
+    to_free.assign(quarantine_.begin(), quarantine_.end());
+    quarantine_.clear();
     quarantine_bytes_ = 0;
   }
-  for (const auto& [pointer, length] : to_free) {
-    free_raw(pointer, length);
+  free_blocks(to_free);
+  release_pool();
+}
+
+void Device::release_pool() noexcept {
+  std::vector<std::pair<std::byte*, std::uint64_t>> to_free;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [length, pointer] : pool_) to_free.emplace_back(pointer, length);
+    pool_.clear();
+    pooled_bytes_ = 0;
   }
+  free_blocks(to_free);
+}
+
+std::uint64_t Device::pooled_bytes() const {
+  std::lock_guard lock(mutex_);
+  return pooled_bytes_;
+}
+
+std::uint64_t Device::backend_allocation_count() const {
+  std::lock_guard lock(mutex_);
+  return backend_allocations_;
+}
+
+std::uint64_t Device::backend_free_count() const {
+  std::lock_guard lock(mutex_);
+  return backend_frees_;
 }
 
 std::uint64_t Device::in_use_bytes() const {
@@ -317,6 +385,14 @@ std::string cuda_unavailable_reason() {
   return detail::cuda_unavailable_reason();
 #else
   return "strata was built without CUDA (STRATA_CUDA=OFF or no CUDA toolkit found)";
+#endif
+}
+
+int cuda_device_count() {
+#if defined(STRATA_HAVE_CUDA)
+  return detail::cuda_device_count();
+#else
+  return 0;
 #endif
 }
 

@@ -5,6 +5,12 @@
 // Units: every size is bytes (`*_bytes`) unless it is named `count` (elements).
 // Alignment: every DeviceBuffer starts on a kDeviceAlignment boundary (HostDevice: 4 KiB). The
 //   budget counts round_up(request, kDeviceAllocationGranularity) per buffer.
+// Pool: a released buffer's memory is kept in a free list keyed by its accounted size and handed
+//   to the next request of that size, so steady-state steps (the same gathers and evictions every
+//   step) call the backend's allocator (cudaMalloc, which synchronises the device) only in the
+//   first step. Pooled bytes count against the budget together with the bytes in use: a request
+//   that would not fit frees pooled blocks (largest first) before it is refused, so in_use_bytes()
+//   + pooled_bytes() <= budget_bytes() always. backend_allocation_count() counts the backend calls.
 // Ownership: Device outlives every DeviceBuffer, Stream and Event it created (checked when the
 //   device is destroyed). Host memory passed to a copy must stay valid, and device memory must not
 //   be released, until the work using it has completed (wait on an event or synchronize); for real
@@ -25,11 +31,13 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "tiers/device/device_op.hpp"
 #include "base/dtype.hpp"
@@ -210,13 +218,20 @@ class Device {
   std::uint64_t in_use_bytes() const;
   std::uint64_t high_water_bytes() const;
   std::uint64_t live_buffer_count() const;
+  // Memory held in the pool (released, not yet returned to the backend).
+  std::uint64_t pooled_bytes() const;
+  // allocate_raw / free_raw calls so far: flat across steps once the pool is warm.
+  std::uint64_t backend_allocation_count() const;
+  std::uint64_t backend_free_count() const;
+  // Returns every pooled block to the backend (e.g. before handing the memory to another library).
+  void release_pool() noexcept;
 
  protected:
   virtual std::byte* allocate_raw(std::uint64_t bytes) = 0;
   virtual void free_raw(std::byte* data, std::uint64_t bytes) noexcept = 0;
   virtual void poison_raw(std::byte* data, std::uint64_t bytes) noexcept = 0;
-  // Derived destructors call this first: it frees the quarantine through free_raw, which is no
-  // longer callable once the derived part is gone.
+  // Derived destructors call this first: it frees the quarantine and the pool through free_raw,
+  // which is no longer callable once the derived part is gone.
   void release_quarantine() noexcept;
 
  private:
@@ -224,6 +239,10 @@ class Device {
   friend class Stream;
   friend class Event;
   void release(std::byte* data, std::uint64_t bytes) noexcept;
+  std::byte* take_pooled_locked(std::uint64_t accounted);
+  void make_room_locked(std::uint64_t accounted,
+                        std::vector<std::pair<std::byte*, std::uint64_t>>& to_free);
+  void free_blocks(const std::vector<std::pair<std::byte*, std::uint64_t>>& blocks) noexcept;
 
   DeviceOptions options_;
   std::string name_;
@@ -237,6 +256,10 @@ class Device {
   std::uint64_t live_events_ = 0;
   std::deque<std::pair<std::byte*, std::uint64_t>> quarantine_;
   std::uint64_t quarantine_bytes_ = 0;
+  std::multimap<std::uint64_t, std::byte*> pool_;  // accounted bytes -> free block
+  std::uint64_t pooled_bytes_ = 0;
+  std::uint64_t backend_allocations_ = 0;
+  std::uint64_t backend_frees_ = 0;
 };
 
 // HostDevice for kHost, CudaDevice for kCuda (throws if not built with CUDA or no GPU), and for
@@ -246,5 +269,8 @@ std::unique_ptr<Device> make_device(const DeviceOptions& options);
 // Why CUDA cannot be used here (not built with CUDA, cudaGetDeviceCount failed or found none), or
 // an empty string when it can.
 std::string cuda_unavailable_reason();
+
+// CUDA devices this process can see: 0 without CUDA, when cudaGetDeviceCount fails or finds none.
+int cuda_device_count();
 
 }  // namespace strata::tiers

@@ -9,9 +9,12 @@
 #include <vector>
 
 #include "runtime/comm/local_comm.hpp"
+#include "tests/runtime/comm/device_array.hpp"
 
 namespace strata::runtime::comm {
 namespace {
+
+using testing::DeviceArray;
 
 class NcclCommTest : public ::testing::Test {
  protected:
@@ -19,33 +22,6 @@ class NcclCommTest : public ::testing::Test {
     std::string reason;
     if (!cuda_device_available(&reason)) GTEST_SKIP() << "NcclComm needs a CUDA device: " << reason;
   }
-};
-
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(std::size_t count) : count_(count) {
-    EXPECT_EQ(cudaMalloc(&data_, count * sizeof(T) + 1), cudaSuccess);
-  }
-  ~DeviceArray() { cudaFree(data_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  std::span<T> span() { return {static_cast<T*>(data_), count_}; }
-  void upload(const std::vector<T>& values) {
-    ASSERT_EQ(cudaMemcpy(data_, values.data(), count_ * sizeof(T), cudaMemcpyHostToDevice),
-              cudaSuccess);
-  }
-  std::vector<T> download() {
-    std::vector<T> values(count_);
-    EXPECT_EQ(cudaMemcpy(values.data(), data_, count_ * sizeof(T), cudaMemcpyDeviceToHost),
-              cudaSuccess);
-    return values;
-  }
-
- private:
-  void* data_ = nullptr;
-  std::size_t count_;
 };
 
 TEST_F(NcclCommTest, CollectivesOnDeviceBuffersWithOneRank) {
