@@ -133,30 +133,27 @@ TEST(Faults, AByteFlippedInTransitIsCaughtByTheChecksum) {
   expect_resumes_at(dir, 2, "after a flipped byte in memory");
 }
 
-TEST(Faults, AByteFlippedInACommittedSlotIsNeverUsed) {
+// Flips one bit of the swap file at `offset`.
+void flip_swap_byte(const ScratchDir& dir, std::streamoff offset) {
+  std::fstream file(dir.path() / "strata-rank0.swap",
+                    std::ios::in | std::ios::out | std::ios::binary);
+  char byte = 0;
+  file.seekg(offset);
+  file.read(&byte, 1);
+  byte = static_cast<char>(byte ^ 0x10);
+  file.seekp(offset);
+  file.write(&byte, 1);
+}
+
+// The newest commit is taken only if its slots hold its bytes: a flipped byte in one of them
+// (bit rot, a lost write) makes opening fall back to the previous commit, whose slots differ.
+TEST(Faults, AByteFlippedInACommittedSlotFallsBackToThePreviousCommit) {
   ScratchDir dir;
   { TrainedModel(all_on_nvme(dir)).train(2); }
   // Extent 0 ("layer0/param16/0") was written at steps 0, 1 and 2: slots A, B, A. Its committed
   // bytes start at offset 0 of the swap file.
-  {
-    std::fstream file(dir.path() / "strata-rank0.swap",
-                      std::ios::in | std::ios::out | std::ios::binary);
-    char byte = 0;
-    file.seekg(10);
-    file.read(&byte, 1);
-    byte = static_cast<char>(byte ^ 0x10);
-    file.seekp(10);
-    file.write(&byte, 1);
-  }
-  TrainedModel resumed(all_on_nvme(dir), EngineOptions{.resume = true});
-  try {
-    resumed.train(1);
-    FAIL() << "trained on corrupt parameters";
-  } catch (const tiers::StoreCorruption& error) {
-    EXPECT_THAT(error.what(),
-                HasSubstr("checksum mismatch reading extent 'layer0/param16/0' slot A"));
-    EXPECT_THAT(error.what(), HasSubstr("strata-rank0.swap at offset 0"));
-  }
+  flip_swap_byte(dir, 10);
+  expect_resumes_at(dir, 1, "newest commit's slot A corrupt");
 }
 
 TEST(Faults, ATruncatedNewestManifestFallsBackToThePreviousCommit) {

@@ -479,6 +479,41 @@ TEST(NvmeStore, NewestManifestWithBadSlotsFallsBackToThePreviousOne) {
   EXPECT_TRUE(holds_step(store, 3));
 }
 
+// When the slots of both commits fail their checksums there is nothing to fall back to: opening
+// is an error naming both sequences and the slots that failed.
+TEST(NvmeStore, BadSlotsInBothCommitsAreAClearError) {
+  ScratchDir dir;
+  std::filesystem::path swap;
+  std::uint64_t slot_bytes = 0;
+  {
+    auto engine = make_test_engine();
+    NvmeStore store(*engine, options_for(dir, StoreOpenMode::kCreate), kExtents);
+    write_step(store, 1);  // slot A of every extent
+    store.commit(1);
+    write_step(store, 2);  // slot B
+    store.commit(2);
+    swap = store.swap_files().front();
+    slot_bytes = store.slot_bytes(0);
+  }
+  {  // extent 0 loses the first bytes of both slots
+    const int fd = ::open(swap.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    const std::vector<char> zeros(512, 0);
+    ASSERT_EQ(::pwrite(fd, zeros.data(), zeros.size(), 0), 512);
+    ASSERT_EQ(::pwrite(fd, zeros.data(), zeros.size(), static_cast<off_t>(slot_bytes)), 512);
+    ::close(fd);
+  }
+  auto engine = make_test_engine();
+  try {
+    NvmeStore store(*engine, options_for(dir, StoreOpenMode::kResume), kExtents);
+    FAIL() << "opened a store whose slots all fail their checksums";
+  } catch (const StoreCorruption& error) {
+    EXPECT_THAT(error.what(), HasSubstr("neither store manifest of rank 0 matches the data"));
+    EXPECT_THAT(error.what(), HasSubstr("extent 'embed/master' slot B"));
+    EXPECT_THAT(error.what(), HasSubstr("extent 'embed/master' slot A"));
+  }
+}
+
 // Opening syncs every directory holding its swap files and manifests (so newly created entries
 // survive a power loss): failing one directory's fsync fails the open, naming that directory.
 TEST(NvmeStore, OpeningFsyncsTheDirectoryOfEverySwapFile) {
