@@ -158,6 +158,11 @@ StepReport GptTrainer::train_step() {
     backward(report, scale);
     report.tokens += std::uint64_t{config_.model.micro_batch} * config_.model.seq_len;
   }
+  // Each rank's loss covers its part of the global batch: the line printed is the mean over ranks.
+  if (comm_->size() > 1) {
+    report.loss =
+        comm_->all_reduce_f32(static_cast<float>(report.loss), runtime::comm::ReduceOp::kAvg);
+  }
   {
     runtime::Tracer::Scope scope(options_.tracer, runtime::TraceTrack::kOptimizer, "step");
     report.optimizer = engine_->step();

@@ -4,8 +4,11 @@
 // library computes; strata-generate --json prints the prompt's ids and the ids generate() gives;
 // strata plan --model takes the parameter count from config.json; a malformed data line stops
 // strata-finetune with file:line; --steps is the run's total across a resume, and a fresh start
-// over a committed store is refused until --overwrite.
+// over a committed store is refused until --overwrite; under mpirun -np 2 (ZeRO-3 across ranks,
+// each rank half of every micro-batch) the run follows the one-rank run's losses.
+#include <algorithm>
 #include <cmath>
+#include <regex>
 #include <fstream>
 #include <tuple>
 
@@ -134,6 +137,69 @@ TEST_F(Programs, TheSameStepsRestartedFinishesTheSameRunAndAFreshStartIsRefused)
   std::tie(log, status) = finetune("b", "--steps 1 --overwrite");
   ASSERT_EQ(status, 0) << log;
   EXPECT_EQ(log.find("resumed"), std::string::npos) << log;
+}
+
+// The training losses printed by strata-finetune's step lines, in order.
+std::vector<double> step_losses(const std::string& log) {
+  static const std::regex line(R"(step +\d+ \| loss ([0-9.]+))");
+  std::vector<double> losses;
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), line); it != std::sregex_iterator();
+       ++it) {
+    losses.push_back(std::stod((*it)[1].str()));
+  }
+  return losses;
+}
+
+// Two ranks with micro-batch 2 draw the same global batch as one rank with micro-batch 4
+// (data_loader.hpp), so ZeRO-3 over MPI (each rank a half of every unit's state on NVMe) trains
+// the same model: the same losses up to the gradients' summation order.
+TEST_F(Programs, TwoRanksUnderMpirunFollowTheOneRankRun) {
+  if (std::string(STRATA_MPIRUN).empty()) GTEST_SKIP() << "no mpirun was found at configure time";
+  // Varied text (the fixture's repeats one sentence, so any two windows would look alike).
+  const std::filesystem::path varied = scratch.path() / "varied.txt";
+  {
+    const char* words[] = {"the", "cat", "sat", "on", "mat", "and", "dog", "ran", "in", "sun"};
+    std::string corpus;
+    std::uint32_t state = 12345;
+    for (int i = 0; i < 160; ++i) {
+      state = state * 1664525u + 1013904223u;
+      corpus += std::string(words[(state >> 16) % 10]) + (i % 9 == 8 ? ". " : " ");
+    }
+    std::ofstream(varied) << corpus;
+  }
+  const auto finetune = [&](const std::string& launcher, int micro_batch, const std::string& name) {
+    const std::filesystem::path run_config = scratch.path() / (name + ".toml");
+    std::string toml = read_text_file(config);
+    toml.replace(toml.find("micro_batch = 4"), 15, "micro_batch = " + std::to_string(micro_batch));
+    toml.replace(toml.find("/nvme\""), 6, "/" + name + "\"");
+    std::ofstream(run_config) << toml;
+    return run(launcher + std::string(STRATA_FINETUNE) + " --model " + model.string() +
+               " --data " + varied.string() + " --config " + run_config.string() +
+               " --steps 4 --eval-every 0 --eval-batches 1 --blas-threads 1 --summary-json " +
+               (scratch.path() / (name + ".json")).string());
+  };
+  const auto [one_log, one_status] = finetune("", 4, "one");
+  ASSERT_EQ(one_status, 0) << one_log;
+  const auto [two_log, two_status] = finetune(
+      std::string(STRATA_MPIRUN) + " 2 --oversubscribe --allow-run-as-root ", 2, "two");
+  ASSERT_EQ(two_status, 0) << two_log;
+  const std::vector<double> one = step_losses(one_log);
+  const std::vector<double> two = step_losses(two_log);
+  ASSERT_EQ(one.size(), 4u) << one_log;
+  ASSERT_EQ(two.size(), 4u) << two_log;
+  for (std::size_t step = 0; step < one.size(); ++step) {
+    EXPECT_NEAR(two[step], one[step], 2e-3) << "step " << step << "\n" << one_log << two_log;  // printed to 4 places
+  }
+  EXPECT_GT(one.front() - one.back(), 0.1) << one_log;  // it trained: the comparison can fail
+  const nlohmann::json one_summary =
+      nlohmann::json::parse(read_text_file(scratch.path() / "one.json"));
+  const nlohmann::json two_summary =
+      nlohmann::json::parse(read_text_file(scratch.path() / "two.json"));
+  EXPECT_EQ(two_summary["ranks"].get<int>(), 2);
+  EXPECT_NEAR(two_summary["final_val_loss"].get<double>(),
+              one_summary["final_val_loss"].get<double>(), 1e-3);
+  // Each rank keeps its own half of the state: two swap files in the store directory.
+  EXPECT_TRUE(std::filesystem::exists(scratch.path() / "two" / "strata-rank1.swap"));
 }
 
 TEST_F(Programs, PlanTakesTheParameterCountFromConfigJson) {
