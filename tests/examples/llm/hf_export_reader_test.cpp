@@ -1,8 +1,9 @@
 // Proves the Hugging Face export against an independent reader (hf_folder_reader.py: the
 // safetensors specification, transformers' loading rules and a float64 PyTorch forward): tiny Llama
-// (GQA), Qwen2 (biases, tied) and GPT-2 (both name styles) fine-tuned a few steps and exported in
+// (GQA), Qwen2 (biases, tied), Mistral and GPT-2 (both name styles) fine-tuned and exported in
 // bf16 and fp32, in one file and in shards, are accepted, and the reader's loss on fixed tokens
-// equals strata's on the same weights; folders with a missing tensor, a mis-shaped tensor, a wrong
+// equals strata's on the same weights (and moves far beyond the tolerance when two same-shaped
+// tensors are exchanged); folders with a missing tensor, a mis-shaped tensor, a wrong
 // index total, an over-size shard or a config whose torch_dtype lies are refused.
 #include <cmath>
 #include <cstdlib>
@@ -232,6 +233,7 @@ TEST(HfExportReader, AnIndependentReaderAcceptsEveryExportAndComputesStratasLoss
   const std::vector<Finetuned> models = {
       finetune("llama_gqa", scratch.path() / "llama", tiny(Family::kLlama)),
       finetune("qwen2_bias_tied", scratch.path() / "qwen2", tiny(Family::kQwen2)),
+      finetune("mistral", scratch.path() / "mistral", tiny(Family::kMistral)),
       finetune("gpt2", scratch.path() / "gpt2", tiny(Family::kGpt2)),
       finetune("gpt2_bare_names", scratch.path() / "gpt2-bare", tiny(Family::kGpt2, true))};
 
@@ -279,6 +281,21 @@ TEST(HfExportReader, AnIndependentReaderAcceptsEveryExportAndComputesStratasLoss
     cases.push_back({{"folder", b.folder.string()}, {"max_shard_bytes", b.max_shard_bytes}});
   }
 
+  // Valid in every respect the reader checks, but with layer 0's gate_proj and up_proj values
+  // exchanged (same shape): only the loss comparison can tell, and it must.
+  const fs::path llama_single = scratch.path() / "llama_gqa-fp32-single";
+  const fs::path swapped = copy_folder(llama_single, scratch.path() / "swapped-gate-up");
+  std::vector<testing::FloatTensor> tensors =
+      testing::read_float_tensors(llama_single / kSingleFileName);
+  std::map<std::string, testing::FloatTensor*> by_name;
+  for (testing::FloatTensor& tensor : tensors) by_name[tensor.name] = &tensor;
+  std::swap(by_name.at("model.layers.0.mlp.gate_proj.weight")->values,
+            by_name.at("model.layers.0.mlp.up_proj.weight")->values);
+  write_pt_safetensors(swapped / kSingleFileName, tensors);
+  cases.push_back({{"folder", swapped.string()},
+                   {"tokens", cases[0]["tokens"]},  // llama_gqa-fp32-single's
+                   {"max_shard_bytes", 5'000'000'000}});
+
   const std::map<std::string, nlohmann::json> results = read_folders(scratch.path(), cases);
   ASSERT_EQ(results.size(), cases.size());
   // Both fp32 and float64 compute the loss of the very same weights; fp32's sums over 24-64 wide
@@ -303,6 +320,13 @@ TEST(HfExportReader, AnIndependentReaderAcceptsEveryExportAndComputesStratasLoss
                 want.label.c_str(), files.size(), got["tensors"].get<int>(), loss, want.strata_loss,
                 std::abs(loss - want.strata_loss) / loss);
   }
+  ASSERT_TRUE(results.at(swapped.string())["ok"].get<bool>()) << results.at(swapped.string());
+  const double swapped_loss = results.at(swapped.string())["loss"].get<double>();
+  const double good_loss = expected.at(llama_single.string()).strata_loss;
+  EXPECT_GT(std::abs(swapped_loss - good_loss), 100 * kRelativeTolerance * good_loss)
+      << "exchanging two tensors left the loss within the tolerance: the comparison proves little";
+  std::printf("gate_proj <-> up_proj exchanged: loss %.6f instead of %.6f\n", swapped_loss,
+              good_loss);
   for (const Broken& b : broken) {
     SCOPED_TRACE(b.folder.filename().string());
     ASSERT_TRUE(results.contains(b.folder.string()));
