@@ -407,7 +407,7 @@ def read_case(case):
         if case.get("tokens"):
             result["loss"] = loss_of(family, c, params, tied, case["tokens"])
         result.update(ok=True, tensors=len(params), files=files, dtype=stored)
-    except Refused as e:
+    except (Refused, OSError) as e:
         result["error"] = str(e)
     return result
 
@@ -429,7 +429,8 @@ def main(argv):
                 case = None
                 break
         if case is None or len(argv) % 2 == 0:
-            sys.exit(__doc__ or "usage: hf_folder_reader.py FOLDER [--tokens ...] | --cases FILE")
+            sys.exit("usage: hf_folder_reader.py FOLDER [--tokens 1,2,3/4,5,6] [--dtype bf16|f16|f32]"
+                     " [--max-shard-bytes N]\n       hf_folder_reader.py --cases CASES.json")
         cases = [case]
     results = [read_case(case) for case in cases]
     for result in results:
