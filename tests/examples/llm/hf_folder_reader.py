@@ -42,6 +42,7 @@ import sys
 
 import torch
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import decoder_reference as reference  # noqa: E402  (sets float64 as torch's default dtype)
 
