@@ -6,6 +6,7 @@
 
 #include "base/assert.hpp"
 #include "base/float16.hpp"
+#include "examples/llm/file_io.hpp"
 #include "examples/llm/hf_checkpoint.hpp"
 #include "examples/llm/safetensors_header.hpp"
 
@@ -59,7 +60,45 @@ void write_converted(io::AtomicFileWriter& file, std::span<const float> values, 
   }
 }
 
+// config.json's name of an export dtype (ExportOptions holds bf16, fp16 or fp32).
+const char* config_dtype_name(DType dtype) {
+  if (dtype == DType::kBf16) return "bfloat16";
+  if (dtype == DType::kFp16) return "float16";
+  return "float32";
+}
+
+void write_text(const std::filesystem::path& path, const std::string& text) {
+  io::AtomicFileWriter file = io::AtomicFileWriter::create(path);
+  file.append(std::as_bytes(std::span<const char>(text)));
+  file.commit();
+}
+
 }  // namespace
+
+void record_export_dtype(const std::filesystem::path& config_json, DType dtype) {
+  if (!std::filesystem::exists(config_json)) return;
+  nlohmann::ordered_json config =
+      nlohmann::ordered_json::parse(read_text_file(config_json), nullptr, false);
+  if (!config.is_object()) {
+    throw CheckpointError(config_json.string() + ": not a JSON object; cannot record the dtype");
+  }
+  const std::string name = config_dtype_name(dtype);
+  // transformers 5 writes `dtype`, earlier versions `torch_dtype`: update whichever is there.
+  bool changed = false;
+  bool present = false;
+  for (const char* key : {"torch_dtype", "dtype"}) {
+    if (!config.contains(key)) continue;
+    present = true;
+    if (config[key] == name) continue;
+    config[key] = name;
+    changed = true;
+  }
+  if (!present) {
+    config["torch_dtype"] = name;
+    changed = true;
+  }
+  if (changed) write_text(config_json, config.dump(2) + "\n");
+}
 
 const std::vector<std::string>& model_side_files() {
   static const std::vector<std::string> kFiles = {
@@ -149,6 +188,7 @@ void HfExportWriter::finish() {
   if (!shard_) open_shard(0);  // a model without tensors still gets its (empty) file
   shard_->commit();
   shard_.reset();
+  record_export_dtype(out_dir_ / "config.json", options_.dtype);
   if (plan_.file_names.size() == 1) return;
   nlohmann::json index;
   index["metadata"] = {{"total_size", plan_.total_bytes}};
@@ -156,10 +196,7 @@ void HfExportWriter::finish() {
   for (const PlannedTensor& tensor : plan_.tensors) {
     index["weight_map"][tensor.name] = plan_.file_names[tensor.shard];
   }
-  const std::string text = index.dump(2) + "\n";
-  io::AtomicFileWriter file = io::AtomicFileWriter::create(out_dir_ / kIndexFileName);
-  file.append(std::as_bytes(std::span<const char>(text)));
-  file.commit();
+  write_text(out_dir_ / kIndexFileName, index.dump(2) + "\n");
 }
 
 }  // namespace strata::llm

@@ -1,5 +1,7 @@
-// Export of a model folder that Hugging Face transformers' `from_pretrained` loads unchanged:
-//   - config.json and the tokenizer files copied from the source folder (as they are);
+// Export of a model folder in the layout Hugging Face transformers' `from_pretrained` loads:
+//   - config.json and the tokenizer files copied from the source folder (as they are), except that
+//     config.json's torch_dtype (or transformers 5's dtype) is set to the dtype the weights are
+//     stored in, as save_pretrained writes it (from_pretrained(torch_dtype="auto") loads by it);
 //   - the weights as safetensors, named and shaped as the source checkpoint stores them, in the
 //     chosen dtype (bf16 by default), either one `model.safetensors` or, when they exceed
 //     max_shard_bytes, shards `model-0000i-of-0000N.safetensors` of at most that size (a tensor
@@ -38,6 +40,11 @@ const std::vector<std::string>& model_side_files();
 void prepare_export_folder(const std::filesystem::path& source_dir,
                            const std::filesystem::path& out_dir);
 
+// Sets `config_json`'s torch_dtype / dtype (whichever it has; torch_dtype when neither) to
+// `dtype`'s name ("bfloat16", "float16", "float32"); rewrites the file only when that changes it.
+// Nothing when the file is missing; CheckpointError when it is not a JSON object.
+void record_export_dtype(const std::filesystem::path& config_json, DType dtype);
+
 // One tensor of the export, its shard and byte range within that shard's data.
 struct PlannedTensor {
   std::string name;  // stored name
@@ -66,7 +73,8 @@ class HfExportWriter {
 
   // Unit `index`'s flat fp32 values; units must come in order 0, 1, ...
   void write_unit(std::size_t index, std::span<const float> values);
-  // After the last unit: commits the last shard and writes the index (sharded exports).
+  // After the last unit: commits the last shard, records the dtype in out_dir/config.json (when
+  // there is one) and writes the index (sharded exports).
   void finish();
   const ShardPlan& plan() const { return plan_; }
 

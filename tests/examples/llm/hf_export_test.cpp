@@ -1,10 +1,12 @@
 // Proves the Hugging Face export: load -> export -> load is the identity (fp32 bitwise, names,
 // shapes and layout of the input kept, GPT-2's bare names included); a bf16 export holds exactly
 // the bf16 rounding; shards never exceed the size limit and the index lists every tensor and the
-// total size; one file when one shard suffices, with no stale index left behind.
+// total size; one file when one shard suffices, with no stale index left behind; config.json names
+// the exported dtype.
 #include "examples/llm/hf_export.hpp"
 
 #include <cstring>
+#include <fstream>
 #include <set>
 
 #include <fmt/format.h>
@@ -75,9 +77,16 @@ TEST_P(ExportRoundTrip, Fp32ExportLoadsBackBitwiseWithTheInputsNames) {
     EXPECT_EQ(entry["shape"], after[name]["shape"]) << name;
     EXPECT_EQ(after[name]["dtype"], "F32") << name;
   }
-  for (const char* file : {"config.json", "tokenizer.json", "tokenizer_config.json"}) {
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
     EXPECT_EQ(read_text_file(source / file), read_text_file(out / file)) << file;
   }
+  // config.json: the same, but for the dtype it names, now the exported one.
+  nlohmann::json config = nlohmann::json::parse(read_text_file(source / "config.json"));
+  if (config["torch_dtype"] == "float32") {
+    EXPECT_EQ(read_text_file(source / "config.json"), read_text_file(out / "config.json"));
+  }
+  config["torch_dtype"] = "float32";
+  EXPECT_EQ(nlohmann::json::parse(read_text_file(out / "config.json")), config);
 }
 
 TinyModelOptions gpt2_bare() {
@@ -125,6 +134,31 @@ TEST(HfExport, Bf16ExportHoldsTheBf16RoundingOfTheWeights) {
   for (const auto& [name, entry] : summary.items()) {
     EXPECT_EQ(entry["dtype"], "BF16") << name;
   }
+}
+
+// transformers' save_pretrained writes the weights' dtype into config.json and
+// from_pretrained(torch_dtype="auto") loads by it: an fp32 model exported in bf16 must say bf16.
+TEST(HfExport, ConfigJsonNamesTheDtypeTheWeightsAreStoredIn) {
+  ScratchDir scratch;
+  const std::filesystem::path source = scratch.path() / "source";
+  const std::filesystem::path out = scratch.path() / "exported";
+  write_tiny_model(source, TinyModelOptions{});  // torch_dtype float32
+  const Loaded original = load(source);
+  export_folder(source, out, original, ExportOptions{});  // bf16
+  nlohmann::json config = nlohmann::json::parse(read_text_file(source / "config.json"));
+  ASSERT_EQ(config["torch_dtype"], "float32");
+  config["torch_dtype"] = "bfloat16";
+  EXPECT_EQ(nlohmann::json::parse(read_text_file(out / "config.json")), config);
+  EXPECT_EQ(read_hf_config(out / "config.json").torch_dtype, TensorDType::kBf16);
+
+  // transformers 5's key `dtype` is updated in place; no torch_dtype is added beside it.
+  const std::filesystem::path renamed = scratch.path() / "config.json";
+  std::ofstream(renamed) << R"({"model_type": "llama", "dtype": "float32", "rope_theta": 1e4})";
+  record_export_dtype(renamed, DType::kFp16);
+  EXPECT_EQ(nlohmann::json::parse(read_text_file(renamed)),
+            nlohmann::json::parse(R"({"model_type": "llama", "dtype": "float16", "rope_theta": 1e4})"));
+  std::ofstream(renamed) << "[1, 2]";
+  EXPECT_THROW(record_export_dtype(renamed, DType::kBf16), CheckpointError);
 }
 
 TEST(HfExport, ShardsRespectTheMaximumSizeAndTheIndexListsEverything) {

@@ -1,21 +1,24 @@
 // Proves the programs end to end on a tiny Llama folder: strata-finetune --model lowers the
-// validation loss, reports its NVMe traffic as the built-in GPT's run does and exports a loadable
-// folder; strata-eval --json prints the perplexity the
-// library computes; strata-generate --json prints the prompt's ids and the ids generate() gives;
+// validation loss, reports its NVMe traffic as the built-in GPT's run does and exports a folder
+// that an independent reader (hf_folder_reader.py) accepts, with strata's loss; strata-eval --json
+// prints the perplexity the library computes; strata-generate --json prints the prompt's ids and the ids generate() gives;
 // strata plan --model takes the parameter count from config.json; a malformed data line stops
 // strata-finetune with file:line; --steps is the run's total across a resume, and a fresh start
 // over a committed store is refused until --overwrite; under mpirun -np 2 (ZeRO-3 across ranks,
 // each rank half of every micro-batch) the run follows the one-rank run's losses.
 #include <algorithm>
 #include <cmath>
-#include <regex>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <regex>
 #include <tuple>
 
 #include <gtest/gtest.h>
 
 #include "examples/llm/generation.hpp"
 #include "examples/llm/hf_checkpoint.hpp"
+#include "examples/llm/host_weights.hpp"
 #include "examples/llm/perplexity.hpp"
 #include "examples/llm/tokenizer.hpp"
 #include "tests/examples/llm/llm_io_test_support.hpp"
@@ -52,6 +55,40 @@ struct Programs : ::testing::Test {
   }
 };
 
+// The program's export read by hf_folder_reader.py (the safetensors specification and
+// transformers' loading rules, a float64 PyTorch forward; see hf_export_reader_test.cpp): accepted,
+// and its loss on the text's first tokens equals strata's on the weights strata loads from it
+// (bf16, exact in fp32) within 1e-5 relative. Skipped, saying so, when torch is missing.
+void expect_independent_reader_agrees(const std::filesystem::path& out, const HfConfig& hf,
+                                      const HostWeights& weights,
+                                      const std::vector<std::int32_t>& ids) {
+  if (std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") != 0) {
+    std::printf("(independent reader skipped: /usr/bin/python3 cannot import torch)\n");
+    return;
+  }
+  constexpr std::uint32_t kSeqLen = 16;
+  ASSERT_GE(ids.size(), 2 * (kSeqLen + 1));
+  const std::vector<std::int32_t> tokens(ids.begin(), ids.begin() + 2 * (kSeqLen + 1));
+  DecoderModel decoder(hf, {kSeqLen, 2, false});
+  decoder.set_batch(tokens, kSeqLen + 1);
+  forward_all(decoder, weights);
+  const double strata_loss = decoder.loss();
+  std::string sequences;
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    if (i > 0) sequences += i == kSeqLen + 1 ? "/" : ",";
+    sequences += std::to_string(tokens[i]);
+  }
+  const std::string output = testing::run_command(
+      std::string("/usr/bin/python3 ") + STRATA_LLM_FOLDER_READER + " " + out.string() +
+      " --dtype bf16 --tokens " + sequences + " 2>&1");
+  const nlohmann::json result = nlohmann::json::parse(output, nullptr, false);
+  ASSERT_TRUE(result.is_object()) << output;
+  ASSERT_TRUE(result["ok"].get<bool>()) << result["error"];
+  EXPECT_NEAR(result["loss"].get<double>(), strata_loss, 1e-5 * strata_loss);
+  std::printf("strata-finetune's export: reader loss %.9f, strata %.9f\n",
+              result["loss"].get<double>(), strata_loss);
+}
+
 TEST_F(Programs, FinetuneExportEvalGenerate) {
   const std::filesystem::path out = scratch.path() / "finetuned";
   const std::filesystem::path summary = scratch.path() / "summary.json";
@@ -76,6 +113,7 @@ TEST_F(Programs, FinetuneExportEvalGenerate) {
   set_blas_threads(1);
   const HostWeights weights = HostWeights::load(out, decoder_units(hf));
   const Tokenizer tokenizer = Tokenizer::load(out);
+  expect_independent_reader_agrees(out, hf, weights, tokenizer.encode(read_text_file(text)));
   const auto [eval_output, eval_status] =
       run(std::string(STRATA_EVAL) + " --model " + out.string() + " --data " + text.string() +
           " --seq-len 48 --blas-threads 1 --json");
