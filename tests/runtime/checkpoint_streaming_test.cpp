@@ -34,6 +34,8 @@ Config streaming_config(const ScratchDir& nvme) {
   config.zero.grads = Tier::kNvme;
   config.zero.optimizer = Tier::kNvme;
   config.tiers.host.budget_bytes = kHostBudgetBytes;
+  config.zero.sub_group_size = 8192;  // fewer, larger extents: the test stays fast
+  config.tiers.nvme.fsync = false;     // durability is not what this test proves
   return config;
 }
 
@@ -113,6 +115,15 @@ void expect_streamed(TrainedModel& run, const Config& config, const std::string&
 std::vector<char> file_bytes(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+}
+
+// The RSS meter sees growth of a few MiB (else the bound below would prove nothing).
+TEST(CheckpointStreaming, PeakRssMeterSeesAllocations) {
+  std::optional<PeakRss> rss = PeakRss::start();
+  if (!rss) GTEST_SKIP() << "peak RSS cannot be reset here (sanitizer build or no clear_refs)";
+  std::vector<char> touched(6u << 20);
+  for (std::size_t i = 0; i < touched.size(); i += 4096) touched[i] = static_cast<char>(i);
+  EXPECT_GE(rss->growth_bytes() + touched[4096], 5u << 20);
 }
 
 TEST(CheckpointStreaming, StateFourTimesTheHostBudgetSavesLoadsExportsAndImportsWithinIt) {
