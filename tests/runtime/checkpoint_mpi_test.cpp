@@ -169,13 +169,15 @@ TEST(CheckpointMpi, SameRankCountSaveLoadContinueIsBitwise) {
 // host pool's high-water mark never moves, staging stays within (ranks + 1) sub-groups, and the
 // bytes are the same: masters bitwise, the 1-rank export bitwise the N-rank one.
 TEST(CheckpointMpi, StreamedAcrossRankCountsWithinTheStagingBound) {
-  const std::vector<std::uint32_t> widths = {256, 1024, 256, 8};  // 0.53 M parameters
-  constexpr std::uint64_t kHostBudget = 1ull << 20;
+  const std::vector<std::uint32_t> widths = {512, 1024, 512, 8};  // 1.05 M parameters
+  constexpr std::uint64_t kHostBudget = 3ull << 20;  // what one rank's NVMe staging needs
   const auto streamed_config = [&](const ScratchDir& nvme) {
-    Config config = config_for(nvme, Tier::kNvme);
+    Config config = engine_test_config(nvme.path().string());  // bf16: exact bytes compared only
+    config.zero.optimizer = Tier::kNvme;
     config.zero.params = Tier::kNvme;
     config.zero.grads = Tier::kNvme;
     config.tiers.host.budget_bytes = kHostBudget;
+    config.tiers.nvme.fsync = false;  // durability is not what this test proves
     return config;
   };
   const auto staging_bound = [](std::uint32_t ranks) {
