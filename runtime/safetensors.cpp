@@ -335,6 +335,7 @@ void SafetensorsReader::read_fp32(const SafetensorsEntry& entry, std::size_t fir
   const std::size_t element_bytes = dtype_bytes(entry.dtype);
   STRATA_ASSERT((first + out.size()) * element_bytes <= entry.end - entry.begin,
                 "range past the tensor");
+  if (out.empty()) return;
   const std::uint64_t offset = data_offset_ + entry.begin + first * element_bytes;
   const std::span<std::byte> bytes =
       std::as_writable_bytes(out).first(out.size() * element_bytes);
