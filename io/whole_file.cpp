@@ -1,5 +1,6 @@
 #include "io/whole_file.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <string>
@@ -52,6 +53,12 @@ void AtomicFileWriter::append(std::span<const std::byte> bytes) {
   STRATA_ASSERT(file_.valid(), "append after commit");
   file_.write_at(written_bytes_, bytes);
   written_bytes_ += bytes.size();
+}
+
+void AtomicFileWriter::write_at(std::uint64_t offset, std::span<const std::byte> bytes) {
+  STRATA_ASSERT(file_.valid(), "write after commit");
+  file_.write_at(offset, bytes);
+  written_bytes_ = std::max(written_bytes_, offset + bytes.size());
 }
 
 void AtomicFileWriter::commit() {

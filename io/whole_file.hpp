@@ -33,7 +33,11 @@ class AtomicFileWriter {
   ~AtomicFileWriter();
 
   void append(std::span<const std::byte> bytes);
-  std::uint64_t written_bytes() const { return written_bytes_; }
+  // Writes at `offset` instead, for writers that fill the file out of order (a streamed export
+  // gathering pieces of a tensor from every rank); bytes never written read as zero. append()
+  // continues after the furthest byte written.
+  void write_at(std::uint64_t offset, std::span<const std::byte> bytes);
+  std::uint64_t written_bytes() const { return written_bytes_; }  // the furthest byte written
   // Call once; after it (successful or not) append() and commit() are programmer errors.
   void commit();
 

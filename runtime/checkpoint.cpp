@@ -1,7 +1,10 @@
 #include "runtime/checkpoint.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
+#include <map>
+#include <new>
 #include <optional>
 
 #include <fmt/format.h>
@@ -14,6 +17,7 @@
 #include "runtime/checkpoint_rotation.hpp"
 #include "runtime/engine_state.hpp"
 #include "runtime/safetensors.hpp"
+#include "runtime/stream_staging.hpp"
 
 namespace strata::runtime::detail {
 namespace {
@@ -41,10 +45,6 @@ std::string hex(std::uint64_t value) {
 
 std::string shape_text(const std::vector<std::uint64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
-}
-
-std::uint64_t checksum(std::span<const std::byte> bytes) {
-  return XXH3_64bits(bytes.data(), bytes.size());
 }
 
 // Hash of what makes two models' states interchangeable: units, tensors and shapes.
@@ -210,22 +210,50 @@ void describe_model(const EngineState& state, nlohmann::json& manifest) {
   manifest["units"] = units;
 }
 
-// This rank's file: the real elements of every saved kind of every unit, fp32, in unit order.
-// Returns the checksum of each segment.
+// XXH3 over bytes fed a piece at a time (the same value as XXH3_64bits of them all at once).
+class StreamingChecksum {
+ public:
+  StreamingChecksum() : state_(XXH3_createState()) {
+    if (state_ == nullptr) throw std::bad_alloc();
+    reset();
+  }
+  StreamingChecksum(const StreamingChecksum&) = delete;
+  StreamingChecksum& operator=(const StreamingChecksum&) = delete;
+  ~StreamingChecksum() { XXH3_freeState(state_); }
+  void reset() { XXH3_64bits_reset(state_); }
+  void update(std::span<const std::byte> bytes) {
+    XXH3_64bits_update(state_, bytes.data(), bytes.size());
+  }
+  std::uint64_t digest() const { return XXH3_64bits_digest(state_); }
+
+ private:
+  XXH3_state_t* state_;
+};
+
+// This rank's file: the real elements of every saved kind of every unit, fp32, in unit order,
+// streamed a sub-group at a time through one sub-group of staging. Returns each segment's checksum.
 std::vector<std::uint64_t> write_rank_file(EngineState& state, const std::filesystem::path& path) {
   const io::FileHandle file = io::FileHandle::open(
       path, {io::CreateMode::kCreateTruncate, io::DirectIo::kOff, io::Access::kReadWrite});
+  StreamStaging staging(state.staging_meter(), state.largest_group_numel());
+  StreamingChecksum hash;
   std::vector<std::uint64_t> checksums;
   std::uint64_t offset = 0;
   for (UnitId u = 0; u < state.units().size(); ++u) {
     const UnitState& unit = state.units()[u];
+    const std::uint64_t real = unit.layout.shard_real_numel(state.rank());
     for (Kind kind : saved_kinds(unit)) {
-      std::vector<float> values = state.read_shard_fp32(u, kind);
-      values.resize(unit.layout.shard_real_numel(state.rank()));
-      const auto bytes = std::as_bytes(std::span<const float>(values));
-      checksums.push_back(checksum(bytes));
-      file.write_at(offset, bytes);
-      offset += bytes.size();
+      hash.reset();
+      for (std::size_t g = 0; g < unit.groups.size() && unit.groups[g].begin < real; ++g) {
+        const SubGroup& sub = unit.groups[g];
+        const std::span<float> values = staging.first(sub.numel);
+        state.read_group_fp32(u, kind, g, values);
+        const auto bytes = std::as_bytes(values.first(std::min(sub.numel, real - sub.begin)));
+        hash.update(bytes);
+        file.write_at(offset, bytes);
+        offset += bytes.size();
+      }
+      checksums.push_back(hash.digest());
     }
   }
   file.sync();
@@ -280,7 +308,8 @@ void publish(const nlohmann::json& manifest, const std::filesystem::path& tempor
 // Reads a checkpoint written by any rank count: this rank's new shard of each unit is cut from
 // whichever old ranks' files hold its elements (old rank r held [r * S, min(numel, (r + 1) * S))
 // of a unit whose old shard size is S). Validates the model first (CheckpointMismatch); every
-// segment is checked against the layout and its checksum (CheckpointCorruption).
+// segment is checked against the layout and its checksum (CheckpointCorruption). Memory: the
+// caller's staging only; segments are hashed and copied a staging's worth at a time.
 class ShardReader {
  public:
   ShardReader(const EngineState& state, const nlohmann::json& manifest,
@@ -307,28 +336,70 @@ class ShardReader {
     opened_.resize(old_ranks_);
   }
 
-  // This rank's new shard of each saved kind of unit u (shard_numel values, padding zero).
-  std::vector<std::vector<float>> read_unit(std::size_t u) {
-    const UnitState& unit = state_.units()[u];
-    std::vector<std::vector<float>> shards(saved_kinds(unit).size(),
-                                           std::vector<float>(unit.layout.shard_numel, 0.0f));
-    for (std::uint32_t r = 0; r < old_ranks_; ++r) read_overlap(u, r, shards);
-    return shards;
+  // Checks, against their checksums, every segment that this rank's new shard of unit u draws
+  // from (all saved kinds), reading each through `staging` and keeping nothing.
+  void verify_unit(std::size_t u, StreamStaging& staging) {
+    const std::span<std::byte> chunk = staging.bytes();
+    STRATA_ASSERT(!chunk.empty(), "no staging");
+    const Range mine = new_range(u);
+    for (std::uint32_t r = 0; r < old_ranks_; ++r) {
+      const Range old = old_range(u, r);
+      if (std::max(mine.begin, old.begin) >= std::min(mine.end, old.end)) continue;
+      for (std::size_t k = 0; k < saved_kinds(state_.units()[u]).size(); ++k) {
+        const Segment segment = segment_of(u, r, k);
+        const std::uint64_t bytes = segment.numel * 4;
+        hash_.reset();
+        for (std::uint64_t done = 0; done < bytes; done += chunk.size()) {
+          const std::span<std::byte> piece = chunk.first(std::min<std::uint64_t>(chunk.size(), bytes - done));
+          read_segment(*opened_[r], segment.offset + done, piece);
+          hash_.update(piece);
+        }
+        if (hash_.digest() != segment.checksum) {
+          throw CheckpointCorruption(fmt::format(
+              "checkpoint {}: checksum mismatch in {} at offset {} ({} bytes, unit '{}' {}); "
+              "the file is corrupt, refusing to use it",
+              where_, opened_[r]->path(), segment.offset, bytes, state_.units()[u].spec.name,
+              kind_name(saved_kinds(state_.units()[u])[k])));
+        }
+      }
+    }
+  }
+
+  // Elements [first, first + out.size()) of unit u (real elements, in unit order) of its saved
+  // kind k, read from the old ranks' files that hold them (verified by verify_unit before).
+  void read_range(std::size_t u, std::size_t k, std::uint64_t first, std::span<float> out) {
+    const std::uint64_t last = first + out.size();
+    for (std::uint32_t r = 0; r < old_ranks_; ++r) {
+      const Range old = old_range(u, r);
+      const std::uint64_t from = std::max(first, old.begin);
+      const std::uint64_t to = std::min(last, old.end);
+      if (from >= to) continue;
+      const Segment segment = segment_of(u, r, k);
+      read_segment(*opened_[r], segment.offset + (from - old.begin) * 4,
+                   std::as_writable_bytes(out.subspan(from - first, to - from)));
+    }
   }
 
  private:
-  // Copies what old rank r's segments of unit u hold of this rank's new shard into `shards`.
-  void read_overlap(std::size_t u, std::uint32_t r, std::vector<std::vector<float>>& shards) {
-    const UnitState& unit = state_.units()[u];
-    const std::uint64_t numel = unit.layout.numel;
-    const std::uint64_t begin = std::min(numel, unit.layout.shard_begin(state_.rank()));
-    const std::uint64_t end = begin + unit.layout.shard_real_numel(state_.rank());
-    const std::uint64_t old_begin = std::min(numel, r * old_shard_[u]);
-    const std::uint64_t old_end = std::min(numel, old_begin + old_shard_[u]);
-    const std::uint64_t from = std::max(begin, old_begin);
-    const std::uint64_t to = std::min(end, old_end);
-    if (from >= to) return;
-    const std::vector<Kind> kinds = saved_kinds(unit);
+  struct Range {
+    std::uint64_t begin = 0;  // elements of the unit, real ones only
+    std::uint64_t end = 0;
+  };
+  Range new_range(std::size_t u) const {
+    const UnitLayout& layout = state_.units()[u].layout;
+    const std::uint64_t begin = std::min(layout.numel, layout.shard_begin(state_.rank()));
+    return {begin, begin + layout.shard_real_numel(state_.rank())};
+  }
+  Range old_range(std::size_t u, std::uint32_t r) const {
+    const std::uint64_t numel = state_.units()[u].layout.numel;
+    const std::uint64_t begin = std::min(numel, r * old_shard_[u]);
+    return {begin, std::min(numel, begin + old_shard_[u])};
+  }
+
+  // Old rank r's segment of saved kind k of unit u, checked against the layout; opens r's file
+  // when first needed.
+  Segment segment_of(std::size_t u, std::uint32_t r, std::size_t k) {
+    const std::vector<Kind> kinds = saved_kinds(state_.units()[u]);
     const nlohmann::json& segments = files_[r].at("segments");
     const std::filesystem::path path = dir_ / files_[r].at("name").get<std::string>();
     if (segments.size() != state_.units().size() * kinds.size()) {
@@ -340,31 +411,20 @@ class ShardReader {
       opened_[r] = io::FileHandle::open(
           path, {io::CreateMode::kOpenExisting, io::DirectIo::kOff, io::Access::kReadOnly});
     }
-    for (std::size_t k = 0; k < kinds.size(); ++k) {
-      const std::size_t index = u * kinds.size() + k;
-      const nlohmann::json& entry = segments[index];
-      const Segment segment{entry.at("offset").get<std::uint64_t>(),
-                            entry.at("numel").get<std::uint64_t>(),
-                            std::stoull(entry.at("xxh3").get<std::string>(), nullptr, 16)};
-      if (segment.numel != old_end - old_begin ||
-          entry.at("kind").get<std::string>() != kind_name(kinds[k])) {
-        throw CheckpointCorruption(fmt::format(
-            "checkpoint {}: segment {} of {} is '{}' of {} elements; the layout needs '{}' of {}",
-            where_, index, path.string(), entry.at("kind").dump(), segment.numel,
-            kind_name(kinds[k]), old_end - old_begin));
-      }
-      bytes_.resize(segment.numel * 4);
-      read_segment(*opened_[r], segment.offset, bytes_);
-      if (checksum(bytes_) != segment.checksum) {
-        throw CheckpointCorruption(fmt::format(
-            "checkpoint {}: checksum mismatch in {} at offset {} ({} bytes, unit '{}' {}); "
-            "the file is corrupt, refusing to use it",
-            where_, path.string(), segment.offset, bytes_.size(), unit.spec.name,
-            kind_name(kinds[k])));
-      }
-      std::memcpy(shards[k].data() + (from - begin), bytes_.data() + (from - old_begin) * 4,
-                  (to - from) * 4);
+    const std::size_t index = u * kinds.size() + k;
+    const nlohmann::json& entry = segments[index];
+    const Segment segment{entry.at("offset").get<std::uint64_t>(),
+                          entry.at("numel").get<std::uint64_t>(),
+                          std::stoull(entry.at("xxh3").get<std::string>(), nullptr, 16)};
+    const Range old = old_range(u, r);
+    if (segment.numel != old.end - old.begin ||
+        entry.at("kind").get<std::string>() != kind_name(kinds[k])) {
+      throw CheckpointCorruption(fmt::format(
+          "checkpoint {}: segment {} of {} is '{}' of {} elements; the layout needs '{}' of {}",
+          where_, index, path.string(), entry.at("kind").dump(), segment.numel,
+          kind_name(kinds[k]), old.end - old.begin));
     }
+    return segment;
   }
 
   const EngineState& state_;
@@ -374,8 +434,23 @@ class ShardReader {
   std::uint32_t old_ranks_ = 0;
   std::vector<std::uint64_t> old_shard_;  // per unit
   std::vector<std::optional<io::FileHandle>> opened_;  // per old rank, opened when first needed
-  std::vector<std::byte> bytes_;
+  StreamingChecksum hash_;
 };
+
+// Calls fn(group, values, first, real) for every sub-group of this rank's shard of unit u:
+// `values` the group's span of `staging` (numel values), `first` the unit element its first value
+// stands for and `real` how many of its leading values are real elements (the rest is padding).
+template <typename Fn>
+void for_each_group(EngineState& state, UnitId u, StreamStaging& staging, Fn&& fn) {
+  const UnitState& unit = state.units()[u];
+  const std::uint64_t begin = std::min(unit.layout.numel, unit.layout.shard_begin(state.rank()));
+  const std::uint64_t real = unit.layout.shard_real_numel(state.rank());
+  for (std::size_t g = 0; g < unit.groups.size(); ++g) {
+    const SubGroup& sub = unit.groups[g];
+    const std::uint64_t group_real = sub.begin < real ? std::min(sub.numel, real - sub.begin) : 0;
+    fn(g, staging.first(sub.numel), begin + std::min(sub.begin, real), group_real);
+  }
+}
 
 }  // namespace
 
@@ -415,32 +490,46 @@ void load_checkpoint(EngineState& state, const std::filesystem::path& requested)
   const std::filesystem::path requested_dir = directory_name(requested);
   const std::filesystem::path dir =
       newest_complete_checkpoint(requested_dir).value_or(requested_dir);
+  const auto malformed = [&](const nlohmann::json::exception& error) {
+    return CheckpointCorruption(fmt::format("checkpoint manifest {} is malformed: {}",
+                                            (dir / kManifestName).string(), error.what()));
+  };
   TrainingProgress progress;
-  // shards[u][k]: this rank's new shard (shard_numel, zero padded) of saved kind k of unit u.
-  std::vector<std::vector<std::vector<float>>> shards(state.units().size());
+  nlohmann::json manifest;
+  std::optional<ShardReader> reader;
+  StreamStaging staging(state.staging_meter(), state.largest_group_numel());
+  // Two passes, so that a failed load changes nothing without holding the checkpoint in memory:
+  // the first checks every segment this rank needs against its checksum, the second copies.
   collectively(state.comm(), "checkpoint load", [&] {
-    const nlohmann::json manifest = read_manifest(dir);
+    manifest = read_manifest(dir);
     try {
-      ShardReader reader(state, manifest, dir);
-      for (std::size_t u = 0; u < state.units().size(); ++u) shards[u] = reader.read_unit(u);
+      reader.emplace(state, manifest, dir);
+      for (std::size_t u = 0; u < state.units().size(); ++u) reader->verify_unit(u, staging);
       progress.step = manifest.at("step").get<std::uint64_t>();
       progress.loss_scale = manifest.at("loss_scale").get<double>();
       progress.clean_steps = manifest.at("clean_steps").get<std::uint32_t>();
     } catch (const nlohmann::json::exception& error) {
-      throw CheckpointCorruption(fmt::format("checkpoint manifest {} is malformed: {}",
-                                             (dir / kManifestName).string(), error.what()));
+      throw malformed(error);
     }
   });
 
-  // Everything checked out on every rank: replace the state.
+  // Everything checked out on every rank: replace the state, a sub-group at a time.
   state.begin_replace();
   collectively(state.comm(), "checkpoint load (writing state)", [&] {
     for (UnitId u = 0; u < state.units().size(); ++u) {
       const std::vector<Kind> kinds = saved_kinds(state.units()[u]);
-      for (std::size_t k = 0; k < kinds.size(); ++k) state.write_shard(u, kinds[k], shards[u][k]);
-      state.write_shard(u, Kind::kParam, shards[u][0]);
-      state.write_shard(u, Kind::kGrad,
-                        std::vector<float>(state.units()[u].layout.shard_numel, 0.0f));
+      for_each_group(state, u, staging, [&](std::size_t g, std::span<float> values,
+                                            std::uint64_t first, std::uint64_t real) {
+        for (std::size_t k = 0; k < kinds.size(); ++k) {
+          std::fill(values.begin(), values.end(), 0.0f);
+          reader->read_range(u, k, first, values.first(real));
+          state.write_group_fp32(u, kinds[k], g, values);
+          // The 16-bit parameters are the master rounded.
+          if (kinds[k] == Kind::kMaster) state.write_group_fp32(u, Kind::kParam, g, values);
+        }
+        std::fill(values.begin(), values.end(), 0.0f);
+        state.write_group_fp32(u, Kind::kGrad, g, values);
+      });
     }
     state.finish_replace(progress);
   });
@@ -497,46 +586,109 @@ std::string describe_stored_model(const EngineState& state) {
   }
 }
 
+std::vector<UnitSpec> unit_specs(const EngineState& state) {
+  std::vector<UnitSpec> specs;
+  for (const UnitState& unit : state.units()) specs.push_back(unit.spec);
+  return specs;
+}
+
+// Runs `body` unless an earlier call failed, keeping the first error: work interleaved with
+// collectives cannot leave the loop on one rank alone, so it records the error, goes on taking
+// part in the collectives, and rethrows once every rank has finished (collectively()).
+class DeferredError {
+ public:
+  template <typename Body>
+  void run(Body&& body) {
+    if (error_) return;
+    try {
+      body();
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+  }
+  void rethrow() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  std::exception_ptr error_;
+};
+
+// Streamed: for each sub-group index g of each unit, every rank reads its sub-group g of the
+// master and the ranks all-gather them; rank 0 writes each rank's piece at its place in the file
+// (rank r's piece is unit elements [r * shard + g.begin, ...)). Staging: one sub-group per rank
+// plus this rank's own, on every rank.
 void export_safetensors(EngineState& state, const std::filesystem::path& file, DType dtype) {
   STRATA_ASSERT(state.finalized(), "export before finalize");
-  std::vector<std::vector<float>> units;
+  const std::uint32_t ranks = state.ranks();
+  const bool writes = state.rank() == 0;
+  std::optional<SafetensorsWriter> writer;
+  collectively(state.comm(), "safetensors export (header)", [&] {
+    if (!writes) return;
+    writer.emplace(
+        file, unit_specs(state), dtype,
+        std::map<std::string, std::string>{{"format", "pt"},
+                                           {"producer", "strata"},
+                                           {"step", std::to_string(state.progress().step)}},
+        /*prefix_unit_names=*/true);
+  });
+  const std::uint64_t group_max = state.largest_group_numel();
+  StreamStaging mine(state.staging_meter(), group_max);
+  StreamStaging gathered(state.staging_meter(), ranks > 1 ? ranks * group_max : 0);
+  DeferredError error;
   for (UnitId u = 0; u < state.units().size(); ++u) {
-    std::vector<float> full = state.gather_master(u);
-    if (state.rank() == 0) units.push_back(std::move(full));
+    const UnitState& unit = state.units()[u];
+    for (std::size_t g = 0; g < unit.groups.size(); ++g) {
+      const SubGroup& sub = unit.groups[g];
+      const std::span<float> own = mine.first(sub.numel);
+      error.run([&] { state.read_group_fp32(u, Kind::kMaster, g, own); });
+      std::span<float> all = own;
+      if (ranks > 1) {
+        all = gathered.first(ranks * sub.numel);
+        state.all_gather_host(comm::ConstBuffer::of(std::span<const float>(own)),
+                              comm::MutableBuffer::of(all));
+      }
+      if (!writes) continue;
+      error.run([&] {
+        for (std::uint32_t r = 0; r < ranks; ++r) {
+          const std::uint64_t first = r * unit.layout.shard_numel + sub.begin;
+          if (first >= unit.layout.numel) break;
+          const std::uint64_t real = std::min(sub.numel, unit.layout.numel - first);
+          writer->write(u, first, all.subspan(r * sub.numel, real));
+        }
+      });
+    }
   }
   collectively(state.comm(), "safetensors export", [&] {
-    if (state.rank() != 0) return;
-    std::vector<UnitSpec> specs;
-    for (const UnitState& unit : state.units()) specs.push_back(unit.spec);
-    save_safetensors(
-        file, specs, [&](std::size_t index) { return std::move(units[index]); }, dtype,
-        {{"format", "pt"}, {"producer", "strata"}, {"step", std::to_string(state.progress().step)}},
-        /*prefix_unit_names=*/true);
+    error.rethrow();
+    if (writes) writer->commit();
   });
 }
 
+// Every rank checks the header, then reads only its own shard's elements, a sub-group at a time.
 void import_safetensors(EngineState& state, const std::filesystem::path& file) {
   STRATA_ASSERT(state.finalized(), "import before finalize");
-  std::vector<UnitSpec> specs;
-  for (const UnitState& unit : state.units()) specs.push_back(unit.spec);
-  std::vector<std::vector<float>> shards(state.units().size());
+  const std::vector<UnitSpec> specs = unit_specs(state);
+  std::optional<SafetensorsReader> reader;
   collectively(state.comm(), "safetensors import", [&] {
-    load_safetensors(
-        file, specs,
-        [&](std::size_t u, std::span<const float> values) {
-          shards[u] = state.units()[u].layout.shard_of(values, state.rank());
-        },
-        /*prefix_unit_names=*/true);
+    reader.emplace(SafetensorsReader::open(file));
+    check_model_tensors(*reader, specs, /*prefix_unit_names=*/true);
   });
+  StreamStaging staging(state.staging_meter(), state.largest_group_numel());
   state.begin_replace();
   collectively(state.comm(), "safetensors import (writing state)", [&] {
     for (UnitId u = 0; u < state.units().size(); ++u) {
-      const std::vector<float> zeros(state.units()[u].layout.shard_numel, 0.0f);
-      state.write_shard(u, Kind::kMaster, shards[u]);
-      state.write_shard(u, Kind::kParam, shards[u]);
-      state.write_shard(u, Kind::kExpAvg, zeros);
-      state.write_shard(u, Kind::kExpAvgSq, zeros);
-      state.write_shard(u, Kind::kGrad, zeros);
+      for_each_group(state, u, staging, [&](std::size_t g, std::span<float> values,
+                                            std::uint64_t first, std::uint64_t real) {
+        std::fill(values.begin(), values.end(), 0.0f);
+        read_unit_range(*reader, specs[u], first, values.first(real), /*prefix_unit_names=*/true);
+        state.write_group_fp32(u, Kind::kMaster, g, values);
+        state.write_group_fp32(u, Kind::kParam, g, values);
+        std::fill(values.begin(), values.end(), 0.0f);
+        for (Kind kind : {Kind::kExpAvg, Kind::kExpAvgSq, Kind::kGrad}) {
+          state.write_group_fp32(u, kind, g, values);
+        }
+      });
     }
     state.finish_replace({0, state.progress().loss_scale, 0});
   });

@@ -187,6 +187,10 @@ std::uint64_t Engine::host_high_water_bytes() const {
   return state_->host_high_water_bytes();
 }
 
+std::uint64_t Engine::stream_staging_high_water_bytes() const {
+  return state_->stream_staging_high_water_bytes();
+}
+
 std::string Engine::placement_summary() const {
   const ZeroConfig& zero = state_->config().zero;
   return fmt::format("ZeRO-{} over {} rank(s): params on {}, grads on {}, optimizer state on {}",

@@ -202,6 +202,9 @@ class Engine {
   // High-water marks of the tiers' budgets (bytes), for memory tests and reports.
   std::uint64_t device_high_water_bytes() const;
   std::uint64_t host_high_water_bytes() const;
+  // High-water mark of the host staging save / load / export / import stream through, outside the
+  // host budget (bytes): a few sub-groups' worth, never O(model) (docs/reliability.md).
+  std::uint64_t stream_staging_high_water_bytes() const;
   // Where each state kind lives, one line, for logs: "params device, grads host, optimizer nvme".
   std::string placement_summary() const;
 

@@ -36,6 +36,7 @@
 #include "runtime/engine.hpp"
 #include "runtime/partition.hpp"
 #include "runtime/shard_home.hpp"
+#include "runtime/stream_staging.hpp"
 #include "tiers/device/device.hpp"
 #include "tiers/nvme_store.hpp"
 #include "tiers/pinned_pool.hpp"
@@ -121,6 +122,7 @@ class EngineState final : public tiers::ResidencyClient {
   void set_master(UnitId unit, std::span<const float> full_values);
   std::uint64_t device_high_water_bytes() const;
   std::uint64_t host_high_water_bytes() const;
+  std::uint64_t stream_staging_high_water_bytes() const { return staging_meter_.high_water_bytes(); }
 
   // What checkpoints and the facade use (engine_setup.cpp; the shard reads and writes are
   // shard_io.cpp's, gather_master gather.cpp's, all_gather_host device_lanes.cpp's) -------------
@@ -136,6 +138,13 @@ class EngineState final : public tiers::ResidencyClient {
   TrainingProgress progress() const { return progress_; }
   // This rank's shard of `kind` (shard_numel values, padding included) in fp32.
   std::vector<float> read_shard_fp32(UnitId unit, Kind kind);
+  // Sub-group `group` of this rank's shard of `kind` in fp32 (out: the sub-group's numel values),
+  // through the staging free outside the step: what streaming checkpoints use, no allocation.
+  void read_group_fp32(UnitId unit, Kind kind, std::size_t group, std::span<float> out);
+  // The largest sub-group of any unit (elements): what one StreamStaging of a sub-group holds.
+  std::uint64_t largest_group_numel() const;
+  // What checkpoint streaming draws its staging from (stream_staging.hpp).
+  StagingMeter& staging_meter() { return staging_meter_; }
   // The whole unit's fp32 master weights (numel values), gathered from every rank. Collective.
   std::vector<float> gather_master(UnitId unit);
   // A collective on host buffers over any backend (staged through device memory for NcclComm).
@@ -148,6 +157,8 @@ class EngineState final : public tiers::ResidencyClient {
   // finish_replace() sets the progress and commits (the NVMe store's next step).
   void begin_replace();
   void write_shard(UnitId unit, Kind kind, std::span<const float> values);
+  // The same for one sub-group (values: its numel fp32 values); a kind not kept is skipped.
+  void write_group_fp32(UnitId unit, Kind kind, std::size_t group, std::span<const float> values);
   void finish_replace(const TrainingProgress& progress);
 
   // ResidencyClient: gathered units on the device (gather.cpp) ---------------------------------
@@ -269,6 +280,9 @@ class EngineState final : public tiers::ResidencyClient {
   tiers::PinnedBuffer device_staging_;
   tiers::PinnedBuffer shard_staging_;
   tiers::PinnedBuffer full_staging_;
+
+  // Checkpoint streaming's host staging outside the budget (checkpoint.cpp).
+  StagingMeter staging_meter_;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start);

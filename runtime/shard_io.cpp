@@ -4,6 +4,7 @@
 // place the tiers are told apart. The synchronous read_group / write_group serve everything
 // outside the optimizer step (initialisation, resume, checkpoints, tests); the step and the
 // gradient path use window() with their own staging and issue NVMe I/O asynchronously.
+#include <algorithm>
 #include <cstring>
 
 #include "base/assert.hpp"
@@ -92,33 +93,54 @@ void EngineState::write_group(UnitState& unit, Kind kind, std::size_t group,
 }
 
 std::vector<float> EngineState::read_shard_fp32(UnitId id, Kind kind) {
-  UnitState& unit = units_.at(id);
-  const ShardHome& home = unit.home(kind);
-  std::vector<float> out(home.numel);
-  std::vector<std::byte> bytes;
+  const UnitState& unit = units_.at(id);
+  std::vector<float> out(unit.home(kind).numel);
   for (std::size_t g = 0; g < unit.groups.size(); ++g) {
     const SubGroup& sub = unit.groups[g];
-    bytes.resize(sub.numel * home.element_bytes());
-    read_group(unit, kind, g, bytes);
-    cpu_adam::convert(cpu_adam::ConstTypedSpan(bytes.data(), sub.numel, home.dtype),
-                      std::span<float>(out).subspan(sub.begin, sub.numel), *arena_);
+    read_group_fp32(id, kind, g, std::span<float>(out).subspan(sub.begin, sub.numel));
   }
   return out;
 }
 
 void EngineState::write_shard(UnitId id, Kind kind, std::span<const float> values) {
-  UnitState& unit = units_.at(id);
+  const UnitState& unit = units_.at(id);
   if (!unit.has(kind)) return;
   STRATA_ASSERT(values.size() == unit.layout.shard_numel, "shard size mismatch");
-  const ShardHome& home = unit.home(kind);
-  std::vector<std::byte> bytes;
   for (std::size_t g = 0; g < unit.groups.size(); ++g) {
     const SubGroup& sub = unit.groups[g];
-    bytes.assign(sub.numel * home.element_bytes(), std::byte{0});
-    cpu_adam::convert(values.subspan(sub.begin, sub.numel),
-                      cpu_adam::TypedSpan(bytes.data(), sub.numel, home.dtype), *arena_);
-    write_group(unit, kind, g, bytes);
+    write_group_fp32(id, kind, g, values.subspan(sub.begin, sub.numel));
   }
+}
+
+// The window is the home itself, or staging free outside the step: the conversion reads from or
+// writes into it directly, so a sub-group costs no buffer of its own.
+void EngineState::read_group_fp32(UnitId id, Kind kind, std::size_t group, std::span<float> out) {
+  UnitState& unit = units_.at(id);
+  const SubGroup& sub = unit.groups.at(group);
+  STRATA_ASSERT(out.size() == sub.numel, "group size mismatch");
+  std::byte* bytes = window(unit, kind, group, staging_outside_step(kind));
+  fill(unit, kind, group, bytes);
+  cpu_adam::convert(cpu_adam::ConstTypedSpan(bytes, sub.numel, unit.home(kind).dtype), out,
+                    *arena_);
+}
+
+void EngineState::write_group_fp32(UnitId id, Kind kind, std::size_t group,
+                                   std::span<const float> values) {
+  UnitState& unit = units_.at(id);
+  if (!unit.has(kind)) return;
+  const SubGroup& sub = unit.groups.at(group);
+  STRATA_ASSERT(values.size() == sub.numel, "group size mismatch");
+  std::byte* bytes = window(unit, kind, group, staging_outside_step(kind));
+  cpu_adam::convert(values, cpu_adam::TypedSpan(bytes, sub.numel, unit.home(kind).dtype), *arena_);
+  flush(unit, kind, group, bytes);
+}
+
+std::uint64_t EngineState::largest_group_numel() const {
+  std::uint64_t largest = 0;
+  for (const UnitState& unit : units_) {
+    for (const SubGroup& sub : unit.groups) largest = std::max(largest, sub.numel);
+  }
+  return largest;
 }
 
 void EngineState::wait_timed(tiers::StoreRead& read) {

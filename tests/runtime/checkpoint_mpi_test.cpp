@@ -1,11 +1,14 @@
 // Proves checkpoints reshard (run under mpirun -np 2..4): a checkpoint saved by N ranks loads into
 // 1 rank and one saved by 1 rank loads into N ranks with bitwise the same full master weights and
 // moments (resharding moves bytes, never rounds), training continues within fp32 tolerance of an
-// uninterrupted run, and N -> N save/load/continue is bitwise the uninterrupted N-rank run.
+// uninterrupted run, and N -> N save/load/continue is bitwise the uninterrupted N-rank run; with
+// state on NVMe all of it streams within the host budget plus (ranks + 1) sub-groups of staging.
 #include <unistd.h>
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -158,6 +161,73 @@ TEST(CheckpointMpi, SameRankCountSaveLoadContinueIsBitwise) {
   second.engine->load(shared.path() / "ckpt");
   second.train(2);
   expect_bitwise(full_masters(second), expected, "N -> N, continued");
+}
+
+
+// State homed on NVMe at over 4x the host budget: N ranks save and export, every rank then loads
+// the checkpoint alone (N -> 1 resharding) and exports again, and N ranks import the export. The
+// host pool's high-water mark never moves, staging stays within (ranks + 1) sub-groups, and the
+// bytes are the same: masters bitwise, the 1-rank export bitwise the N-rank one.
+TEST(CheckpointMpi, StreamedAcrossRankCountsWithinTheStagingBound) {
+  const std::vector<std::uint32_t> widths = {512, 1024, 512, 8};  // 1.05 M parameters
+  constexpr std::uint64_t kHostBudget = 3ull << 20;  // what one rank's NVMe staging needs
+  const auto streamed_config = [&](const ScratchDir& nvme) {
+    Config config = engine_test_config(nvme.path().string());  // bf16: exact bytes compared only
+    config.zero.optimizer = Tier::kNvme;
+    config.zero.params = Tier::kNvme;
+    config.zero.grads = Tier::kNvme;
+    config.tiers.host.budget_bytes = kHostBudget;
+    config.tiers.nvme.fsync = false;  // durability is not what this test proves
+    return config;
+  };
+  const auto staging_bound = [](std::uint32_t ranks) {
+    return (ranks + 1) * sub_group_elements(2048) * sizeof(float);
+  };
+  const auto expect_within = [&](TrainedModel& run, std::uint64_t host_before,
+                                 std::uint32_t ranks, const std::string& what) {
+    EXPECT_EQ(run.engine->host_high_water_bytes(), host_before) << what;
+    EXPECT_GT(run.engine->stream_staging_high_water_bytes(), 0u) << what;
+    EXPECT_LE(run.engine->stream_staging_high_water_bytes(), staging_bound(ranks)) << what;
+  };
+  const auto bytes_of = [](const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+  };
+  const auto ranks = static_cast<std::uint32_t>(world().size());
+  SharedDir shared;
+  std::vector<std::vector<float>> at_save;
+  {
+    ScratchDir nvme;
+    TrainedModel sharded(streamed_config(nvme), {}, widths, &world());
+    std::uint64_t params = 0;
+    for (UnitId u : sharded.model->units()) params += sharded.engine->unit_numel(u);
+    ASSERT_GE(12 * params, 4 * kHostBudget);
+    sharded.train(2);
+    const std::uint64_t host_before = sharded.engine->host_high_water_bytes();
+    sharded.engine->save(shared.path() / "ckpt");
+    sharded.engine->export_safetensors(shared.path() / "sharded.safetensors");
+    expect_within(sharded, host_before, ranks, "N-rank save and export");
+    at_save = full_masters(sharded);
+  }
+  ScratchDir nvme_single;
+  TrainedModel single(streamed_config(nvme_single), {}, widths);
+  const std::uint64_t host_before = single.engine->host_high_water_bytes();
+  single.engine->load(shared.path() / "ckpt");
+  const auto single_export = nvme_single.path() / "single.safetensors";
+  single.engine->export_safetensors(single_export);
+  expect_within(single, host_before, 1, "N -> 1 load and export");
+  EXPECT_EQ(single.engine->step_count(), 2u);
+  expect_bitwise(full_masters(single), at_save, "N -> 1 streamed load");
+  EXPECT_TRUE(bytes_of(single_export) == bytes_of(shared.path() / "sharded.safetensors"))
+      << "the 1-rank export differs from the " << ranks << "-rank one";
+
+  ScratchDir nvme_imported;
+  TrainedModel imported(streamed_config(nvme_imported), {}, widths, &world());
+  const std::uint64_t imported_before = imported.engine->host_high_water_bytes();
+  imported.engine->import_safetensors(shared.path() / "sharded.safetensors");
+  expect_within(imported, imported_before, 1, "N-rank import");  // no all-gather: one sub-group
+  expect_bitwise(full_masters(imported), at_save, "N-rank streamed import");
+  world().barrier();
 }
 
 }  // namespace
