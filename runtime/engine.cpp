@@ -186,6 +186,9 @@ std::uint64_t Engine::device_high_water_bytes() const {
 std::uint64_t Engine::host_high_water_bytes() const {
   return state_->host_high_water_bytes();
 }
+std::string_view Engine::host_allocator_name() const {
+  return state_->host_allocator_name();
+}
 
 std::string Engine::placement_summary() const {
   const ZeroConfig& zero = state_->config().zero;

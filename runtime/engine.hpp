@@ -202,6 +202,9 @@ class Engine {
   // High-water marks of the tiers' budgets (bytes), for memory tests and reports.
   std::uint64_t device_high_water_bytes() const;
   std::uint64_t host_high_water_bytes() const;
+  // Where the host pool's memory comes from, after finalize ([tiers.host] pinned): "cudaHostAlloc"
+  // or "mmap" (page-locked when the process may), or "mmap (pageable)" with pinned = false.
+  std::string_view host_allocator_name() const;
   // Where each state kind lives, one line, for logs: "params device, grads host, optimizer nvme".
   std::string placement_summary() const;
 

@@ -1,13 +1,16 @@
 // The run both strata-finetune drivers share (the built-in GPT of gpt_trainer.hpp and --model's
 // LlmTrainer): the initial validation, the steps with one progress line each and periodic
-// validation, then the summary line and JSON, so the two print the same figures. A trainer
-// offers engine(), train_step() (a report with step, loss, tokens, compute_s, gather_wait_s,
-// grads_s, total_s and the Engine's StepStats as optimizer) and validation_loss(); every rank runs
-// the loop, rank 0 (`lead`) prints.
+// validation, the periodic checkpoints of [checkpoint] (runtime/periodic_checkpoints.hpp), then
+// the summary line and JSON, so the two print the same figures and save the same checkpoints. A
+// trainer offers engine(), train_step() (a report with step, loss, tokens, compute_s,
+// gather_wait_s, grads_s, total_s and the Engine's StepStats as optimizer) and validation_loss();
+// every rank runs the loop, rank 0 (`lead`) prints.
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -16,6 +19,7 @@
 #include "runtime/byte_size.hpp"
 #include "runtime/config.hpp"
 #include "runtime/engine.hpp"
+#include "runtime/periodic_checkpoints.hpp"
 
 namespace strata::examples {
 
@@ -31,6 +35,9 @@ struct RunOptions {
   std::uint32_t eval_every = 25;  // 0: validation only at the start and after the last step
   std::uint32_t ranks = 1;
   bool lead = true;  // prints
+  runtime::CheckpointConfig checkpoint;  // [checkpoint]: saves every interval_steps, keeps `keep`
+  // --overwrite: checkpoints past the run's first step are removed instead of refused.
+  bool overwrite = false;
 };
 
 // The run's figures; tokens summed over ranks.
@@ -84,6 +91,8 @@ RunTotals run_training(Trainer& trainer, const RunOptions& options) {
   if (options.lead) print_validation(trainer.engine().step_count(), totals.initial_val_loss);
   const std::uint64_t first_step = trainer.engine().step_count();
   const std::uint64_t last_step = run_end_step(first_step, options.steps);
+  const runtime::PeriodicCheckpoints checkpoints(options.checkpoint, options.lead);
+  checkpoints.start(first_step, options.overwrite);
   totals.steps = last_step - first_step;
   while (trainer.engine().step_count() < last_step) {
     const auto report = trainer.train_step();
@@ -92,6 +101,8 @@ RunTotals run_training(Trainer& trainer, const RunOptions& options) {
     totals.nvme_read_bytes += report.optimizer.nvme.read_bytes;
     totals.nvme_written_bytes += report.optimizer.nvme.written_bytes;
     if (options.lead) print_step(report, options.ranks);
+    const std::optional<std::filesystem::path> saved = checkpoints.after_step(trainer.engine());
+    if (options.lead && saved) std::cout << "  checkpoint " << saved->string() << "\n";
     const std::uint64_t done = trainer.engine().step_count() - first_step;
     if ((options.eval_every != 0 && done % options.eval_every == 0) ||
         trainer.engine().step_count() == last_step) {
