@@ -215,8 +215,9 @@ int run(const Options& options) {
     std::cout << fmt::format("  data: {} training bytes, {} validation bytes from {} file(s); {}\n",
                              trainer.corpus().train.size(), trainer.corpus().validation.size(),
                              trainer.corpus().files.size(), trainer.engine().placement_summary());
-    strata::examples::print_start_notes(config.optimizer, trainer.engine().step_count(),
-                                        options.steps);
+    strata::examples::print_start_notes(
+        config.optimizer, trainer.engine().step_count(), options.steps,
+        checkpoint ? "checkpoint " + checkpoint->string() : std::string("the NVMe store"));
   }
 
   const strata::examples::RunTotals totals = strata::examples::run_training(

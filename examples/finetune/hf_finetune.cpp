@@ -89,7 +89,9 @@ int run_hf_finetune(runtime::Config config, const HfFinetuneOptions& options) {
         "  data: {} tokens, {} training and {} validation windows of {} tokens; {}\n",
         trainer.data_tokens(), trainer.data().train_windows(), trainer.data().validation_windows(),
         trainer.data().window_tokens(), trainer.engine().placement_summary());
-    print_start_notes(config.optimizer, trainer.engine().step_count(), options.steps);
+    print_start_notes(config.optimizer, trainer.engine().step_count(), options.steps,
+                      options.resume_from.empty() ? std::string("the NVMe store")
+                                                  : "checkpoint " + options.resume_from);
   }
   const RunTotals totals =
       run_training(trainer, {options.steps, options.eval_every, config.run.ranks, lead,

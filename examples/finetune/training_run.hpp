@@ -12,6 +12,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -55,10 +56,10 @@ struct RunTotals {
 
 // "adamw, lr 0.0003, weight decay 0.1 (...), warm-up 10 steps, cosine decay to 3e-05 at step 100".
 std::string describe_optimizer(const runtime::OptimizerConfig& optimizer);
-// Printed before the first step: "resumed at step N: M steps left" when first_step > 0, and a note
-// when the run's last step (run_end_step) lies past lr_decay_steps.
+// Printed before the first step: "resumed at step N from <source>: M steps left" when
+// first_step > 0, and a note when the run's last step (run_end_step) lies past lr_decay_steps.
 void print_start_notes(const runtime::OptimizerConfig& optimizer, std::uint64_t first_step,
-                         std::uint32_t steps);
+                       std::uint32_t steps, std::string_view source = "the NVMe store");
 void print_validation(std::uint64_t step, double val_loss);
 // "summary: N steps, val loss a -> b (+x%), tokens/s, NVMe read/written, peak RSS (host budget)".
 void print_summary(const RunTotals& totals, std::uint64_t host_budget_bytes);
