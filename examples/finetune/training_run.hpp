@@ -86,14 +86,14 @@ void print_step(const Report& report, std::uint32_t ranks) {
 
 template <class Trainer>
 RunTotals run_training(Trainer& trainer, const RunOptions& options) {
-  RunTotals totals;
-  totals.initial_val_loss = trainer.validation_loss();
-  totals.final_val_loss = totals.initial_val_loss;
-  if (options.lead) print_validation(trainer.engine().step_count(), totals.initial_val_loss);
   const std::uint64_t first_step = trainer.engine().step_count();
   const std::uint64_t last_step = run_end_step(first_step, options.steps);
   const runtime::PeriodicCheckpoints checkpoints(options.checkpoint, options.lead);
-  checkpoints.start(first_step, options.overwrite);
+  checkpoints.start(first_step, options.overwrite);  // refuses before any work
+  RunTotals totals;
+  totals.initial_val_loss = trainer.validation_loss();
+  totals.final_val_loss = totals.initial_val_loss;
+  if (options.lead) print_validation(first_step, totals.initial_val_loss);
   totals.steps = last_step - first_step;
   while (trainer.engine().step_count() < last_step) {
     const auto report = trainer.train_step();
