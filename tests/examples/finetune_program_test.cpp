@@ -167,6 +167,7 @@ TEST_F(FinetuneProgram, PeriodicCheckpointsResumeBitwiseAndTheTraceIsWritten) {
       io::read_file_bytes(checkpoints / "step-000004" / "manifest.json");
   std::tie(log, status) = finetune(other + " --steps 5");
   EXPECT_EQ(status, 1) << log;
+  EXPECT_EQ(log.find("val loss"), std::string::npos) << "refused only after validating\n" << log;
   EXPECT_NE(log.find(checkpoints.string() + " holds 2 checkpoint(s) past step 0"),
             std::string::npos)
       << log;
