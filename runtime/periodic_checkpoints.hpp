@@ -44,8 +44,9 @@ struct StepCheckpoint {
 // "step-N.tmp" / "step-N.old" after a crash mid-save), oldest first; none when `dir` is absent.
 std::vector<StepCheckpoint> list_step_checkpoints(const std::filesystem::path& dir);
 
-// What `--resume-from PATH` loads: PATH itself when it is a checkpoint (complete, or with a complete
-// .tmp / .old beside it), else the newest step checkpoint under PATH. nullopt when neither.
+// What `--resume-from PATH` loads: PATH itself when it is a checkpoint (complete, or with a
+// complete .tmp / .old beside it), else the newest step checkpoint under PATH. nullopt when
+// neither.
 std::optional<std::filesystem::path> resolve_checkpoint(const std::filesystem::path& path);
 
 class PeriodicCheckpoints {

@@ -17,7 +17,7 @@ namespace strata {
 namespace {
 
 struct Consumer {
-  const char* file;  // relative to the source tree; never runtime/config.cpp's readers
+  const char* file;   // relative to the source tree; never runtime/config.cpp's readers
   const char* reads;  // text that reads the key there
 };
 
@@ -70,7 +70,8 @@ const std::map<std::string, Consumer>& consumers() {
       {"precision.loss_scale", {"runtime/engine_setup.cpp", "config_.precision.loss_scale"}},
       {"precision.loss_scale_window",
        {"runtime/optimizer_step.cpp", "config_.precision.loss_scale_window"}},
-      {"precision.min_loss_scale", {"runtime/optimizer_step.cpp", "config_.precision.min_loss_scale"}},
+      {"precision.min_loss_scale",
+       {"runtime/optimizer_step.cpp", "config_.precision.min_loss_scale"}},
       // periodic_checkpoints_test.cpp, finetune_program_test.cpp
       {"checkpoint.dir", {"runtime/periodic_checkpoints.cpp", "config_.dir"}},
       {"checkpoint.interval_steps", {"runtime/periodic_checkpoints.cpp", "config_.interval_steps"}},

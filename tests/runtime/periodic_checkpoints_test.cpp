@@ -20,8 +20,8 @@ namespace {
 using io::testing::ScratchDir;
 using testing::engine_test_config;
 using testing::expect_same_state;
-using testing::TrainedModel;
 using ::testing::HasSubstr;
+using testing::TrainedModel;
 
 CheckpointConfig every(std::uint64_t interval, std::uint32_t keep,
                        const std::filesystem::path& dir) {
@@ -41,8 +41,9 @@ std::set<std::string> entries(const std::filesystem::path& dir) {
 }
 
 // Trains `steps` steps as the run loop does (training_run.hpp); returns the state after each.
-std::map<std::uint64_t, std::vector<std::vector<float>>> run(
-    TrainedModel& model, const PeriodicCheckpoints& checkpoints, int steps) {
+std::map<std::uint64_t, std::vector<std::vector<float>>> run(TrainedModel& model,
+                                                             const PeriodicCheckpoints& checkpoints,
+                                                             int steps) {
   std::map<std::uint64_t, std::vector<std::vector<float>>> states;
   checkpoints.start(model.engine->step_count(), /*overwrite=*/false);
   for (int i = 0; i < steps; ++i) {
@@ -99,7 +100,7 @@ TEST(PeriodicCheckpoints, CheckpointsPastTheFirstStepAreRefusedOrRemovedOnReques
     EXPECT_THAT(error.what(), HasSubstr("step-000003"));
     EXPECT_THAT(error.what(), HasSubstr("--overwrite"));
   }
-  EXPECT_EQ(entries(dir).size(), 3u);  // the refusal changed nothing
+  EXPECT_EQ(entries(dir).size(), 3u);         // the refusal changed nothing
   checkpoints.start(3, /*overwrite=*/false);  // resumed at step 3: nothing ahead of it
   checkpoints.start(1, /*overwrite=*/true);   // steps 2 and 3 discarded, step 1 kept
   EXPECT_EQ(entries(dir), (std::set<std::string>{"step-000001"}));
