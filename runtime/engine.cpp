@@ -186,6 +186,9 @@ std::uint64_t Engine::device_high_water_bytes() const {
 std::uint64_t Engine::host_high_water_bytes() const {
   return state_->host_high_water_bytes();
 }
+std::string_view Engine::host_allocator_name() const {
+  return state_->host_allocator_name();
+}
 
 std::uint64_t Engine::stream_staging_high_water_bytes() const {
   return state_->stream_staging_high_water_bytes();

@@ -136,9 +136,19 @@ void EngineState::check_budgets(const std::vector<tiers::ExtentSpec>& extents) c
   if (!extents.empty()) check_nvme_paths(config_.tiers.nvme, extents, rank_);
 }
 
+// [tiers.host] pinned: the device's page-locked memory (cudaHostAlloc, mmap + mlock), or plain
+// pageable mmap. Both are 4 KiB aligned, so every path (O_DIRECT included) works on either; pageable
+// memory only makes device copies slower (the driver bounces them) and lets the kernel swap it.
+std::shared_ptr<tiers::PinnedAllocator> EngineState::host_allocator() const {
+  if (config_.tiers.host.pinned) return device_->pinned_allocator();
+  tiers::MmapPinnedAllocatorOptions pageable;
+  pageable.mlock = tiers::MlockPolicy::kOff;
+  return std::make_shared<tiers::MmapPinnedAllocator>(std::move(pageable));
+}
+
 // Exactly the plan: every shard on its home tier, then the working buffers.
 void EngineState::allocate() {
-  host_pool_ = std::make_unique<tiers::PinnedPool>(device_->pinned_allocator(),
+  host_pool_ = std::make_unique<tiers::PinnedPool>(host_allocator(),
                                                    config_.tiers.host.budget_bytes);
   grad_full_scratch_ = device_->allocate(plan_.grad_full_scratch_bytes);
   grad_shard_scratch_ = device_->allocate(plan_.grad_shard_scratch_bytes);

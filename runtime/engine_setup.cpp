@@ -153,6 +153,10 @@ std::uint64_t EngineState::host_high_water_bytes() const {
   return host_pool_ ? host_pool_->high_water_bytes() : 0;
 }
 
+std::string_view EngineState::host_allocator_name() const {
+  return host_pool_ ? host_pool_->allocator_name() : std::string_view();
+}
+
 void EngineState::drain_gradient_writes() {
   for (auto& writes : grad_buffer_writes_) {
     for (io::Ticket& ticket : writes) ticket.get();

@@ -123,6 +123,7 @@ class EngineState final : public tiers::ResidencyClient {
   std::uint64_t device_high_water_bytes() const;
   std::uint64_t host_high_water_bytes() const;
   std::uint64_t stream_staging_high_water_bytes() const { return staging_meter_.high_water_bytes(); }
+  std::string_view host_allocator_name() const;
 
   // What checkpoints and the facade use (engine_setup.cpp; the shard reads and writes are
   // shard_io.cpp's, gather_master gather.cpp's, all_gather_host device_lanes.cpp's) -------------
@@ -173,6 +174,7 @@ class EngineState final : public tiers::ResidencyClient {
   std::vector<tiers::ExtentSpec> plan_homes();
   void check_budgets(const std::vector<tiers::ExtentSpec>& extents) const;
   void allocate();
+  std::shared_ptr<tiers::PinnedAllocator> host_allocator() const;  // [tiers.host] pinned
   // Whether open_store resumes; throws CommittedStoreExists when policy refuses a fresh start.
   bool resume_decided() const;
   // Opens the NVMe store when state is homed there; true when it resumed a committed step.

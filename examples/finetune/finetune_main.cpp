@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include <fmt/format.h>
@@ -29,6 +30,7 @@
 #include "runtime/comm/communicator.hpp"
 #include "runtime/config.hpp"
 #include "runtime/memory_plan.hpp"
+#include "runtime/periodic_checkpoints.hpp"
 #include "runtime/rank_placement.hpp"
 #include "tiers/device/device.hpp"
 
@@ -58,7 +60,24 @@ struct Options {
   std::string device = "host";
   bool resume = false;
   bool overwrite = false;
+  std::string resume_from;  // a checkpoint, or a [checkpoint] dir (its newest)
 };
+
+// --trace, else [trace] path; empty: no trace.
+std::string trace_path(const Options& options, const strata::runtime::Config& config) {
+  return options.trace.empty() ? config.trace.path : options.trace;
+}
+
+// The checkpoint --resume-from names: the path itself, or the newest step checkpoint under it.
+std::filesystem::path checkpoint_to_load(const std::string& path) {
+  const std::optional<std::filesystem::path> found = strata::runtime::resolve_checkpoint(path);
+  if (!found) {
+    throw std::runtime_error("--resume-from " + path +
+                             ": neither a complete checkpoint nor a directory of step-N "
+                             "checkpoints ([checkpoint] dir)");
+  }
+  return *found;
+}
 
 strata::runtime::DeviceKind device_kind(const std::string& name) {
   if (name == "cuda") return strata::runtime::DeviceKind::kCuda;
@@ -75,9 +94,9 @@ strata::DType export_dtype_of(const std::string& name) {
 
 // --model: the Hugging Face path; the GPT-only flags are refused rather than ignored.
 int run_model(const Options& options, const strata::runtime::Config& config) {
-  if (!options.init.empty() || !options.trace.empty() || options.device != "host") {
+  if (!options.init.empty() || options.device != "host") {
     std::cerr << "strata-finetune: --model takes its weights from the folder and computes on the "
-                 "host: --init, --trace and --device cuda/auto apply to the built-in GPT only\n";
+                 "host: --init and --device cuda/auto apply to the built-in GPT only\n";
     return 2;
   }
   const std::optional<std::uint64_t> max_shard =
@@ -104,6 +123,8 @@ int run_model(const Options& options, const strata::runtime::Config& config) {
   hf.blas_threads = options.blas_threads;
   hf.resume = options.resume;
   hf.overwrite = options.overwrite;
+  if (!options.resume_from.empty()) hf.resume_from = checkpoint_to_load(options.resume_from);
+  hf.trace = trace_path(options, config);
   hf.summary_json = options.summary_json;
   return strata::examples::run_hf_finetune(config, hf);
 }
@@ -172,32 +193,44 @@ int run(const Options& options) {
   }
 
   runtime::Tracer tracer;
+  const std::string trace = trace_path(options, config);
+  std::optional<std::filesystem::path> checkpoint;
+  if (!options.resume_from.empty()) checkpoint = checkpoint_to_load(options.resume_from);
   strata::examples::TrainerOptions trainer_options;
   for (const std::string& path : options.data) trainer_options.data.emplace_back(path);
   trainer_options.eval_batches = options.eval_batches;
   trainer_options.resume = options.resume;
   trainer_options.overwrite = options.overwrite;
-  trainer_options.tracer = options.trace.empty() ? nullptr : &tracer;
+  trainer_options.tracer = trace.empty() ? nullptr : &tracer;
   strata::examples::GptTrainer trainer(config, *device, engine_comm, trainer_options);
   if (!options.init.empty()) trainer.load_weights(options.init);
+  if (checkpoint) {
+    trainer.load_checkpoint(*checkpoint);
+    if (lead) {
+      std::cout << fmt::format("  loaded checkpoint {} (step {})\n", checkpoint->string(),
+                               trainer.engine().step_count());
+    }
+  }
   if (lead) {
     std::cout << fmt::format("  data: {} training bytes, {} validation bytes from {} file(s); {}\n",
                              trainer.corpus().train.size(), trainer.corpus().validation.size(),
                              trainer.corpus().files.size(), trainer.engine().placement_summary());
-    strata::examples::print_start_notes(config.optimizer, trainer.engine().step_count(),
-                                        options.steps);
+    strata::examples::print_start_notes(
+        config.optimizer, trainer.engine().step_count(), options.steps,
+        checkpoint ? "checkpoint " + checkpoint->string() : std::string("the NVMe store"));
   }
 
   const strata::examples::RunTotals totals = strata::examples::run_training(
-      trainer, {options.steps, options.eval_every, config.run.ranks, lead});
+      trainer, {options.steps, options.eval_every, config.run.ranks, lead, config.checkpoint,
+                options.overwrite});
   if (!options.export_path.empty()) {
     trainer.export_weights(options.export_path, export_dtype_of(options.export_dtype));
     if (lead) std::cout << "  exported " << options.export_path << "\n";
   }
   if (lead) strata::examples::print_summary(totals, config.tiers.host.budget_bytes);
-  if (lead && !options.trace.empty()) {
-    tracer.write_chrome_json(options.trace);
-    std::cout << fmt::format("  trace: {} ({} events)\n", options.trace, tracer.event_count());
+  if (lead && !trace.empty()) {
+    tracer.write_chrome_json(trace);
+    std::cout << fmt::format("  trace: {} ({} events)\n", trace, tracer.event_count());
   }
   if (lead && !options.summary_json.empty()) {
     const nlohmann::json summary = strata::examples::summary_json(totals, config);
@@ -240,7 +273,8 @@ int main(int argc, char** argv) {
                "--model: recompute each layer's forward in backward");
   app.add_option("--max-shard-size", options.max_shard_size,
                  "--model: largest exported safetensors shard (default 5GB)");
-  app.add_option("--trace", options.trace, "write a Chrome trace (chrome://tracing, Perfetto)");
+  app.add_option("--trace", options.trace,
+                 "write a Chrome trace (chrome://tracing, Perfetto) here (default: [trace] path)");
   app.add_option("--summary-json", options.summary_json, "write a JSON summary");
   app.add_option("--eval-every", options.eval_every, "validation every N steps (0: at the end)");
   app.add_option("--eval-batches", options.eval_batches, "validation batches (default 4)")
@@ -258,6 +292,11 @@ int main(int argc, char** argv) {
                "start afresh even when the NVMe store holds a committed step (it is lost); "
                "without it such a start is refused")
       ->excludes("--resume");
+  app.add_option("--resume-from", options.resume_from,
+                 "continue from a checkpoint: one directory ([checkpoint] dir/step-000120) or "
+                 "the [checkpoint] dir itself (its newest); --steps stays the run's total")
+      ->excludes("--resume")
+      ->excludes("--init");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(options);

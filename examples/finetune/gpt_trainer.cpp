@@ -78,13 +78,22 @@ GptTrainer::GptTrainer(const runtime::Config& config, tiers::Device& device,
     grad_buffer_ = grads_;
   }
   batch_.resize(model_.batch_tokens());
-  // Each rank draws its own batches (data parallelism); the seed fixes them all.
-  sampler_.emplace(corpus_.train, config.model.seq_len, config.model.micro_batch,
-                   config.run.seed * 1000 + static_cast<std::uint64_t>(comm.rank()));
-  // A resumed run skips the batches the committed steps already consumed.
-  for (std::uint64_t i = 0; i < engine_->step_count() * config.model.grad_accumulation; ++i) {
+  position_sampler();
+}
+
+// Each rank draws its own batches (data parallelism); the seed fixes them all. A resumed or loaded
+// run skips the batches the steps before it consumed, so it goes on at the same batch.
+void GptTrainer::position_sampler() {
+  sampler_.emplace(corpus_.train, config_.model.seq_len, config_.model.micro_batch,
+                   config_.run.seed * 1000 + static_cast<std::uint64_t>(comm_->rank()));
+  for (std::uint64_t i = 0; i < engine_->step_count() * config_.model.grad_accumulation; ++i) {
     sampler_->next(batch_);
   }
+}
+
+void GptTrainer::load_checkpoint(const std::filesystem::path& dir) {
+  engine_->load(dir);
+  position_sampler();
 }
 
 double GptTrainer::forward(std::span<const std::int32_t> tokens, StepReport* report) {

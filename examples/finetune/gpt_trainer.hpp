@@ -58,6 +58,9 @@ class GptTrainer {
   // Every unit's full fp32 weights, gathered from all ranks, as one safetensors file (rank 0
   // writes; every rank must call).
   void export_weights(const std::filesystem::path& path, DType dtype);
+  // The whole training state from a checkpoint (Engine::load: weights, optimizer moments, step,
+  // loss scale); the data order goes on from that step. Collective.
+  void load_checkpoint(const std::filesystem::path& dir);
 
   StepReport train_step();
   // Mean loss over the fixed validation batches (forward only).
@@ -72,6 +75,7 @@ class GptTrainer {
   // Forward of every unit over `tokens`; returns the loss. Keeps activations for backward.
   double forward(std::span<const std::int32_t> tokens, StepReport* report);
   void backward(StepReport& report, float gradient_scale);
+  void position_sampler();  // at the Engine's step
 
   runtime::Config config_;
   runtime::comm::Communicator* comm_;

@@ -13,6 +13,7 @@
 #include "runtime/byte_size.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/memory_plan.hpp"
+#include "runtime/trace.hpp"
 #include "tiers/device/device.hpp"
 
 namespace strata::examples {
@@ -21,7 +22,7 @@ namespace {
 using runtime::format_decimal_bytes;
 
 llm::LlmTrainerOptions trainer_options(const runtime::Config& config,
-                                       const HfFinetuneOptions& options) {
+                                       const HfFinetuneOptions& options, runtime::Tracer* tracer) {
   llm::LlmTrainerOptions trainer;
   trainer.model_dir = options.model_dir;
   for (const std::string& path : options.data) trainer.data.emplace_back(path);
@@ -32,6 +33,7 @@ llm::LlmTrainerOptions trainer_options(const runtime::Config& config,
   trainer.eval_batches = options.eval_batches;
   trainer.resume = options.resume;
   trainer.overwrite = options.overwrite;
+  trainer.tracer = tracer;
   return trainer;
 }
 
@@ -48,7 +50,9 @@ int run_hf_finetune(runtime::Config config, const HfFinetuneOptions& options) {
   config.model.grad_accumulation = options.grad_accumulation.value_or(config.model.grad_accumulation);
   const runtime::MemoryPlan plan =
       runtime::make_memory_plan(config, {config.model.params, config.run.ranks});
-  const llm::LlmTrainerOptions trainer_opts = trainer_options(config, options);
+  runtime::Tracer tracer;
+  const llm::LlmTrainerOptions trainer_opts =
+      trainer_options(config, options, options.trace.empty() ? nullptr : &tracer);
   if (lead) {
     std::cout << fmt::format(
         "strata-finetune: {} ({}), {} parameters ({} layers, hidden {}, {} heads / {} kv), seq "
@@ -72,15 +76,26 @@ int run_hf_finetune(runtime::Config config, const HfFinetuneOptions& options) {
   device_options.budget_bytes = config.tiers.device.budget_bytes;
   auto device = tiers::make_device(device_options);
   llm::LlmTrainer trainer(config, *device, *comm, trainer_opts);
+  if (!options.resume_from.empty()) {
+    // The training order is a function of the step (llm_trainer.hpp): loading the step is enough.
+    trainer.engine().load(options.resume_from);
+    if (lead) {
+      std::cout << fmt::format("  loaded checkpoint {} (step {})\n", options.resume_from,
+                               trainer.engine().step_count());
+    }
+  }
   if (lead) {
     std::cout << fmt::format(
         "  data: {} tokens, {} training and {} validation windows of {} tokens; {}\n",
         trainer.data_tokens(), trainer.data().train_windows(), trainer.data().validation_windows(),
         trainer.data().window_tokens(), trainer.engine().placement_summary());
-    print_start_notes(config.optimizer, trainer.engine().step_count(), options.steps);
+    print_start_notes(config.optimizer, trainer.engine().step_count(), options.steps,
+                      options.resume_from.empty() ? std::string("the NVMe store")
+                                                  : "checkpoint " + options.resume_from);
   }
   const RunTotals totals =
-      run_training(trainer, {options.steps, options.eval_every, config.run.ranks, lead});
+      run_training(trainer, {options.steps, options.eval_every, config.run.ranks, lead,
+                             config.checkpoint, options.overwrite});
   if (!options.export_dir.empty()) {
     llm::ExportOptions export_options;
     export_options.dtype = options.export_dtype;
@@ -92,6 +107,10 @@ int run_hf_finetune(runtime::Config config, const HfFinetuneOptions& options) {
     }
   }
   if (lead) print_summary(totals, config.tiers.host.budget_bytes);
+  if (lead && !options.trace.empty()) {
+    tracer.write_chrome_json(options.trace);
+    std::cout << fmt::format("  trace: {} ({} events)\n", options.trace, tracer.event_count());
+  }
   if (lead && !options.summary_json.empty()) {
     nlohmann::json summary = summary_json(totals, config);
     summary["model"] = options.model_dir;

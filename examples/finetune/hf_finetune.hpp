@@ -2,7 +2,8 @@
 // Engine (examples/llm/llm_trainer.hpp) with the TOML's [tiers], [zero], [optimizer] and
 // [precision]; sequence length, micro-batch and accumulation from [model] unless the command line
 // gives them. Prints the plan, one progress line per step, validation losses and a summary, then
-// exports a folder transformers loads.
+// exports a folder transformers loads. [checkpoint] and [trace] as for the built-in GPT
+// (training_run.hpp).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,8 @@ struct HfFinetuneOptions {
   std::uint32_t blas_threads = 0;
   bool resume = false;
   bool overwrite = false;
+  std::string resume_from;  // a checkpoint to continue from (Engine::load); empty: none
+  std::string trace;        // Chrome trace output ([trace] path or --trace); empty: none
   std::string summary_json;
 };
 

@@ -28,16 +28,16 @@ std::string describe_optimizer(const runtime::OptimizerConfig& optimizer) {
 }
 
 void print_start_notes(const runtime::OptimizerConfig& optimizer, std::uint64_t first_step,
-                       std::uint32_t steps) {
+                       std::uint32_t steps, std::string_view source) {
   const std::uint64_t last_step = run_end_step(first_step, steps);
   if (first_step >= steps && first_step > 0) {
     std::cout << fmt::format(
-        "  resumed at step {} from the NVMe store: the run (--steps {}) is already complete, "
-        "nothing to train\n",
-        first_step, steps);
+        "  resumed at step {} from {}: the run (--steps {}) is already complete, nothing to "
+        "train\n",
+        first_step, source, steps);
   } else if (first_step > 0) {
     std::cout << fmt::format(
-        "  resumed at step {} from the NVMe store: {} steps left to reach --steps {}\n", first_step,
+        "  resumed at step {} from {}: {} steps left to reach --steps {}\n", first_step, source,
         steps - first_step, steps);
   }
   if (optimizer.schedule == runtime::LrScheduleKind::kConstant ||

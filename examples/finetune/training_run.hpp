@@ -1,14 +1,18 @@
 // The run both strata-finetune drivers share (the built-in GPT of gpt_trainer.hpp and --model's
 // LlmTrainer): the initial validation, the steps with one progress line each and periodic
-// validation, then the summary line and JSON, so the two print the same figures. A trainer
-// offers engine(), train_step() (a report with step, loss, tokens, compute_s, gather_wait_s,
-// grads_s, total_s and the Engine's StepStats as optimizer) and validation_loss(); every rank runs
-// the loop, rank 0 (`lead`) prints.
+// validation, the periodic checkpoints of [checkpoint] (runtime/periodic_checkpoints.hpp), then
+// the summary line and JSON, so the two print the same figures and save the same checkpoints. A
+// trainer offers engine(), train_step() (a report with step, loss, tokens, compute_s,
+// gather_wait_s, grads_s, total_s and the Engine's StepStats as optimizer) and validation_loss();
+// every rank runs the loop, rank 0 (`lead`) prints.
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -16,6 +20,7 @@
 #include "runtime/byte_size.hpp"
 #include "runtime/config.hpp"
 #include "runtime/engine.hpp"
+#include "runtime/periodic_checkpoints.hpp"
 
 namespace strata::examples {
 
@@ -31,6 +36,9 @@ struct RunOptions {
   std::uint32_t eval_every = 25;  // 0: validation only at the start and after the last step
   std::uint32_t ranks = 1;
   bool lead = true;  // prints
+  runtime::CheckpointConfig checkpoint;  // [checkpoint]: saves every interval_steps, keeps `keep`
+  // --overwrite: checkpoints past the run's first step are removed instead of refused.
+  bool overwrite = false;
 };
 
 // The run's figures; tokens summed over ranks.
@@ -48,10 +56,10 @@ struct RunTotals {
 
 // "adamw, lr 0.0003, weight decay 0.1 (...), warm-up 10 steps, cosine decay to 3e-05 at step 100".
 std::string describe_optimizer(const runtime::OptimizerConfig& optimizer);
-// Printed before the first step: "resumed at step N: M steps left" when first_step > 0, and a note
-// when the run's last step (run_end_step) lies past lr_decay_steps.
+// Printed before the first step: "resumed at step N from <source>: M steps left" when
+// first_step > 0, and a note when the run's last step (run_end_step) lies past lr_decay_steps.
 void print_start_notes(const runtime::OptimizerConfig& optimizer, std::uint64_t first_step,
-                         std::uint32_t steps);
+                       std::uint32_t steps, std::string_view source = "the NVMe store");
 void print_validation(std::uint64_t step, double val_loss);
 // "summary: N steps, val loss a -> b (+x%), tokens/s, NVMe read/written, peak RSS (host budget)".
 void print_summary(const RunTotals& totals, std::uint64_t host_budget_bytes);
@@ -78,12 +86,14 @@ void print_step(const Report& report, std::uint32_t ranks) {
 
 template <class Trainer>
 RunTotals run_training(Trainer& trainer, const RunOptions& options) {
+  const std::uint64_t first_step = trainer.engine().step_count();
+  const std::uint64_t last_step = run_end_step(first_step, options.steps);
+  const runtime::PeriodicCheckpoints checkpoints(options.checkpoint, options.lead);
+  checkpoints.start(first_step, options.overwrite);  // refuses before any work
   RunTotals totals;
   totals.initial_val_loss = trainer.validation_loss();
   totals.final_val_loss = totals.initial_val_loss;
-  if (options.lead) print_validation(trainer.engine().step_count(), totals.initial_val_loss);
-  const std::uint64_t first_step = trainer.engine().step_count();
-  const std::uint64_t last_step = run_end_step(first_step, options.steps);
+  if (options.lead) print_validation(first_step, totals.initial_val_loss);
   totals.steps = last_step - first_step;
   while (trainer.engine().step_count() < last_step) {
     const auto report = trainer.train_step();
@@ -92,6 +102,8 @@ RunTotals run_training(Trainer& trainer, const RunOptions& options) {
     totals.nvme_read_bytes += report.optimizer.nvme.read_bytes;
     totals.nvme_written_bytes += report.optimizer.nvme.written_bytes;
     if (options.lead) print_step(report, options.ranks);
+    const std::optional<std::filesystem::path> saved = checkpoints.after_step(trainer.engine());
+    if (options.lead && saved) std::cout << "  checkpoint " << saved->string() << "\n";
     const std::uint64_t done = trainer.engine().step_count() - first_step;
     if ((options.eval_every != 0 && done % options.eval_every == 0) ||
         trainer.engine().step_count() == last_step) {

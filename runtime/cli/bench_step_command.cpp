@@ -42,6 +42,7 @@ struct StepBenchOptions {
   std::string device = "host";
   bool json = false;
   bool overwrite = false;  // start over a store that holds a committed step (a training run's)
+  std::string trace;       // Chrome trace output; empty: [trace] path
 };
 
 std::uint64_t parse_count(const std::string& text, const char* option) {
@@ -172,8 +173,15 @@ int run(const StepBenchOptions& options) {
   for (const std::string& path : config.tiers.nvme.paths) std::filesystem::create_directories(path);
 
   runtime::comm::Communicator& comm = device_comm ? *device_comm : *host_comm;
-  const Timings timings = run_steps(config, *device, comm, params, unit_params, options.steps,
-                                    runtime::EngineOptions{.overwrite = options.overwrite});
+  // Every step's work on one timeline ([trace] path, or --trace). [checkpoint] does not apply: a
+  // benchmark's state is synthetic, and saving it would sit inside the timings.
+  runtime::Tracer tracer;
+  const std::string trace = options.trace.empty() ? config.trace.path : options.trace;
+  const Timings timings =
+      run_steps(config, *device, comm, params, unit_params, options.steps,
+                runtime::EngineOptions{.overwrite = options.overwrite,
+                                       .tracer = trace.empty() ? nullptr : &tracer});
+  if (!trace.empty() && host_comm->rank() == 0) tracer.write_chrome_json(trace);
   const double adam_per_step = time_adam(config, params, options.steps) / options.steps;
   const double t_io = median(timings.io_s);
   const double t_step = median(timings.step_s);
@@ -236,6 +244,8 @@ void add_bench_step_command(CLI::App& bench) {
   command->add_option("--device", options->device, "host (default), cuda or auto")
       ->check(CLI::IsMember({"host", "cuda", "auto"}));
   command->add_flag("--json", options->json, "print one JSON object");
+  command->add_option("--trace", options->trace,
+                      "write a Chrome trace of the steps here (default: [trace] path)");
   command->add_flag("--overwrite", options->overwrite,
                     "run over an NVMe store that holds a committed step (its state is lost); "
                     "without it that is refused");

@@ -2,17 +2,22 @@
 // 5-step command stopped after 3 steps and restarted with the same --steps 5 --resume ends at step
 // 5 with an export bitwise equal to the uninterrupted run's (and a third start trains nothing,
 // saying so); a fresh start over the committed store is refused, naming it, with its files
-// unchanged, and --overwrite starts it over from step 0.
+// unchanged, and --overwrite starts it over from step 0. [checkpoint] and [trace]: the run saves
+// step-N checkpoints every interval_steps (the newest `keep`), --resume-from the directory ends
+// bitwise as the uninterrupted run, a fresh start over them is refused; the trace is written.
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+
+#include <nlohmann/json.hpp>
 
 #include "io/whole_file.hpp"
 #include "tests/io/io_test_support.hpp"
@@ -115,6 +120,71 @@ TEST_F(FinetuneProgram, AFreshStartOverACommittedStoreIsRefusedUnlessOverwrite) 
 
   std::tie(log, status) = finetune(arguments + " --overwrite --resume");
   EXPECT_NE(status, 0) << log;  // CLI11: the two exclude each other
+}
+
+// config(store) with periodic checkpoints into `checkpoints` and a trace to `trace`.
+std::filesystem::path with_checkpoints_and_trace(const std::filesystem::path& config,
+                                                 const std::filesystem::path& checkpoints,
+                                                 const std::filesystem::path& trace) {
+  std::ofstream(config, std::ios::app)
+      << "[checkpoint]\ndir = \"" << checkpoints.string() << "\"\ninterval_steps = 2\nkeep = 2\n"
+      << "[trace]\npath = \"" << trace.string() << "\"\n";
+  return config;
+}
+
+std::set<std::string> names_in(const std::filesystem::path& dir) {
+  std::set<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    names.insert(entry.path().filename().string());
+  }
+  return names;
+}
+
+TEST_F(FinetuneProgram, PeriodicCheckpointsResumeBitwiseAndTheTraceIsWritten) {
+  const std::filesystem::path checkpoints = scratch.path() / "checkpoints";
+  const std::filesystem::path trace = scratch.path() / "trace.json";
+  const std::filesystem::path straight = scratch.path() / "straight.safetensors";
+  auto [log, status] = finetune(
+      "--config " + with_checkpoints_and_trace(config("d"), checkpoints, trace).string() +
+      " --steps 5 --export " + straight.string());
+  ASSERT_EQ(status, 0) << log;
+  EXPECT_EQ(names_in(checkpoints), (std::set<std::string>{"step-000002", "step-000004"})) << log;
+  EXPECT_NE(log.find("checkpoint " + (checkpoints / "step-000004").string()), std::string::npos)
+      << log;
+  std::ifstream trace_file(trace);
+  ASSERT_TRUE(trace_file.good()) << "no trace at [trace] path\n" << log;
+  const nlohmann::json events = nlohmann::json::parse(trace_file).at("traceEvents");
+  std::size_t forwards = 0;
+  for (const nlohmann::json& event : events) {
+    forwards += event.at("ph") == "X" && event.at("name").get<std::string>().starts_with("forward");
+  }
+  EXPECT_GT(forwards, 0u) << "the trace has no forward events";
+
+  // A fresh run over them would replace them: refused, naming the directory, nothing changed.
+  const std::string other =
+      "--config " + with_checkpoints_and_trace(config("e"), checkpoints, trace).string();
+  const std::vector<std::uint8_t> step4 =
+      io::read_file_bytes(checkpoints / "step-000004" / "manifest.json");
+  std::tie(log, status) = finetune(other + " --steps 5");
+  EXPECT_EQ(status, 1) << log;
+  EXPECT_EQ(log.find("val loss"), std::string::npos) << "refused only after validating\n" << log;
+  EXPECT_NE(log.find(checkpoints.string() + " holds 2 checkpoint(s) past step 0"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(names_in(checkpoints), (std::set<std::string>{"step-000002", "step-000004"}));
+  EXPECT_TRUE(io::read_file_bytes(checkpoints / "step-000004" / "manifest.json") == step4);
+
+  // --resume-from the directory loads its newest (step 4) and ends as the uninterrupted run.
+  const std::filesystem::path resumed = scratch.path() / "resumed.safetensors";
+  std::tie(log, status) = finetune(other + " --steps 5 --resume-from " + checkpoints.string() +
+                                   " --export " + resumed.string());
+  ASSERT_EQ(status, 0) << log;
+  EXPECT_NE(log.find("loaded checkpoint " + (checkpoints / "step-000004").string() + " (step 4)"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("summary: 1 steps"), std::string::npos) << log;
+  EXPECT_TRUE(io::read_file_bytes(resumed) == io::read_file_bytes(straight))
+      << "the run resumed from step-000004 differs from the uninterrupted run";
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Proves `strata plan` end to end: the seeds' figures on stdout, exit 2 for a bad config with the
-// location in the message, exit 3 with the short tier named when the plan does not fit.
+// location in the message, exit 3 with the short tier named when the plan does not fit; and that
+// `strata bench step` writes the Chrome trace [trace] path names (--trace overriding it).
 #include <sys/wait.h>
 #include <array>
 #include <cstdio>
@@ -82,6 +83,40 @@ TEST(PlanCommand, PlanThatDoesNotFitExitsThreeAndSuggests) {
   EXPECT_EQ(result.exit_code, 3) << result.output;
   EXPECT_THAT(result.output, HasSubstr("does not fit: the host tier is short by"));
   EXPECT_THAT(result.output, HasSubstr("raise [tiers.host] budget to at least"));
+}
+
+// The events of the Chrome trace at `path` (empty when it is missing or not a trace).
+nlohmann::json trace_events(const std::filesystem::path& path) {
+  std::ifstream file(path);
+  if (!file) return nlohmann::json::array();
+  const nlohmann::json trace = nlohmann::json::parse(file);
+  return trace.at("traceEvents");
+}
+
+TEST(BenchStepCommand, WritesTheTraceOfTraceTablePathOrOfTraceFlag) {
+  const std::filesystem::path from_config = strata::test_tmpdir_knob() / "bench_config_trace.json";
+  const std::filesystem::path from_flag = strata::test_tmpdir_knob() / "bench_flag_trace.json";
+  std::filesystem::remove(from_config);
+  std::filesystem::remove(from_flag);
+  const std::string config = write_temp(
+      "bench_trace.toml", "[tiers.device]\nkind = \"host\"\nbudget = \"64MiB\"\n[tiers.host]\n"
+                          "budget = \"64MiB\"\n[trace]\npath = \"" + from_config.string() + "\"\n");
+  Result result = run_cli("bench step " + config + " --params 1e5 --steps 1 --json");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const nlohmann::json events = trace_events(from_config);
+  ASSERT_FALSE(events.empty()) << "no trace at [trace] path " << from_config;
+  bool optimizer_event = false;  // a complete ("X") event of an Adam sub-group
+  for (const nlohmann::json& event : events) {
+    optimizer_event = optimizer_event || (event.at("ph") == "X" &&
+                                          event.at("name").get<std::string>().starts_with("adam"));
+  }
+  EXPECT_TRUE(optimizer_event) << events.dump();
+  std::filesystem::remove(from_config);
+  result = run_cli("bench step " + config + " --params 1e5 --steps 1 --json --trace " +
+                   from_flag.string());
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_FALSE(trace_events(from_flag).empty());
+  EXPECT_FALSE(std::filesystem::exists(from_config)) << "--trace did not override [trace] path";
 }
 
 }  // namespace

@@ -44,7 +44,8 @@ struct MmapPinnedAllocatorOptions {
   std::function<void(std::string_view)> warn;
 };
 
-// Anonymous private mmap, pre-faulted, and mlock'ed when the process may. A failed mlock is not an
+// Anonymous private mmap, pre-faulted, and mlock'ed when the process may (MlockPolicy::kOff:
+// never, for `[tiers.host] pinned = false`). A failed mlock is not an
 // error (the memory still works, only pageable): it prints one warning per allocator, the first
 // time, and counts every failure.
 class MmapPinnedAllocator final : public PinnedAllocator {
@@ -52,7 +53,10 @@ class MmapPinnedAllocator final : public PinnedAllocator {
   explicit MmapPinnedAllocator(MmapPinnedAllocatorOptions options = {});
   std::byte* allocate(std::uint64_t bytes) override;
   void free(std::byte* data, std::uint64_t bytes) noexcept override;
-  std::string_view name() const override { return "mmap"; }
+  // "mmap" (pages locked when the process may), or "mmap (pageable)" with MlockPolicy::kOff.
+  std::string_view name() const override {
+    return options_.mlock == MlockPolicy::kOff ? "mmap (pageable)" : "mmap";
+  }
 
   std::uint64_t mlock_failures() const { return mlock_failures_.load(); }
 

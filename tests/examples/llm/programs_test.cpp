@@ -1,20 +1,26 @@
 // Proves the programs end to end on a tiny Llama folder: strata-finetune --model lowers the
 // validation loss, reports its NVMe traffic as the built-in GPT's run does and exports a folder
 // that an independent reader (hf_folder_reader.py) accepts, with strata's loss; strata-eval --json
-// prints the perplexity the library computes; strata-generate --json prints the prompt's ids and the ids generate() gives;
+// prints the perplexity the library computes; strata-generate --json prints the prompt's ids and
+// the ids generate() gives;
 // strata plan --model takes the parameter count from config.json; a malformed data line stops
 // strata-finetune with file:line; --steps is the run's total across a resume, and a fresh start
 // over a committed store is refused until --overwrite; under mpirun -np 2 (ZeRO-3 across ranks,
-// each rank half of every micro-batch) the run follows the one-rank run's losses.
+// each rank half of every micro-batch) the run follows the one-rank run's losses; [checkpoint]
+// saves step-N checkpoints that --resume-from continues bitwise, and [trace] path gets the trace.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <regex>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "examples/llm/generation.hpp"
 #include "examples/llm/hf_checkpoint.hpp"
@@ -238,6 +244,41 @@ TEST_F(Programs, TwoRanksUnderMpirunFollowTheOneRankRun) {
               one_summary["final_val_loss"].get<double>(), 1e-3);
   // Each rank keeps its own half of the state: two swap files in the store directory.
   EXPECT_TRUE(std::filesystem::exists(scratch.path() / "two" / "strata-rank1.swap"));
+// [checkpoint] interval_steps 2, keep 1 over 5 steps leaves step-000004 alone; --resume-from it
+// ends bitwise as the uninterrupted run; the [trace] path holds the run's events.
+TEST_F(Programs, PeriodicCheckpointsResumeBitwiseAndTheTraceIsWritten) {
+  const std::filesystem::path checkpoints = scratch.path() / "checkpoints";
+  const std::filesystem::path trace = scratch.path() / "trace.json";
+  std::ofstream(config, std::ios::app)
+      << "[checkpoint]\ndir = \"" << checkpoints.string() << "\"\ninterval_steps = 2\nkeep = 1\n"
+      << "[trace]\npath = \"" << trace.string() << "\"\n";
+  const auto finetune = [&](const std::string& arguments) {
+    return run(std::string(STRATA_FINETUNE) + " --model " + model.string() + " --data " +
+               text.string() + " --config " + config.string() +
+               " --eval-every 0 --eval-batches 1 --blas-threads 1 --export-dtype fp32 " + arguments);
+  };
+  const std::filesystem::path straight = scratch.path() / "straight";
+  auto [log, status] = finetune("--steps 5 --export " + straight.string());
+  ASSERT_EQ(status, 0) << log;
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(checkpoints)) {
+    names.push_back(entry.path().filename().string());
+  }
+  EXPECT_EQ(names, std::vector<std::string>{"step-000004"}) << log;
+  std::ifstream trace_file(trace);
+  ASSERT_TRUE(trace_file.good()) << "no trace at [trace] path\n" << log;
+  const nlohmann::json events = nlohmann::json::parse(trace_file).at("traceEvents");
+  EXPECT_GT(events.size(), 4u) << "only the track names, no events";
+
+  const std::filesystem::path resumed = scratch.path() / "resumed";
+  std::tie(log, status) = finetune("--steps 5 --overwrite --resume-from " +
+                                   (checkpoints / "step-000004").string() + " --export " +
+                                   resumed.string());
+  ASSERT_EQ(status, 0) << log;
+  EXPECT_NE(log.find("resumed at step 4 from checkpoint"), std::string::npos) << log;
+  EXPECT_TRUE(read_text_file(resumed / "model.safetensors") ==
+              read_text_file(straight / "model.safetensors"))
+      << "the run resumed from step-000004 differs from the uninterrupted run";
 }
 
 TEST_F(Programs, PlanTakesTheParameterCountFromConfigJson) {
