@@ -49,7 +49,7 @@ const char* kind_name(FileOpKind kind) {
   return "?";
 }
 
-void write_image(const detail::CrashImage& image, const std::filesystem::path& target) {
+void write_image(const CrashImage& image, const std::filesystem::path& target) {
   std::filesystem::create_directories(target);
   for (const auto& [path, entry] : image) {
     if (entry.directory) {
@@ -126,6 +126,21 @@ void PowerLossSimulator::stop() {
   stopped_ = true;
 }
 
+CrashImage PowerLossSimulator::crash_image(std::uint64_t operations, std::uint64_t seed,
+                                           CrashReport& report) const {
+  // The replay points into the log: it is held still (and not copied) while it runs.
+  std::lock_guard lock(mutex_);
+  if (operations > log_.size()) {
+    throw std::invalid_argument("PowerLossSimulator: crash after operation " +
+                                std::to_string(operations) + ", but only " +
+                                std::to_string(log_.size()) + " were recorded");
+  }
+  detail::CrashReplay replay(initial_.directories, initial_.files);
+  for (std::uint64_t i = 0; i < operations; ++i) replay.apply(log_[i]);
+  std::mt19937_64 random(seed);
+  return replay.crash(random, report);
+}
+
 CrashReport PowerLossSimulator::write_crash_image(std::uint64_t operations, std::uint64_t seed,
                                                   const std::filesystem::path& target) const {
   std::filesystem::path inside;
@@ -138,21 +153,7 @@ CrashReport PowerLossSimulator::write_crash_image(std::uint64_t operations, std:
                                 " already exists");
   }
   CrashReport report;
-  detail::CrashImage image;
-  {
-    // The replay points into the log: it is held still (and not copied) while it runs.
-    std::lock_guard lock(mutex_);
-    if (operations > log_.size()) {
-      throw std::invalid_argument("PowerLossSimulator: crash after operation " +
-                                  std::to_string(operations) + ", but only " +
-                                  std::to_string(log_.size()) + " were recorded");
-    }
-    detail::CrashReplay replay(initial_.directories, initial_.files);
-    for (std::uint64_t i = 0; i < operations; ++i) replay.apply(log_[i]);
-    std::mt19937_64 random(seed);
-    image = replay.crash(random, report);
-  }
-  write_image(image, target);
+  write_image(crash_image(operations, seed, report), target);
   return report;
 }
 

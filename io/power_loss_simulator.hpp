@@ -34,6 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -72,6 +73,14 @@ struct CrashReport {
   std::uint64_t entries_undone = 0;
 };
 
+// One name in a crash image: a directory, or a regular file with its bytes.
+struct ImageEntry {
+  bool directory = false;
+  std::vector<std::byte> bytes;
+};
+// Paths relative to the root, parents before children (std::map's order does that).
+using CrashImage = std::map<std::filesystem::path, ImageEntry>;
+
 class PowerLossSimulator {
  public:
   // Installs this simulator and snapshots `root` (every file and directory under it counts as
@@ -88,9 +97,11 @@ class PowerLossSimulator {
   // Stops recording: later operations happen after the power loss.
   void stop();
 
-  // Writes under `target` (created; it must not exist and must lie outside the root) the tree a
-  // power loss right after the first `operations` recorded operations could leave, chosen by
-  // `seed` (see the file comment).
+  // The tree a power loss right after the first `operations` recorded operations could leave
+  // under the root, chosen by `seed` (see the file comment); what was lost is added to `report`.
+  CrashImage crash_image(std::uint64_t operations, std::uint64_t seed, CrashReport& report) const;
+  // The same image written under `target` (created; it must not exist and must lie outside the
+  // root), for the code under test to reopen there.
   CrashReport write_crash_image(std::uint64_t operations, std::uint64_t seed,
                                 const std::filesystem::path& target) const;
 

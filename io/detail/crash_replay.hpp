@@ -17,14 +17,6 @@
 
 namespace strata::io::detail {
 
-// One name in a crash image: a directory, or a regular file with its bytes.
-struct ImageEntry {
-  bool directory = false;
-  std::vector<std::byte> bytes;
-};
-// Paths relative to the root, parents before children (std::map's order does that).
-using CrashImage = std::map<std::filesystem::path, ImageEntry>;
-
 class CrashReplay {
  public:
   CrashReplay(const std::vector<std::filesystem::path>& directories,

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -24,7 +25,7 @@ namespace {
 
 using testing::ScratchDir;
 
-constexpr std::uint64_t kTrials = 100;
+constexpr std::uint64_t kTrials = 300;
 
 std::string read_text(const std::filesystem::path& path) {
   const std::vector<std::uint8_t> bytes = read_file_bytes(path);
@@ -42,6 +43,14 @@ std::string numbered(const char* prefix, int i) {
   return name;
 }
 
+// The bytes of the file `path` in `image`, or nullopt when the image has no such file.
+std::optional<std::string> file_in(const CrashImage& image, const std::filesystem::path& path) {
+  const auto found = image.find(path);
+  if (found == image.end() || found->second.directory) return std::nullopt;
+  const auto* first = reinterpret_cast<const char*>(found->second.bytes.data());
+  return std::string(first, found->second.bytes.size());
+}
+
 // A fresh target for one crash image, beside the recorded root.
 std::filesystem::path image_path(const ScratchDir& images, std::uint64_t trial) {
   std::string name = "image-";
@@ -51,7 +60,6 @@ std::filesystem::path image_path(const ScratchDir& images, std::uint64_t trial) 
 
 TEST(PowerLossSimulator, FsyncedBytesAlwaysSurviveAndLaterWritesAreKeptDroppedOrTorn) {
   ScratchDir root;
-  ScratchDir images;
   const std::string durable(2048, 'd');
   const std::string later(1536, 'n');  // three sectors
   PowerLossSimulator simulator(root.path());
@@ -66,9 +74,9 @@ TEST(PowerLossSimulator, FsyncedBytesAlwaysSurviveAndLaterWritesAreKeptDroppedOr
   std::uint64_t dropped = 0;
   std::uint64_t kept = 0;
   for (std::uint64_t seed = 0; seed < kTrials; ++seed) {
-    const CrashReport report =
-        simulator.write_crash_image(simulator.operations(), seed, image_path(images, seed));
-    const std::string after = read_text(image_path(images, seed) / "f");
+    CrashReport report;
+    const CrashImage image = simulator.crash_image(simulator.operations(), seed, report);
+    const std::string after = file_in(image, "f").value();
     SCOPED_TRACE("seed " + std::to_string(seed));
     ASSERT_EQ(after.size(), durable.size());
     // The image is the durable bytes with a prefix of the later write over them.
@@ -90,7 +98,6 @@ TEST(PowerLossSimulator, FsyncedBytesAlwaysSurviveAndLaterWritesAreKeptDroppedOr
 
 TEST(PowerLossSimulator, ACreateWithoutADirectoryFsyncMayVanishAndWithOneAlwaysStays) {
   ScratchDir root;
-  ScratchDir images;
   PowerLossSimulator simulator(root.path());
   const auto create = [&](const char* name) {
     const FileHandle file = FileHandle::open(root / name, {CreateMode::kCreate, DirectIo::kOff});
@@ -102,13 +109,14 @@ TEST(PowerLossSimulator, ACreateWithoutADirectoryFsyncMayVanishAndWithOneAlwaysS
   create("unsynced");
   std::uint64_t vanished = 0;
   for (std::uint64_t seed = 0; seed < kTrials; ++seed) {
-    const CrashReport report =
-        simulator.write_crash_image(simulator.operations(), seed, image_path(images, seed));
-    ASSERT_EQ(read_text(image_path(images, seed) / "synced"), "x") << "seed " << seed;
-    const bool present = std::filesystem::exists(image_path(images, seed) / "unsynced");
+    CrashReport report;
+    const CrashImage image = simulator.crash_image(simulator.operations(), seed, report);
+    ASSERT_EQ(file_in(image, "synced"), "x") << "seed " << seed;
+    const std::optional<std::string> unsynced = file_in(image, "unsynced");
+    const bool present = unsynced.has_value();
     EXPECT_EQ(report.entries_undone, present ? 0u : 1u) << "seed " << seed;
     if (present) {
-      EXPECT_EQ(read_text(image_path(images, seed) / "unsynced"), "x");
+      EXPECT_EQ(*unsynced, "x");
     }
     vanished += present ? 0 : 1;
   }
@@ -118,7 +126,6 @@ TEST(PowerLossSimulator, ACreateWithoutADirectoryFsyncMayVanishAndWithOneAlwaysS
 
 TEST(PowerLossSimulator, AnAtomicFileWriteShowsTheOldFileOrTheWholeNewOne) {
   ScratchDir root;
-  ScratchDir images;
   write_file_atomically(root / "manifest", std::string(3000, 'o'));
   PowerLossSimulator simulator(root.path());  // the old file is durable
   const std::string next(5000, 'N');
@@ -128,8 +135,9 @@ TEST(PowerLossSimulator, AnAtomicFileWriteShowsTheOldFileOrTheWholeNewOne) {
   std::set<std::string> seen;
   for (std::uint64_t trial = 0; trial < kTrials; ++trial) {
     const std::uint64_t crash_at = trial % (total + 1);
-    simulator.write_crash_image(crash_at, trial, image_path(images, trial));
-    const std::string after = read_text(image_path(images, trial) / "manifest");
+    CrashReport report;
+    const std::string after =
+        file_in(simulator.crash_image(crash_at, trial, report), "manifest").value_or("(none)");
     ASSERT_TRUE(after == std::string(3000, 'o') || after == next)
         << "trial " << trial << ": a torn manifest of " << after.size() << " bytes after "
         << crash_at << " of " << total << " operations";
@@ -151,10 +159,10 @@ TEST(PowerLossSimulator, AnUnsyncedRenameLeavesTheOldNameOrTheNewNeverBothOrNeit
   rename_entry(root / "ckpt.tmp", root / "ckpt");
   std::uint64_t undone = 0;
   for (std::uint64_t seed = 0; seed < kTrials; ++seed) {
-    const std::filesystem::path image = image_path(images, seed);
-    simulator.write_crash_image(simulator.operations(), seed, image);
-    const bool old_name = std::filesystem::exists(image / "ckpt.tmp" / "m");
-    const bool new_name = std::filesystem::exists(image / "ckpt" / "m");
+    CrashReport report;
+    const CrashImage image = simulator.crash_image(simulator.operations(), seed, report);
+    const bool old_name = file_in(image, "ckpt.tmp/m") == "m";
+    const bool new_name = file_in(image, "ckpt/m") == "m";
     ASSERT_NE(old_name, new_name) << "seed " << seed;
     undone += old_name ? 1 : 0;
   }
