@@ -1,6 +1,8 @@
 #include "io/power_loss_simulator.hpp"
 
+#include <algorithm>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -49,6 +51,19 @@ const char* kind_name(FileOpKind kind) {
   return "?";
 }
 
+// Writes only the blocks holding a non-zero byte: preallocated swap files are mostly zeros, and
+// the trials write hundreds of images.
+void write_sparse(const FileHandle& file, std::span<const std::byte> bytes) {
+  constexpr std::size_t kBlockBytes = 4096;
+  for (std::size_t at = 0; at < bytes.size(); at += kBlockBytes) {
+    const std::span<const std::byte> block =
+        bytes.subspan(at, std::min(kBlockBytes, bytes.size() - at));
+    if (std::any_of(block.begin(), block.end(), [](std::byte b) { return b != std::byte{0}; })) {
+      file.write_at(at, block);
+    }
+  }
+}
+
 void write_image(const CrashImage& image, const std::filesystem::path& target) {
   std::filesystem::create_directories(target);
   for (const auto& [path, entry] : image) {
@@ -58,7 +73,8 @@ void write_image(const CrashImage& image, const std::filesystem::path& target) {
     }
     const FileHandle file =
         FileHandle::open(target / path, {CreateMode::kCreateTruncate, DirectIo::kOff});
-    file.write_at(0, entry.bytes);
+    write_sparse(file, entry.bytes);
+    std::filesystem::resize_file(target / path, entry.bytes.size());
   }
 }
 
@@ -99,7 +115,9 @@ PowerLossSimulator::PowerLossSimulator(const std::filesystem::path& root)
   STRATA_ASSERT(installed, "only one PowerLossSimulator may be alive at a time");
 }
 
-PowerLossSimulator::~PowerLossSimulator() { detail::g_power_loss.store(nullptr); }
+PowerLossSimulator::~PowerLossSimulator() {
+  detail::g_power_loss.store(nullptr);
+}
 
 bool PowerLossSimulator::covers(const std::filesystem::path& path,
                                 std::filesystem::path& relative) const {

@@ -17,7 +17,8 @@ bool within(const std::filesystem::path& path, const std::filesystem::path& base
   if (path == base) return true;
   const std::string& text = path.native();
   const std::string prefix = base.native() + "/";
-  return !base.empty() && text.size() > prefix.size() && text.compare(0, prefix.size(), prefix) == 0;
+  return !base.empty() && text.size() > prefix.size() &&
+         text.compare(0, prefix.size(), prefix) == 0;
 }
 
 template <typename Map>

@@ -36,8 +36,8 @@ class CrashReplay {
   };
   struct EntryOp {
     const FileOp* op;
-    NodeId parent;     // the directory whose fsync makes it durable
-    NodeId node;       // what a create made
+    NodeId parent;  // the directory whose fsync makes it durable
+    NodeId node;    // what a create made
     bool synced = false;
   };
 

@@ -210,8 +210,8 @@ TEST(PowerLossSimulator, TheSameSeedGivesTheSameImage) {
   ScratchDir images;
   PowerLossSimulator simulator(root.path());
   for (int i = 0; i < 8; ++i) {
-    const FileHandle file = FileHandle::open(root / numbered("f", i),
-                                             {CreateMode::kCreate, DirectIo::kOff});
+    const FileHandle file =
+        FileHandle::open(root / numbered("f", i), {CreateMode::kCreate, DirectIo::kOff});
     file.write_at(0, as_bytes(std::string(1024 + 512 * i, static_cast<char>('a' + i))));
   }
   for (std::uint64_t seed = 0; seed < 20; ++seed) {
