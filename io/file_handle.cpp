@@ -27,7 +27,8 @@ FileHandle FileHandle::open(const std::filesystem::path& path, const OpenOptions
   }
   // Only a power-loss simulation needs to know whether the open creates the file.
   const bool may_create = (flags & O_CREAT) != 0 && detail::active_power_loss() != nullptr;
-  const bool existed = may_create && std::filesystem::exists(path);
+  std::error_code ignored;  // an unreadable parent: open() below reports it
+  const bool existed = may_create && std::filesystem::exists(path, ignored);
   const int fd = ::open(path.c_str(), flags, 0644);
   if (fd >= 0 && may_create) {
     if (!existed) {

@@ -18,12 +18,12 @@ namespace {
 
 }  // namespace
 
-bool create_directories(const std::filesystem::path& path) {
+bool make_directories(const std::filesystem::path& path) {
   std::error_code error;
   if (std::filesystem::is_directory(path, error)) return false;
   // One level at a time, so each new directory is reported in its parent.
   if (path.has_parent_path() && path.parent_path() != path) {
-    io::create_directories(path.parent_path());
+    io::make_directories(path.parent_path());
   }
   const bool created = std::filesystem::create_directory(path, error);
   if (error) raise("create directory", path, error);

@@ -10,7 +10,7 @@
 namespace strata::io {
 
 // Creates `path` and any missing parents; true when `path` was created.
-bool create_directories(const std::filesystem::path& path);
+bool make_directories(const std::filesystem::path& path);
 // rename(2): atomically replaces `to` (a file, or an empty directory) with `from`.
 void rename_entry(const std::filesystem::path& from, const std::filesystem::path& to);
 // Removes the file or empty directory at `path`; false when there was nothing.

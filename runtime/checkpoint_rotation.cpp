@@ -46,7 +46,7 @@ void prepare_staging(const std::filesystem::path& dir, const PublishHook& hook) 
   const std::filesystem::path staged = staging_path(dir);
   if (is_complete_checkpoint(staged)) publish_checkpoint(dir, hook);
   discard_checkpoint(staged);
-  io::create_directories(staged);
+  io::make_directories(staged);
   sync_parent(dir);
 }
 

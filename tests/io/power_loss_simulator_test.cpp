@@ -152,7 +152,7 @@ TEST(PowerLossSimulator, AnAtomicFileWriteShowsTheOldFileOrTheWholeNewOne) {
 TEST(PowerLossSimulator, AnUnsyncedRenameLeavesTheOldNameOrTheNewNeverBothOrNeither) {
   ScratchDir root;
   ScratchDir images;
-  io::create_directories(root / "ckpt.tmp");
+  io::make_directories(root / "ckpt.tmp");
   write_file_atomically(root / "ckpt.tmp" / "m", "m");
   sync_directory(root.path());
   PowerLossSimulator simulator(root.path());
