@@ -27,8 +27,11 @@
 // never corrupted (bit rot is the fault injector's kFlipByteOnRead).
 //
 // Threading: the reports may come from any thread (a mutex orders them; operation numbers follow
-// that order). One simulator may be alive at a time in a process. write_crash_image may run while
-// recording continues (its target must lie outside `root`).
+// that order). One simulator may be alive at a time in a process; every engine and file writing
+// under its root must be gone before it is destroyed (a report in flight would reach a dead
+// object). write_crash_image may run while recording continues (its target must lie outside
+// `root`). Paths are compared lexically after making them absolute: reach the root by one
+// spelling (no symlink in between).
 #pragma once
 
 #include <cstddef>
