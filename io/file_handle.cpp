@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <utility>
 
+#include "io/detail/power_loss_hook.hpp"
 #include "io/io_error.hpp"
 
 namespace strata::io {
@@ -24,7 +25,18 @@ FileHandle FileHandle::open(const std::filesystem::path& path, const OpenOptions
   if (options.direct == DirectIo::kOn) {
     flags |= O_DIRECT;
   }
+  // Only a power-loss simulation needs to know whether the open creates the file.
+  const bool may_create = (flags & O_CREAT) != 0 && detail::active_power_loss() != nullptr;
+  std::error_code ignored;  // an unreadable parent: open() below reports it
+  const bool existed = may_create && std::filesystem::exists(path, ignored);
   const int fd = ::open(path.c_str(), flags, 0644);
+  if (fd >= 0 && may_create) {
+    if (!existed) {
+      detail::report_create_file(path);
+    } else if ((flags & O_TRUNC) != 0) {
+      detail::report_truncate(path);
+    }
+  }
   if (fd < 0) {
     const int error_number = errno;
     if (error_number == EINVAL && options.direct == DirectIo::kOn) {
@@ -72,6 +84,7 @@ void FileHandle::allocate(std::uint64_t size_bytes) const {
   }
   const auto length = static_cast<off_t>(size_bytes);
   if (::fallocate(fd_, 0, 0, length) == 0) {
+    detail::report_allocate(path_, size_bytes);
     return;
   }
   const int error_number = errno;
@@ -82,12 +95,14 @@ void FileHandle::allocate(std::uint64_t size_bytes) const {
   if (this->size_bytes() < size_bytes && ::ftruncate(fd_, length) != 0) {
     throw IoError("ftruncate", path_, 0, size_bytes, errno);
   }
+  detail::report_allocate(path_, size_bytes);
 }
 
 void FileHandle::sync() const {
   if (::fsync(fd_) != 0) {
     throw IoError("fsync", path_, 0, 0, errno);
   }
+  detail::report_fsync(path_);
 }
 
 std::uint64_t FileHandle::size_bytes() const {
@@ -138,6 +153,7 @@ void FileHandle::write_at(std::uint64_t offset_bytes, std::span<const std::byte>
     }
     done += static_cast<std::size_t>(wrote);
   }
+  if (!bytes.empty()) detail::report_write(path_, offset_bytes, bytes);
 }
 
 bool FileHandle::try_lock_exclusive() const {

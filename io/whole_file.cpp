@@ -8,6 +8,7 @@
 
 #include "base/assert.hpp"
 #include "io/io_error.hpp"
+#include "io/namespace_ops.hpp"
 
 namespace strata::io {
 
@@ -44,8 +45,10 @@ AtomicFileWriter::~AtomicFileWriter() {
     file_ = FileHandle();
     // A failure to remove changes nothing the caller can act on (the error that got us here,
     // if any, is the news).
-    std::error_code ignored;
-    std::filesystem::remove(temporary_, ignored);
+    try {
+      remove_entry(temporary_);
+    } catch (const IoError&) {
+    }
   }
 }
 
@@ -65,11 +68,14 @@ void AtomicFileWriter::commit() {
   STRATA_ASSERT(file_.valid(), "commit twice");
   file_.sync();
   file_ = FileHandle();
-  if (std::rename(temporary_.c_str(), path_.c_str()) != 0) {
-    const int error_number = errno;
-    std::error_code ignored;
-    std::filesystem::remove(temporary_, ignored);
-    throw IoError("rename '" + temporary_.string() + "' to", path_.string(), 0, 0, error_number);
+  try {
+    rename_entry(temporary_, path_);
+  } catch (const IoError&) {
+    try {
+      remove_entry(temporary_);
+    } catch (const IoError&) {
+    }
+    throw;
   }
   sync_directory(path_.has_parent_path() ? path_.parent_path() : std::filesystem::path("."));
 }

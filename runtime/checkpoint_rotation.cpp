@@ -1,5 +1,6 @@
 #include "runtime/checkpoint_rotation.hpp"
 
+#include "io/namespace_ops.hpp"
 #include "io/whole_file.hpp"
 
 namespace strata::runtime::detail {
@@ -37,15 +38,15 @@ bool is_complete_checkpoint(const std::filesystem::path& candidate) {
 
 void discard_checkpoint(const std::filesystem::path& candidate) {
   if (!std::filesystem::exists(candidate)) return;
-  if (std::filesystem::remove(candidate / kManifestName)) io::sync_directory(candidate);
-  std::filesystem::remove_all(candidate);
+  if (io::remove_entry(candidate / kManifestName)) io::sync_directory(candidate);
+  io::remove_tree(candidate);
 }
 
 void prepare_staging(const std::filesystem::path& dir, const PublishHook& hook) {
   const std::filesystem::path staged = staging_path(dir);
   if (is_complete_checkpoint(staged)) publish_checkpoint(dir, hook);
   discard_checkpoint(staged);
-  std::filesystem::create_directories(staged);
+  io::make_directories(staged);
   sync_parent(dir);
 }
 
@@ -56,15 +57,15 @@ void publish_checkpoint(const std::filesystem::path& dir, const PublishHook& hoo
     discard_checkpoint(previous);
     sync_parent(dir);
     reached(hook, PublishStep::kOldDiscarded);
-    std::filesystem::rename(dir, previous);
+    io::rename_entry(dir, previous);
     sync_parent(dir);
     reached(hook, PublishStep::kCurrentRetired);
   } else {
     // No complete "<dir>" (a crash left only "<dir>.old", or nothing): keep "<dir>.old" until the
     // new one is in place; an incomplete "<dir>" holds nothing worth keeping.
-    std::filesystem::remove_all(dir);
+    io::remove_tree(dir);
   }
-  std::filesystem::rename(staging_path(dir), dir);
+  io::rename_entry(staging_path(dir), dir);
   sync_parent(dir);
   reached(hook, PublishStep::kNewInPlace);
   discard_checkpoint(previous);

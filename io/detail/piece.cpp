@@ -4,6 +4,7 @@
 
 #include "base/assert.hpp"
 #include "base/units.hpp"
+#include "io/detail/power_loss_hook.hpp"
 #include "io/fault_injector.hpp"
 #include "io/io_error.hpp"
 
@@ -22,9 +23,20 @@ void fail(Piece& piece, int error_number, std::string_view hint = {}) {
                                       piece.remaining_bytes(), error_number, hint)));
 }
 
+void report_to_power_loss(const Piece& piece, std::int64_t result) {
+  if (piece.op == IoOp::kWrite && result > 0) {
+    report_write(piece.file->path(), piece.next_offset(),
+                 {piece.next_data(), static_cast<std::size_t>(result)});
+  } else if (piece.op == IoOp::kFsync && result == 0) {
+    report_fsync(piece.file->path());
+  }
+}
+
 }  // namespace
 
 PieceStep finish_operation(Piece& piece, std::int64_t result, FaultInjector* faults) {
+  // What reached the file system, before any injected fault reinterprets it.
+  if (active_power_loss() != nullptr) report_to_power_loss(piece, result);
   if (faults != nullptr) {
     const std::size_t alignment = piece.file->direct() ? kDirectIoAlignment : 1;
     result = faults->on_complete(piece.op, piece.file->path(), piece.next_offset(),
