@@ -244,6 +244,8 @@ TEST_F(Programs, TwoRanksUnderMpirunFollowTheOneRankRun) {
               one_summary["final_val_loss"].get<double>(), 1e-3);
   // Each rank keeps its own half of the state: two swap files in the store directory.
   EXPECT_TRUE(std::filesystem::exists(scratch.path() / "two" / "strata-rank1.swap"));
+}
+
 // [checkpoint] interval_steps 2, keep 1 over 5 steps leaves step-000004 alone; --resume-from it
 // ends bitwise as the uninterrupted run; the [trace] path holds the run's events.
 TEST_F(Programs, PeriodicCheckpointsResumeBitwiseAndTheTraceIsWritten) {
