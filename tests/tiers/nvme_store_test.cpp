@@ -435,22 +435,27 @@ TEST(NvmeStore, FailedManifestFsyncReopensOrRetriesConsistently) {
   }
 }
 
+// A store committed at step 1 (slot A of every extent) and step 2 (slot B); its first swap file
+// and extent 0's slot size.
+struct TwoCommits {
+  std::filesystem::path swap;
+  std::uint64_t slot_bytes = 0;
+};
+TwoCommits commit_two_steps(const ScratchDir& dir) {
+  auto engine = make_test_engine();
+  NvmeStore store(*engine, options_for(dir, StoreOpenMode::kCreate), kExtents);
+  write_step(store, 1);
+  store.commit(1);
+  write_step(store, 2);
+  store.commit(2);
+  return {store.swap_files().front(), store.slot_bytes(0)};
+}
+
 // Regression (issue 14): when the newest manifest's slots do not hold its bytes, opening falls
 // back to the older manifest (whose slots verify) instead of failing, and the run continues.
 TEST(NvmeStore, NewestManifestWithBadSlotsFallsBackToThePreviousOne) {
   ScratchDir dir;
-  std::filesystem::path swap;
-  std::uint64_t slot_bytes = 0;
-  {
-    auto engine = make_test_engine();
-    NvmeStore store(*engine, options_for(dir, StoreOpenMode::kCreate), kExtents);
-    write_step(store, 1);  // slot A of every extent
-    store.commit(1);
-    write_step(store, 2);  // slot B
-    store.commit(2);
-    swap = store.swap_files().front();
-    slot_bytes = store.slot_bytes(0);
-  }
+  const auto [swap, slot_bytes] = commit_two_steps(dir);
   {  // extent 0's slot B (step 2) loses its bytes
     const int fd = ::open(swap.c_str(), O_RDWR);
     ASSERT_GE(fd, 0);
@@ -483,18 +488,7 @@ TEST(NvmeStore, NewestManifestWithBadSlotsFallsBackToThePreviousOne) {
 // is an error naming both sequences and the slots that failed.
 TEST(NvmeStore, BadSlotsInBothCommitsAreAClearError) {
   ScratchDir dir;
-  std::filesystem::path swap;
-  std::uint64_t slot_bytes = 0;
-  {
-    auto engine = make_test_engine();
-    NvmeStore store(*engine, options_for(dir, StoreOpenMode::kCreate), kExtents);
-    write_step(store, 1);  // slot A of every extent
-    store.commit(1);
-    write_step(store, 2);  // slot B
-    store.commit(2);
-    swap = store.swap_files().front();
-    slot_bytes = store.slot_bytes(0);
-  }
+  const auto [swap, slot_bytes] = commit_two_steps(dir);
   {  // extent 0 loses the first bytes of both slots
     const int fd = ::open(swap.c_str(), O_RDWR);
     ASSERT_GE(fd, 0);
