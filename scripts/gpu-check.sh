@@ -2,14 +2,16 @@
 # On a machine with NVIDIA GPUs, one command from a clean checkout (at most 8 minutes on one H200,
 # build included; it builds only what it runs):
 #  1. every GPU test (CudaDevice and its kernels, the device pool, the pinned pool on cudaHostAlloc,
-#     NcclComm on 1 rank and under mpirun on 2+ GPUs, the Engine's CUDA path, the GPT's CUDA
-#     backend, fine-tuning on the GPU); it fails if any of them skips;
+#     NcclComm on 1 rank and under mpirun on 2+ GPUs, the Engine's CUDA path, the GPT's and the
+#     Hugging Face decoder's CUDA backends, fine-tuning on the GPU); it fails if any of them skips;
 #  2. the same CUDA tests under compute-sanitizer: memcheck on all, racecheck on the kernels' tests;
 #  3. h2d / d2h GB/s of pinned copies (`strata bench device`);
 #  4. `strata bench step --device cuda`, 1e8 parameters, optimizer on the host and on NVMe;
 #  5. fine-tuning tokens/s, achieved TFLOPS and MFU (model FLOPs / step time / the GPU's bf16 peak)
 #     for all-device, optimizer-on-host and params+optimizer-on-NVMe placements, next to the host
-#     device.
+#     device;
+#  6. fine-tuning a 90 M-parameter Llama-architecture folder (strata-make-tiny-model) with
+#     `strata-finetune --model --device cuda`: bf16 tensor-core products, tiled attention.
 # Its output ends with one "gpu-check: <figure>: <value>" line per figure, ready for the README.
 # GPU_PEAK_TFLOPS overrides the bf16 dense peak used for MFU (default 989: H100/H200 SXM).
 set -euo pipefail
@@ -31,7 +33,8 @@ build=build/gpu-check
 # CUDA ON, not AUTO: a missing toolkit fails loudly.
 cmake --preset release -B "$build" -DSTRATA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=native >/dev/null
 cmake --build "$build" -j "$(nproc)" --target strata strata_tiers_tests strata_comm_tests \
-  strata_runtime_tests strata_gpt_tests strata_finetune_tests strata-finetune strata_nccl_mpi_tests
+  strata_runtime_tests strata_gpt_tests strata_finetune_tests strata-finetune strata_nccl_mpi_tests \
+  strata_llm_model_tests strata-make-tiny-model
 
 # 1. Every CUDA test. The suites' own skip lines are counted: a GPU test that skips here means the
 # GPU was not usable, which is a failure. NcclComm's multi-rank tests skip on one GPU, saying so.
@@ -44,6 +47,7 @@ run_suite tests/runtime/comm/strata_comm_tests "$cuda_filter" "$work/comm.log"
 run_suite tests/runtime/strata_runtime_tests "$cuda_filter" "$work/runtime.log"
 run_suite tests/examples/strata_gpt_tests "$cuda_filter" "$work/gpt.log"
 run_suite tests/examples/strata_finetune_tests "$cuda_filter" "$work/finetune.log"
+run_suite tests/examples/llm/strata_llm_model_tests "$cuda_filter" "$work/llm.log"
 nccl_ranks=$((gpus < 4 ? gpus : 4))
 if ((nccl_ranks >= 2)); then
   mpirun --allow-run-as-root --oversubscribe -np "$nccl_ranks" \
@@ -53,7 +57,7 @@ else
   add_summary "NcclComm multi-rank tests: skipped (1 GPU: they need 2)"
 fi
 if grep -h "\[  SKIPPED \]" "$work"/tiers.log "$work"/comm.log "$work"/runtime.log \
-  "$work"/gpt.log "$work"/finetune.log; then
+  "$work"/gpt.log "$work"/finetune.log "$work"/llm.log; then
   echo "gpu-check: the GPU tests above skipped although a GPU is visible" >&2
   exit 1
 fi
@@ -68,11 +72,12 @@ sanitize() {  # tool, binary, filter
   "$sanitizer" "${options[@]}" "$build/$2" --gtest_filter="$3" --gtest_brief=1
 }
 for suite in tests/tiers/strata_tiers_tests tests/runtime/strata_runtime_tests \
-  tests/examples/strata_gpt_tests; do
+  tests/examples/strata_gpt_tests tests/examples/llm/strata_llm_model_tests; do
   sanitize memcheck "$suite" "$cuda_filter"
 done
 sanitize racecheck tests/tiers/strata_tiers_tests 'Backends/DeviceCastTest.*/cuda:Backends/DeviceTest.*Accumulate*/cuda:Backends/DeviceTest.Scale*/cuda'
 sanitize racecheck tests/examples/strata_gpt_tests '*GptCuda*'
+sanitize racecheck tests/examples/llm/strata_llm_model_tests '*DecoderCuda*'
 add_summary "compute-sanitizer: memcheck and racecheck clean"
 
 # 3. Pinned copies.
@@ -135,6 +140,21 @@ for placement in all_device optimizer_host params_optimizer_nvme; do
     fi
   done
 done
+
+# 6. A Hugging Face Llama-architecture folder on the GPU: hidden 1024, 8 layers, 16 heads over 4 kv
+# heads, inner 2816 (GQA, RoPE, SwiGLU), micro-batch 8 x 512 tokens, all state on the device.
+"$build/examples/llm/strata-make-tiny-model" --out "$work/llama" --family llama --hidden-size 1024 \
+  --intermediate-size 2816 --layers 8 --heads 16 --kv-heads 4
+out="$work/finetune-llama-cuda.json"
+"$build/examples/finetune/strata-finetune" --model "$work/llama" --config examples/configs/all_device.toml \
+  --device cuda --seq-len 512 --micro-batch 8 --steps 10 --overwrite --eval-every 0 --eval-batches 1 \
+  --summary-json "$out" | grep -E "device:|^step +10 |summary"
+tokens_per_s=$(json_number tokens_per_s "$out")
+params=$(json_number params "$out")
+read -r tflops mfu < <(awk -v t="$tokens_per_s" -v n="$params" -v l=8 -v d=1024 -v s=512 \
+  -v peak="$peak_tflops" \
+  'BEGIN { f = t * (6 * n + 12 * l * d * s) / 1e12; printf "%.2f %.1f\n", f, 100 * f / peak }')
+add_summary "fine-tuning a $params-parameter Llama folder (--model) on cuda: $tokens_per_s tokens/s, $tflops TFLOPS, MFU $mfu%"
 
 echo
 printf '%s\n' "${summary[@]}"

@@ -94,9 +94,9 @@ strata::DType export_dtype_of(const std::string& name) {
 
 // --model: the Hugging Face path; the GPT-only flags are refused rather than ignored.
 int run_model(const Options& options, const strata::runtime::Config& config) {
-  if (!options.init.empty() || options.device != "host") {
-    std::cerr << "strata-finetune: --model takes its weights from the folder and computes on the "
-                 "host: --init and --device cuda/auto apply to the built-in GPT only\n";
+  if (!options.init.empty()) {
+    std::cerr << "strata-finetune: --model takes its weights from the folder: --init applies to "
+                 "the built-in GPT only\n";
     return 2;
   }
   const std::optional<std::uint64_t> max_shard =
@@ -121,6 +121,7 @@ int run_model(const Options& options, const strata::runtime::Config& config) {
   hf.eval_every = options.eval_every;
   hf.eval_batches = options.eval_batches;
   hf.blas_threads = options.blas_threads;
+  hf.device = device_kind(options.device);
   hf.resume = options.resume;
   hf.overwrite = options.overwrite;
   if (!options.resume_from.empty()) hf.resume_from = checkpoint_to_load(options.resume_from);

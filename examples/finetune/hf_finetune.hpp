@@ -29,6 +29,8 @@ struct HfFinetuneOptions {
   std::uint32_t eval_every = 25;  // 0: only at the start and the end
   std::uint32_t eval_batches = 4;
   std::uint32_t blas_threads = 0;
+  // host, cuda (each rank's local-rank GPU, or [tiers.device] index) or auto, as for the GPT.
+  runtime::DeviceKind device = runtime::DeviceKind::kHost;
   bool resume = false;
   bool overwrite = false;
   std::string resume_from;  // a checkpoint to continue from (Engine::load); empty: none
@@ -36,7 +38,7 @@ struct HfFinetuneOptions {
   std::string summary_json;
 };
 
-// The process exit code: 0, 2 (bad config), 3 (does not fit).
+// The process exit code: 0, 2 (bad config or device placement), 3 (does not fit).
 int run_hf_finetune(runtime::Config config, const HfFinetuneOptions& options);
 
 }  // namespace strata::examples

@@ -22,6 +22,11 @@ constexpr std::size_t kQueryChunk = 64;
 
 void DecoderModel::start_decoding(std::size_t max_positions) {
   Impl& m = *impl_;
+  if (m.cuda) {
+    throw std::invalid_argument(
+        "DecoderModel::start_decoding: decoding with the KV cache runs on the host; build the "
+        "model without a CUDA device to generate");
+  }
   if (max_positions == 0 || max_positions > m.config.max_position_embeddings) {
     throw std::invalid_argument("DecoderModel::start_decoding: max_positions " +
                                 std::to_string(max_positions) + " outside [1, " +

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "examples/llm/decoder_cuda.hpp"
 #include "examples/llm/decoder_layout.hpp"
 #include "examples/llm/decoder_model.hpp"
 #include "examples/llm/loss.hpp"
@@ -75,7 +76,7 @@ struct DecoderModel::Impl {
     detail::RopeTable rope;
   };
 
-  Impl(const HfConfig& config, const DecoderOptions& options);
+  Impl(const HfConfig& config, const DecoderOptions& options, tiers::Device* device);
 
   HfConfig config;
   DecoderOptions options;
@@ -104,6 +105,12 @@ struct DecoderModel::Impl {
   std::vector<float> tied_embedding_grad;  // the head's share of the embedding's gradient
 
   Decoding decoding;
+
+  // Set on a CUDA device: the training buffers above then stay empty (decoder_cuda.hpp).
+  std::unique_ptr<detail::CudaDecoder> cuda;
+  std::vector<float> cuda_logits;
+
+  void allocate_host_buffers();
 
   detail::LayerBuffers& layer_buffers(std::size_t layer) {
     return options.activation_checkpointing ? layers.front() : layers[layer];

@@ -14,6 +14,7 @@
 #include "examples/gpt/kernels.hpp"
 #include "examples/llm/attention.hpp"
 #include "examples/llm/decoder_impl.hpp"
+#include "tiers/device/device.hpp"
 
 namespace strata::llm {
 
@@ -25,7 +26,8 @@ void set_blas_threads(std::uint32_t threads) {
   openblas_set_num_threads(static_cast<int>(threads));
 }
 
-DecoderModel::Impl::Impl(const HfConfig& config_in, const DecoderOptions& options_in)
+DecoderModel::Impl::Impl(const HfConfig& config_in, const DecoderOptions& options_in,
+                         tiers::Device* device)
     : config(config_in),
       options(options_in),
       units(decoder_units(config_in)),
@@ -41,11 +43,25 @@ DecoderModel::Impl::Impl(const HfConfig& config_in, const DecoderOptions& option
                         std::to_string(config.max_position_embeddings) + ")");
   }
   const std::size_t max_rows = std::size_t{options.micro_batch} * options.seq_len;
-  const std::size_t d = dims.hidden;
-  if (!dims.gpt2) rope = detail::RopeTable(config, options.seq_len);
   inputs.resize(max_rows);
   targets.resize(max_rows);
   weights.resize(max_rows);
+  if (device != nullptr && device->kind() == tiers::DeviceKind::kCuda) {
+#if STRATA_HAVE_CUDA
+    cuda = detail::make_cuda_decoder(config, options, *device);
+    return;
+#else
+    throw std::invalid_argument("DecoderModel: this build has no CUDA, so it cannot run on " +
+                                device->name());
+#endif
+  }
+  allocate_host_buffers();
+}
+
+void DecoderModel::Impl::allocate_host_buffers() {
+  const std::size_t max_rows = std::size_t{options.micro_batch} * options.seq_len;
+  const std::size_t d = dims.hidden;
+  if (!dims.gpt2) rope = detail::RopeTable(config, options.seq_len);
   const detail::AttentionShape shape{options.micro_batch, options.seq_len, options.seq_len,
                                      dims.heads,          dims.kv_heads,   dims.head_dim,
                                      dims.window};
@@ -91,8 +107,9 @@ void DecoderModel::Impl::check_views(std::size_t unit, UnitParams params,
   }
 }
 
-DecoderModel::DecoderModel(const HfConfig& config, const DecoderOptions& options)
-    : impl_(std::make_unique<Impl>(config, options)) {}
+DecoderModel::DecoderModel(const HfConfig& config, const DecoderOptions& options,
+                           tiers::Device* device)
+    : impl_(std::make_unique<Impl>(config, options, device)) {}
 DecoderModel::~DecoderModel() = default;
 DecoderModel::DecoderModel(DecoderModel&&) noexcept = default;
 DecoderModel& DecoderModel::operator=(DecoderModel&&) noexcept = default;
@@ -108,8 +125,11 @@ std::size_t DecoderModel::parameter_count() const {
   return count;
 }
 
+bool DecoderModel::on_cuda() const { return impl_->cuda != nullptr; }
+
 std::size_t DecoderModel::activation_bytes() const {
   const Impl& m = *impl_;
+  if (m.cuda) return m.cuda->activation_bytes();
   std::size_t floats = 0;
   for (const std::vector<float>& stream : m.resid) floats += stream.size();
   for (const detail::LayerBuffers& layer : m.layers) floats += layer.floats();
@@ -168,6 +188,10 @@ void DecoderModel::set_batch(std::span<const std::int32_t> tokens, std::size_t s
   m.sequences = sequences;
   m.positions = n - 1;
   m.rows = predicted;
+  if (m.cuda) {
+    m.cuda->set_batch(std::span(m.inputs).first(predicted), std::span(m.targets).first(predicted),
+                      std::span(m.weights).first(predicted), sequences, n - 1);
+  }
   m.phase = Impl::Phase::kForward;
   m.next_unit = 0;
 }
@@ -179,13 +203,13 @@ void DecoderModel::forward_unit(std::size_t unit, UnitParams params, UnitParams 
   const UnitSpec& spec = m.units[unit];
   switch (spec.kind) {
     case UnitKind::kEmbedding:
-      m.forward_embedding(params);
+      m.cuda ? m.cuda->forward_embedding(params) : m.forward_embedding(params);
       break;
     case UnitKind::kLayer:
-      m.forward_layer(spec.layer, params);
+      m.cuda ? m.cuda->forward_layer(spec.layer, params) : m.forward_layer(spec.layer, params);
       break;
     case UnitKind::kHead:
-      m.forward_head(params, shared);
+      m.cuda ? m.cuda->forward_head(params, shared) : m.forward_head(params, shared);
       break;
   }
   ++m.next_unit;
@@ -195,9 +219,10 @@ double DecoderModel::loss() {
   Impl& m = *impl_;
   STRATA_ASSERT(m.phase == Impl::Phase::kForward && m.next_unit == m.units.size(),
                 "loss after the last unit's forward");
-  m.totals = detail::weighted_cross_entropy(m.logits.data(), m.targets.data(), m.weights.data(),
-                                            m.dlogits.data(), m.row_loss.data(), m.rows,
-                                            m.dims.vocab);
+  m.totals = m.cuda ? m.cuda->loss()
+                    : detail::weighted_cross_entropy(m.logits.data(), m.targets.data(),
+                                                     m.weights.data(), m.dlogits.data(),
+                                                     m.row_loss.data(), m.rows, m.dims.vocab);
   m.phase = Impl::Phase::kBackward;
   return m.totals.mean();
 }
@@ -218,14 +243,19 @@ void DecoderModel::backward_unit(std::size_t unit, UnitParams params, UnitGrads 
   }
   switch (spec.kind) {
     case UnitKind::kEmbedding:
-      m.backward_embedding(grads);
+      m.cuda ? m.cuda->backward_embedding(grads) : m.backward_embedding(grads);
       break;
     case UnitKind::kLayer:
+      if (m.cuda) {
+        if (m.options.activation_checkpointing) m.cuda->forward_layer(spec.layer, params);
+        m.cuda->backward_layer(spec.layer, params, grads);
+        break;
+      }
       if (m.options.activation_checkpointing) m.forward_layer(spec.layer, params);
       m.backward_layer(spec.layer, params, grads);
       break;
     case UnitKind::kHead:
-      m.backward_head(params, grads, shared);
+      m.cuda ? m.cuda->backward_head(params, grads, shared) : m.backward_head(params, grads, shared);
       break;
   }
   --m.next_unit;
@@ -299,7 +329,12 @@ void DecoderModel::Impl::backward_embedding(UnitGrads g) {
 }
 
 std::span<const float> DecoderModel::logits() const {
-  return std::span<const float>(impl_->logits).first(impl_->rows * impl_->dims.vocab);
+  Impl& m = *impl_;
+  if (m.cuda) {
+    m.cuda->copy_logits(m.cuda_logits);
+    return m.cuda_logits;
+  }
+  return std::span<const float>(m.logits).first(m.rows * m.dims.vocab);
 }
 
 }  // namespace strata::llm

@@ -26,6 +26,11 @@
 // embedding unit's gradient arrives complete (lookup part + head part) at the embedding unit.
 // Activation checkpointing (DecoderOptions): each layer keeps only its input and recomputes its
 // forward inside backward_unit; results are bitwise the same as without it.
+// CUDA: given a device of kind kCuda (decoder_cuda.hpp), every parameter and gradient span is
+// device memory, activations live in device memory allocated through that Device, matrix products
+// run on the tensor cores with bf16 operands and fp32 accumulation, and attention is tiled (no
+// [seq × seq] buffer). Each unit call returns once its work on the device is done. Tokens and loss
+// weights stay host spans; logits() copies to the host. Decoding (the KV cache) is host-only.
 // Threading: one thread drives a model; matrix products use OpenBLAS's threads. Results are
 // bitwise reproducible for a fixed OpenBLAS thread count. Misuse of the call order trips
 // STRATA_ASSERT; bad tokens are std::out_of_range naming the position.
@@ -40,6 +45,10 @@
 
 #include "examples/llm/hf_config.hpp"
 #include "runtime/unit_spec.hpp"
+
+namespace strata::tiers {
+class Device;
+}
 
 namespace strata::llm {
 
@@ -77,6 +86,9 @@ struct DecoderOptions {
   std::uint32_t seq_len = 128;     // positions per training sequence (inputs; targets shift by 1)
   std::uint32_t micro_batch = 1;   // sequences per batch
   bool activation_checkpointing = false;
+  // CUDA only: matrix products in plain fp32 instead of bf16 operands on the tensor cores. The
+  // tests use it to check the CUDA kernels against the host model to fp32 rounding.
+  bool cuda_fp32_products = false;
 };
 
 using UnitParams = std::span<const std::span<const float>>;
@@ -87,7 +99,10 @@ class DecoderModel {
   // Throws HfConfigError when seq_len exceeds max_position_embeddings (Mistral's sliding window
   // is implemented as a banded causal mask, so any seq_len up to that limit works), and
   // std::invalid_argument when seq_len or micro_batch is 0. Allocates every training buffer.
-  DecoderModel(const HfConfig& config, const DecoderOptions& options);
+  // `device`: null or a host device computes on the host; a CUDA device computes there
+  // (std::invalid_argument when this build has no CUDA; tiers::CudaError when CUDA fails).
+  DecoderModel(const HfConfig& config, const DecoderOptions& options,
+               tiers::Device* device = nullptr);
   ~DecoderModel();
   DecoderModel(DecoderModel&&) noexcept;
   DecoderModel& operator=(DecoderModel&&) noexcept;
@@ -97,7 +112,8 @@ class DecoderModel {
   const std::vector<UnitSpec>& units() const;
   std::size_t unit_count() const;
   std::size_t parameter_count() const;
-  std::size_t activation_bytes() const;
+  std::size_t activation_bytes() const;  // host or device memory, wherever it computes
+  bool on_cuda() const;
 
   // Starts a batch: `tokens` holds whole sequences of `sequence_tokens` tokens each (inputs and
   // the shifted targets: 2 .. seq_len + 1; 0 means seq_len + 1), at most micro_batch of them.
@@ -124,7 +140,7 @@ class DecoderModel {
   //   model.feed(prompt);  for u: model.decode_unit(u, params(u), shared(u));  logits = next_logits();
   //   model.feed({token}); for u: ...                                            (and so on)
   // Allocates the KV cache and decoding buffers (std::invalid_argument beyond
-  // max_position_embeddings). feed: 1 .. remaining positions tokens (std::invalid_argument past
+  // max_position_embeddings, or on a CUDA model). feed: 1 .. remaining positions tokens (std::invalid_argument past
   // max_positions, std::out_of_range for a token outside the vocabulary, naming its position).
   void start_decoding(std::size_t max_positions);
   void feed(std::span<const std::int32_t> tokens);

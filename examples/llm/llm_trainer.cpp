@@ -38,17 +38,13 @@ std::int32_t eos_of(const HfConfig& config, const Tokenizer& tokenizer) {
 LlmTrainer::LlmTrainer(const runtime::Config& config, tiers::Device& device,
                        runtime::comm::Communicator& comm, const LlmTrainerOptions& options)
     : config_(config), comm_(&comm), options_(options) {
-  if (device.kind() != tiers::DeviceKind::kHost) {
-    throw std::invalid_argument(
-        "the Hugging Face decoder computes on the host: run with the host device (--device host)");
-  }
   hf_config_ = read_hf_config(options.model_dir / "config.json");
   tokenizer_.emplace(Tokenizer::load(options.model_dir));
   DecoderOptions decoder_options;
   decoder_options.seq_len = options.seq_len;
   decoder_options.micro_batch = options.micro_batch;
   decoder_options.activation_checkpointing = options.activation_checkpointing;
-  model_ = std::make_unique<DecoderModel>(hf_config_, decoder_options);
+  model_ = std::make_unique<DecoderModel>(hf_config_, decoder_options, &device);
 
   const DataSource source{&*tokenizer_, hf_config_.family, eos_of(hf_config_, *tokenizer_)};
   const TokenStream stream = read_training_data(options.data, source);
@@ -80,7 +76,14 @@ LlmTrainer::LlmTrainer(const runtime::Config& config, tiers::Device& device,
     largest = std::max(largest, unit.numel);
   }
   engine_->finalize();
-  grads_.resize(largest);
+  if (device.kind() == tiers::DeviceKind::kCuda) {
+    device_grads_ = device.allocate(largest * sizeof(float));
+    grad_buffer_ = std::span<float>(device_grads_.span().as<float>(), largest);
+    grad_stream_.emplace(device.create_stream());
+  } else {
+    grads_.resize(largest);
+    grad_buffer_ = grads_;
+  }
   // A resumed run continues from the store's weights, not the folder's.
   if (checkpoint && engine_->step_count() == 0) {
     load_units(*checkpoint, model_->units(), comm,
@@ -126,14 +129,20 @@ void LlmTrainer::backward(LlmStepReport& report, float gradient_scale) {
     const std::vector<std::span<const float>> views = views_of(unit);
     std::vector<std::span<const float>> shared;
     if (embedding) shared = views_of(*embedding);
-    const std::span<float> grads = std::span<float>(grads_).first(spec.numel);
+    const std::span<float> grads = grad_buffer_.first(spec.numel);
     {
       runtime::Tracer::Scope scope(options_.tracer, runtime::TraceTrack::kCompute,
                                    "backward " + spec.name);
       const std::vector<std::span<float>> grad_views = split_unit(spec, grads);
       model_->backward_unit(u, views, grad_views, shared);
       if (gradient_scale != 1.0f) {
-        for (float& g : grads) g *= gradient_scale;
+        if (grad_stream_) {
+          grad_stream_->scale({reinterpret_cast<std::byte*>(grads.data()), grads.size_bytes()},
+                              gradient_scale);
+          grad_stream_->synchronize();
+        } else {
+          for (float& g : grads) g *= gradient_scale;
+        }
       }
     }
     report.compute_s += since(compute_start);

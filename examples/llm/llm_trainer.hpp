@@ -2,7 +2,8 @@
 // through strata's ZeRO-3 Engine, as GptTrainer does the built-in GPT: one Engine unit per
 // decoder unit; each unit is gathered from wherever the config homes it just before its forward
 // and again for its backward, and its gradient goes straight to reduce_grads. The model computes
-// in fp32 on the host: the Engine's device must be the host device.
+// where the Engine's device is: fp32 on the host device, or on a CUDA device with bf16
+// tensor-core products (decoder_cuda.hpp), gradients then staying in device memory.
 //
 // Weights come from the model folder (HfCheckpoint, each rank reading its share of each unit);
 // data from text / JSONL files (training_data.hpp) packed into seq_len + 1 windows with loss
@@ -24,6 +25,7 @@
 #include "runtime/config.hpp"
 #include "runtime/engine.hpp"
 #include "runtime/trace.hpp"
+#include "tiers/device/device.hpp"
 
 namespace strata::tiers {
 class Device;
@@ -96,7 +98,10 @@ class LlmTrainer {
   bool gpt2_prefix_stripped_ = false;
   std::unique_ptr<runtime::Engine> engine_;
   std::vector<runtime::UnitId> units_;
-  std::vector<float> grads_;
+  std::vector<float> grads_;            // host device: the unit gradient buffer
+  tiers::DeviceBuffer device_grads_;    // CUDA device: the same, in device memory
+  std::span<float> grad_buffer_;        // whichever of the two
+  std::optional<tiers::Stream> grad_stream_;  // CUDA: scales gradients in place
   Batch batch_;
 };
 

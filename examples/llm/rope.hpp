@@ -23,6 +23,9 @@ class RopeTable {
   RopeTable(const HfConfig& config, std::size_t positions);
 
   std::size_t positions() const { return positions_; }
+  // The tables, [positions × head_dim / 2] each (the CUDA decoder uploads them).
+  const std::vector<float>& cos() const { return cos_; }
+  const std::vector<float>& sin() const { return sin_; }
 
   enum class Direction : unsigned char { kForward, kInverse };
   // Rotates `heads` heads of each row of x [rows × ld] in place (head h at columns h·head_dim).

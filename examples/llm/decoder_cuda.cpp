@@ -1,0 +1,605 @@
+// DecoderModel's CUDA backend: device activations, bf16 tensor-core products on cuBLAS and the
+// kernels of decoder_cuda_kernels.cu on one stream. Mirrors decoder_layer.cpp and
+// decoder_model.cpp step for step (same buffers, same order, same family switches).
+//
+// Row-major products on column-major cuBLAS: a row-major matrix is its transpose in column-major,
+// so C = op(A)·op(B) (row-major) is computed as Cᵀ = op(B)ᵀ·op(A)ᵀ, i.e. GemmEx with the operands
+// swapped and m, n exchanged. Operands are rounded to bf16 (round to nearest even) into scratch
+// first; the product accumulates in fp32 (CUBLAS_COMPUTE_32F) into an fp32 output. Atomics are not
+// allowed, so on one stream the results are bitwise reproducible on the same GPU.
+#include "examples/llm/decoder_cuda.hpp"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "base/assert.hpp"
+#include "examples/llm/decoder_cuda_kernels.hpp"
+#include "examples/llm/decoder_impl.hpp"
+#include "examples/llm/linear.hpp"
+#include "tiers/device/cuda_device.hpp"
+#include "tiers/device/device.hpp"
+
+namespace strata::llm::detail {
+namespace {
+
+enum class Op { kNo, kYes };
+
+cublasOperation_t to_cublas(Op op) { return op == Op::kYes ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+int to_int(std::size_t value) {
+  STRATA_ASSERT(value <= 0x7fffffffu, "matrix dimension beyond cuBLAS's int");
+  return static_cast<int>(value);
+}
+
+cuda::ActivationCode activation_code(Activation act) {
+  switch (act) {
+    case Activation::kSilu:
+      return cuda::ActivationCode::kSilu;
+    case Activation::kGeluTanh:
+      return cuda::ActivationCode::kGeluTanh;
+    case Activation::kGelu:
+      return cuda::ActivationCode::kGelu;
+  }
+  return cuda::ActivationCode::kSilu;
+}
+
+// A row-major view with a row stride, on the device.
+struct View {
+  const float* data;
+  std::size_t ld;
+};
+struct MutView {
+  float* data;
+  std::size_t ld;
+};
+
+class CudaDecoderImpl final : public CudaDecoder {
+ public:
+  CudaDecoderImpl(const HfConfig& config, const DecoderOptions& options, tiers::Device& device)
+      : config_(config),
+        options_(options),
+        units_(decoder_units(config)),
+        dims_(config),
+        layout_(layer_layout(units_[1])),
+        head_(head_layout(units_.back())),
+        device_(device),
+        device_index_(device.options().index) {
+    STRATA_ASSERT(device.kind() == tiers::DeviceKind::kCuda);
+    if (dims_.head_dim > cuda::kMaxAttentionHeadDim) {
+      throw std::invalid_argument(
+          config.source.string() + ": head_dim " + std::to_string(dims_.head_dim) +
+          " exceeds the CUDA attention kernels' " + std::to_string(cuda::kMaxAttentionHeadDim));
+    }
+    set_device();
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    owned_stream_.reset(stream_);
+    check_blas(cublasCreate(&blas_), "cublasCreate");
+    owned_blas_.reset(blas_);
+    check_blas(cublasSetStream(blas_, stream_), "cublasSetStream");
+    check_blas(cublasSetAtomicsMode(blas_, CUBLAS_ATOMICS_NOT_ALLOWED), "cublasSetAtomicsMode");
+    check_blas(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");  // no TF32
+    allocate_buffers();
+  }
+
+  ~CudaDecoderImpl() override {
+    cudaStreamSynchronize(stream_);  // the buffers go back only once the stream's work is done
+  }
+  CudaDecoderImpl(const CudaDecoderImpl&) = delete;
+  CudaDecoderImpl& operator=(const CudaDecoderImpl&) = delete;
+
+  std::size_t activation_bytes() const override { return activation_bytes_; }
+
+  void set_batch(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets,
+                 std::span<const float> weights, std::size_t sequences,
+                 std::size_t positions) override {
+    set_device();
+    sequences_ = sequences;
+    positions_ = positions;
+    rows_ = inputs.size();
+    // Rows grouped by token, each group in row order (a stable counting sort): the embedding
+    // backward sums every token's rows in this fixed order, as the host does.
+    const std::size_t vocab = dims_.vocab;
+    host_offsets_.assign(vocab + 1, 0);
+    for (const std::int32_t token : inputs) ++host_offsets_[static_cast<std::size_t>(token) + 1];
+    for (std::size_t v = 0; v < vocab; ++v) host_offsets_[v + 1] += host_offsets_[v];
+    host_rows_.resize(rows_);
+    host_next_.assign(host_offsets_.begin(), host_offsets_.end() - 1);
+    for (std::size_t row = 0; row < rows_; ++row) {
+      host_rows_[static_cast<std::size_t>(host_next_[static_cast<std::size_t>(inputs[row])]++)] =
+          static_cast<std::int32_t>(row);
+    }
+    host_weights_.assign(weights.begin(), weights.end());
+    copy_in(inputs_, inputs.data(), rows_);
+    copy_in(targets_, targets.data(), rows_);
+    copy_in(weights_, weights.data(), rows_);
+    copy_in(token_offsets_, host_offsets_.data(), vocab + 1);
+    copy_in(token_rows_, host_rows_.data(), rows_);
+    finish();  // the host vectors may change with the next batch
+  }
+
+  void forward_embedding(UnitParams p) override {
+    set_device();
+    const float* wpe = dims_.gpt2 ? p[kPositionEmbedding].data() : nullptr;
+    check(cuda::embedding_forward(inputs_, p[kTokenEmbedding].data(), wpe, resid_[0], rows_,
+                                  positions_, dims_.hidden, stream_),
+          "embedding_forward");
+    finish();
+  }
+
+  void forward_layer(std::size_t layer, UnitParams p) override {
+    set_device();
+    Layer& a = layer_buffers(layer);
+    const float* x = resid_[layer];
+    attention_inputs(p, x, a);
+    check(cuda::attention_forward(attention_dims(), a.qkv, a.qkv + dims_.q_width,
+                                  a.qkv + dims_.q_width + dims_.kv_width, dims_.qkv_width, a.att,
+                                  dims_.q_width, a.lse, stream_),
+          "attention_forward");
+    attention_output_and_mlp(p, x, a, resid_[layer + 1]);
+    finish();
+  }
+
+  void forward_head(UnitParams p, UnitParams shared) override {
+    set_device();
+    const std::size_t d = dims_.hidden;
+    norm_forward(p[head_.norm_weight].data(), tensor(p, head_.norm_bias), resid_.back(),
+                 head_norm_, head_mean_, head_rstd_);
+    gemm(Op::kNo, Op::kYes, rows_, dims_.vocab, d, 1.0f, head_norm_, d, head_matrix(p, shared), d,
+         0.0f, logits_, dims_.vocab);
+    finish();
+  }
+
+  LossTotals loss() override {
+    set_device();
+    LossTotals totals;
+    for (const float w : host_weights_) totals.weight += w;  // rows in order, as on the host
+    const float inv_weight = totals.weight > 0.0 ? static_cast<float>(1.0 / totals.weight) : 0.0f;
+    check(cuda::weighted_cross_entropy(logits_, targets_, weights_, inv_weight, dlogits_,
+                                       row_loss_, rows_, dims_.vocab, stream_),
+          "weighted_cross_entropy");
+    host_loss_.resize(rows_);
+    check(cudaMemcpyAsync(host_loss_.data(), row_loss_, rows_ * sizeof(double),
+                          cudaMemcpyDeviceToHost, stream_),
+          "cudaMemcpyAsync");
+    finish();
+    for (std::size_t r = 0; r < rows_; ++r) totals.loss_sum += host_weights_[r] * host_loss_[r];
+    return totals;
+  }
+
+  void backward_head(UnitParams p, UnitGrads g, UnitParams shared) override {
+    set_device();
+    const std::size_t d = dims_.hidden;
+    const std::size_t vocab = dims_.vocab;
+    float* dhead = config_.tie_word_embeddings ? tied_grad_ : g[head_.lm_head].data();
+    gemm(Op::kNo, Op::kNo, rows_, d, vocab, 1.0f, dlogits_, vocab, head_matrix(p, shared), d, 0.0f,
+         d_norm_, d);
+    gemm(Op::kYes, Op::kNo, vocab, d, rows_, 1.0f, dlogits_, vocab, head_norm_, d, 0.0f, dhead, d);
+    check(cudaMemsetAsync(d_resid_, 0, rows_ * d * sizeof(float), stream_), "cudaMemsetAsync");
+    norm_backward(p[head_.norm_weight].data(), d_norm_, resid_.back(), head_mean_, head_rstd_,
+                  d_resid_, g[head_.norm_weight].data(), tensor(g, head_.norm_bias));
+    finish();
+  }
+
+  // On entry d_resid holds dL/d(layer output); on exit dL/d(layer input).
+  void backward_layer(std::size_t layer, UnitParams p, UnitGrads g) override {
+    set_device();
+    const LayerLayout& l = layout_;
+    const std::size_t d = dims_.hidden;
+    const std::size_t inner = dims_.inner;
+    const std::size_t n = rows_;
+    Layer& a = layer_buffers(layer);
+    const View dout{d_resid_, d};
+    const View norm2{a.norm2, d};
+    const cuda::ActivationCode act = activation_code(dims_.activation);
+
+    // MLP: d_norm = dL/d(norm2 output).
+    if (dims_.gpt2) {
+      linear_backward(Layout::kInOut, dout, {a.act, inner}, tensor(p, l.proj_weight),
+                      {d_act_, inner}, tensor(g, l.proj_weight), tensor(g, l.proj_bias), n, inner,
+                      d, Accumulate::kNo);
+      check(cuda::plain_backward(act, d_act_, a.pre, d_pre_, n * inner, stream_),
+            "plain_backward");
+      linear_backward(Layout::kInOut, {d_pre_, inner}, norm2, tensor(p, l.fc_weight), {d_norm_, d},
+                      tensor(g, l.fc_weight), tensor(g, l.fc_bias), n, d, inner, Accumulate::kNo);
+    } else {
+      const std::size_t ld = dims_.pre_width;
+      linear_backward(Layout::kOutIn, dout, {a.act, inner}, tensor(p, l.down_weight),
+                      {d_act_, inner}, tensor(g, l.down_weight), nullptr, n, inner, d,
+                      Accumulate::kNo);
+      check(cuda::gated_backward(act, d_act_, a.pre, d_pre_, n, inner, stream_),
+            "gated_backward");
+      linear_backward(Layout::kOutIn, {d_pre_, ld}, norm2, tensor(p, l.gate_weight), {d_norm_, d},
+                      tensor(g, l.gate_weight), nullptr, n, d, inner, Accumulate::kNo);
+      linear_backward(Layout::kOutIn, {d_pre_ + inner, ld}, norm2, tensor(p, l.up_weight),
+                      {d_norm_, d}, tensor(g, l.up_weight), nullptr, n, d, inner,
+                      Accumulate::kYes);
+    }
+    norm_backward(tensor(p, l.norm2_weight), d_norm_, a.mid, a.norm2_mean, a.norm2_rstd, d_resid_,
+                  tensor(g, l.norm2_weight), tensor(g, l.norm2_bias));
+
+    // Attention output projection: d_att = dL/d(attention output).
+    const View att{a.att, dims_.q_width};
+    if (dims_.gpt2) {
+      linear_backward(Layout::kInOut, dout, att, tensor(p, l.out_weight), {d_att_, d},
+                      tensor(g, l.out_weight), tensor(g, l.out_bias), n, d, d, Accumulate::kNo);
+    } else {
+      linear_backward(Layout::kOutIn, dout, att, tensor(p, l.o_weight), {d_att_, dims_.q_width},
+                      tensor(g, l.o_weight), nullptr, n, dims_.q_width, d, Accumulate::kNo);
+    }
+    const std::size_t ld = dims_.qkv_width;
+    const std::size_t k_offset = dims_.q_width;
+    const std::size_t v_offset = dims_.q_width + dims_.kv_width;
+    check(cuda::attention_backward(attention_dims(), d_att_, dims_.q_width, a.att, a.qkv,
+                                   a.qkv + k_offset, a.qkv + v_offset, ld, a.lse, delta_, d_qkv_,
+                                   d_qkv_ + k_offset, d_qkv_ + v_offset, stream_),
+          "attention_backward");
+
+    // Projections into q | k | v: d_norm = dL/d(norm1 output).
+    const View norm1{a.norm1, d};
+    if (dims_.gpt2) {
+      linear_backward(Layout::kInOut, {d_qkv_, ld}, norm1, tensor(p, l.qkv_weight), {d_norm_, d},
+                      tensor(g, l.qkv_weight), tensor(g, l.qkv_bias), n, d, 3 * d,
+                      Accumulate::kNo);
+    } else {
+      rotate(d_qkv_, dims_.heads, -1.0f);
+      rotate(d_qkv_ + k_offset, dims_.kv_heads, -1.0f);
+      linear_backward(Layout::kOutIn, {d_qkv_, ld}, norm1, tensor(p, l.q_weight), {d_norm_, d},
+                      tensor(g, l.q_weight), tensor(g, l.q_bias), n, d, dims_.q_width,
+                      Accumulate::kNo);
+      linear_backward(Layout::kOutIn, {d_qkv_ + k_offset, ld}, norm1, tensor(p, l.k_weight),
+                      {d_norm_, d}, tensor(g, l.k_weight), tensor(g, l.k_bias), n, d,
+                      dims_.kv_width, Accumulate::kYes);
+      linear_backward(Layout::kOutIn, {d_qkv_ + v_offset, ld}, norm1, tensor(p, l.v_weight),
+                      {d_norm_, d}, tensor(g, l.v_weight), tensor(g, l.v_bias), n, d,
+                      dims_.kv_width, Accumulate::kYes);
+    }
+    norm_backward(tensor(p, l.norm1_weight), d_norm_, resid_[layer], a.norm1_mean, a.norm1_rstd,
+                  d_resid_, tensor(g, l.norm1_weight), tensor(g, l.norm1_bias));
+    finish();
+  }
+
+  void backward_embedding(UnitGrads g) override {
+    set_device();
+    const std::size_t d = dims_.hidden;
+    float* dwpe = dims_.gpt2 ? g[kPositionEmbedding].data() : nullptr;
+    const std::size_t position_rows = dims_.gpt2 ? g[kPositionEmbedding].size() / d : 0;
+    check(cuda::embedding_backward(d_resid_, token_offsets_, token_rows_,
+                                   config_.tie_word_embeddings ? tied_grad_ : nullptr,
+                                   g[kTokenEmbedding].data(), dwpe, sequences_, positions_,
+                                   position_rows, dims_.vocab, d, stream_),
+          "embedding_backward");
+    finish();
+  }
+
+  void copy_logits(std::vector<float>& out) const override {
+    set_device();
+    out.resize(rows_ * dims_.vocab);
+    check(cudaMemcpyAsync(out.data(), logits_, out.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                          stream_),
+          "cudaMemcpyAsync");
+    finish();
+  }
+
+ private:
+  struct Layer {
+    float *norm1, *norm1_mean, *norm1_rstd, *qkv, *lse, *att, *mid, *norm2, *norm2_mean,
+        *norm2_rstd, *pre, *act;
+  };
+
+  void allocate_buffers() {
+    const std::size_t rows = std::size_t{options_.micro_batch} * options_.seq_len;
+    const std::size_t d = dims_.hidden;
+    const std::size_t vocab = dims_.vocab;
+    const std::size_t lse = std::size_t{options_.micro_batch} * dims_.heads * options_.seq_len;
+    inputs_ = allocate<std::int32_t>(rows);
+    targets_ = allocate<std::int32_t>(rows);
+    weights_ = allocate<float>(rows);
+    token_offsets_ = allocate<std::int32_t>(vocab + 1);
+    token_rows_ = allocate<std::int32_t>(rows);
+    row_loss_ = allocate<double>(rows);
+    for (std::size_t l = 0; l <= config_.num_layers; ++l) resid_.push_back(allocate<float>(rows * d));
+    layers_.resize(options_.activation_checkpointing ? 1 : config_.num_layers);
+    for (Layer& layer : layers_) {
+      layer.norm1 = allocate<float>(rows * d);
+      layer.norm1_mean = allocate<float>(rows);
+      layer.norm1_rstd = allocate<float>(rows);
+      layer.qkv = allocate<float>(rows * dims_.qkv_width);
+      layer.lse = allocate<float>(lse);
+      layer.att = allocate<float>(rows * dims_.q_width);
+      layer.mid = allocate<float>(rows * d);
+      layer.norm2 = allocate<float>(rows * d);
+      layer.norm2_mean = allocate<float>(rows);
+      layer.norm2_rstd = allocate<float>(rows);
+      layer.pre = allocate<float>(rows * dims_.pre_width);
+      layer.act = allocate<float>(rows * dims_.inner);
+    }
+    head_norm_ = allocate<float>(rows * d);
+    head_mean_ = allocate<float>(rows);
+    head_rstd_ = allocate<float>(rows);
+    logits_ = allocate<float>(rows * vocab);
+    dlogits_ = allocate<float>(rows * vocab);
+    d_resid_ = allocate<float>(rows * d);
+    d_norm_ = allocate<float>(rows * d);
+    d_att_ = allocate<float>(rows * dims_.q_width);
+    d_qkv_ = allocate<float>(rows * dims_.qkv_width);
+    d_pre_ = allocate<float>(rows * dims_.pre_width);
+    d_act_ = allocate<float>(rows * dims_.inner);
+    delta_ = allocate<float>(lse);
+    if (config_.tie_word_embeddings) tied_grad_ = allocate<float>(vocab * d);
+    if (!dims_.gpt2) {
+      const RopeTable table(config_, options_.seq_len);
+      rope_half_ = config_.head_dim / 2;
+      rope_cos_ = allocate<float>(table.cos().size());
+      rope_sin_ = allocate<float>(table.sin().size());
+      copy_in(rope_cos_, table.cos().data(), table.cos().size());
+      copy_in(rope_sin_, table.sin().data(), table.sin().size());
+      finish();
+    }
+    // bf16 operands of the largest product: an activation [rows × widest], a weight, or the head
+    // [vocab × d]; each side of a product has its own buffer.
+    const std::size_t widest =
+        std::max({vocab, dims_.pre_width, dims_.qkv_width, dims_.inner, dims_.q_width, d});
+    const std::size_t operand = std::max(rows * widest, widest * std::max(d, dims_.q_width));
+    operand_a_ = allocate<__nv_bfloat16>(operand);
+    operand_b_ = allocate<__nv_bfloat16>(operand);
+    operand_floats_ = operand;
+  }
+
+  Layer& layer_buffers(std::size_t layer) {
+    return options_.activation_checkpointing ? layers_.front() : layers_[layer];
+  }
+
+  cuda::AttentionDims attention_dims() const {
+    return {sequences_, positions_, dims_.heads, dims_.kv_heads, dims_.head_dim, dims_.window};
+  }
+
+  const float* head_matrix(UnitParams p, UnitParams shared) const {
+    return config_.tie_word_embeddings ? shared[kTokenEmbedding].data()
+                                       : p[head_.lm_head].data();
+  }
+
+  void norm_forward(const float* weight, const float* bias, const float* x, float* y, float* mean,
+                    float* rstd) {
+    if (dims_.gpt2) {
+      check(cuda::layer_norm_forward(x, weight, bias, y, mean, rstd, rows_, dims_.hidden,
+                                     dims_.eps, stream_),
+            "layer_norm_forward");
+    } else {
+      check(cuda::rms_norm_forward(x, weight, y, rstd, rows_, dims_.hidden, dims_.eps, stream_),
+            "rms_norm_forward");
+    }
+  }
+
+  void norm_backward(const float* weight, const float* dy, const float* x, const float* mean,
+                     const float* rstd, float* dx, float* dweight, float* dbias) {
+    if (dims_.gpt2) {
+      check(cuda::layer_norm_backward(dy, x, mean, rstd, weight, dx, dweight, dbias, rows_,
+                                      dims_.hidden, stream_),
+            "layer_norm_backward");
+    } else {
+      check(cuda::rms_norm_backward(dy, x, rstd, weight, dx, dweight, rows_, dims_.hidden,
+                                    stream_),
+            "rms_norm_backward");
+    }
+  }
+
+  // RoPE on `heads` heads of the q | k | v rows starting at x (row stride qkv_width).
+  void rotate(float* x, std::size_t heads, float sign) {
+    check(cuda::rope_rotate(x, dims_.qkv_width, rows_, heads, rope_half_, positions_, rope_cos_,
+                            rope_sin_, sign, stream_),
+          "rope_rotate");
+  }
+
+  void attention_inputs(UnitParams p, const float* x, Layer& a) {
+    const LayerLayout& l = layout_;
+    const std::size_t d = dims_.hidden;
+    norm_forward(tensor(p, l.norm1_weight), tensor(p, l.norm1_bias), x, a.norm1, a.norm1_mean,
+                 a.norm1_rstd);
+    const View in{a.norm1, d};
+    const std::size_t ld = dims_.qkv_width;
+    if (dims_.gpt2) {
+      linear_forward(Layout::kInOut, in, tensor(p, l.qkv_weight), tensor(p, l.qkv_bias),
+                     {a.qkv, ld}, d, 3 * d);
+      return;
+    }
+    linear_forward(Layout::kOutIn, in, tensor(p, l.q_weight), tensor(p, l.q_bias), {a.qkv, ld}, d,
+                   dims_.q_width);
+    linear_forward(Layout::kOutIn, in, tensor(p, l.k_weight), tensor(p, l.k_bias),
+                   {a.qkv + dims_.q_width, ld}, d, dims_.kv_width);
+    linear_forward(Layout::kOutIn, in, tensor(p, l.v_weight), tensor(p, l.v_bias),
+                   {a.qkv + dims_.q_width + dims_.kv_width, ld}, d, dims_.kv_width);
+    rotate(a.qkv, dims_.heads, 1.0f);
+    rotate(a.qkv + dims_.q_width, dims_.kv_heads, 1.0f);
+  }
+
+  void attention_output_and_mlp(UnitParams p, const float* x, Layer& a, float* out) {
+    const LayerLayout& l = layout_;
+    const std::size_t d = dims_.hidden;
+    const std::size_t inner = dims_.inner;
+    const std::size_t n = rows_;
+    const View att{a.att, dims_.q_width};
+    const cuda::ActivationCode act = activation_code(dims_.activation);
+    if (dims_.gpt2) {
+      linear_forward(Layout::kInOut, att, tensor(p, l.out_weight), tensor(p, l.out_bias),
+                     {a.mid, d}, d, d);
+    } else {
+      linear_forward(Layout::kOutIn, att, tensor(p, l.o_weight), nullptr, {a.mid, d},
+                     dims_.q_width, d);
+    }
+    check(cuda::add_in_place(a.mid, x, n * d, stream_), "add_in_place");
+    norm_forward(tensor(p, l.norm2_weight), tensor(p, l.norm2_bias), a.mid, a.norm2, a.norm2_mean,
+                 a.norm2_rstd);
+    const View in{a.norm2, d};
+    const View hidden{a.act, inner};
+    if (dims_.gpt2) {
+      linear_forward(Layout::kInOut, in, tensor(p, l.fc_weight), tensor(p, l.fc_bias),
+                     {a.pre, inner}, d, inner);
+      check(cuda::plain_forward(act, a.pre, a.act, n * inner, stream_), "plain_forward");
+      linear_forward(Layout::kInOut, hidden, tensor(p, l.proj_weight), tensor(p, l.proj_bias),
+                     {out, d}, inner, d);
+    } else {
+      const std::size_t ld = dims_.pre_width;
+      linear_forward(Layout::kOutIn, in, tensor(p, l.gate_weight), nullptr, {a.pre, ld}, d, inner);
+      linear_forward(Layout::kOutIn, in, tensor(p, l.up_weight), nullptr, {a.pre + inner, ld}, d,
+                     inner);
+      check(cuda::gated_forward(act, a.pre, a.act, n, inner, stream_), "gated_forward");
+      linear_forward(Layout::kOutIn, hidden, tensor(p, l.down_weight), nullptr, {out, d}, inner,
+                     d);
+    }
+    check(cuda::add_in_place(out, a.mid, n * d, stream_), "add_in_place");
+  }
+
+  // linear.hpp's contract over device views: y = x·op(W) (+ bias).
+  void linear_forward(Layout layout, View x, const float* weight, const float* bias, MutView y,
+                      std::size_t in, std::size_t out) {
+    float beta = 0.0f;
+    if (bias != nullptr) {
+      check(cuda::broadcast_rows(bias, y.data, y.ld, rows_, out, stream_), "broadcast_rows");
+      beta = 1.0f;
+    }
+    if (layout == Layout::kOutIn) {
+      gemm(Op::kNo, Op::kYes, rows_, out, in, 1.0f, x.data, x.ld, weight, in, beta, y.data, y.ld);
+    } else {
+      gemm(Op::kNo, Op::kNo, rows_, out, in, 1.0f, x.data, x.ld, weight, out, beta, y.data, y.ld);
+    }
+  }
+
+  // dx = dy·op(W)ᵀ (added when accumulate), dweight overwritten, dbias = Σ_rows dy (when not null).
+  void linear_backward(Layout layout, View dy, View x, const float* weight, MutView dx,
+                       float* dweight, float* dbias, std::size_t rows, std::size_t in,
+                       std::size_t out, Accumulate accumulate) {
+    const float dx_beta = accumulate == Accumulate::kYes ? 1.0f : 0.0f;
+    if (layout == Layout::kOutIn) {
+      gemm(Op::kNo, Op::kNo, rows, in, out, 1.0f, dy.data, dy.ld, weight, in, dx_beta, dx.data,
+           dx.ld);
+      gemm(Op::kYes, Op::kNo, out, in, rows, 1.0f, dy.data, dy.ld, x.data, x.ld, 0.0f, dweight,
+           in);
+    } else {
+      gemm(Op::kNo, Op::kYes, rows, in, out, 1.0f, dy.data, dy.ld, weight, out, dx_beta, dx.data,
+           dx.ld);
+      gemm(Op::kYes, Op::kNo, in, out, rows, 1.0f, x.data, x.ld, dy.data, dy.ld, 0.0f, dweight,
+           out);
+    }
+    if (dbias != nullptr) {
+      check(cuda::column_sums(dy.data, dy.ld, rows, out, dbias, stream_), "column_sums");
+    }
+  }
+
+  // Row-major C[m×n] = alpha·op(A)·op(B) + beta·C with A and B rounded to bf16 and the products
+  // summed in fp32 on the tensor cores (see the top of the file); plain fp32 when the options ask.
+  void gemm(Op op_a, Op op_b, std::size_t m, std::size_t n, std::size_t k, float alpha,
+            const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
+            std::size_t ldc) {
+    if (options_.cuda_fp32_products) {
+      check_blas(cublasSgemm(blas_, to_cublas(op_b), to_cublas(op_a), to_int(n), to_int(m),
+                             to_int(k), &alpha, b, to_int(ldb), a, to_int(lda), &beta, c,
+                             to_int(ldc)),
+                 "cublasSgemm");
+      return;
+    }
+    const std::size_t a_rows = op_a == Op::kNo ? m : k;
+    const std::size_t a_cols = op_a == Op::kNo ? k : m;
+    const std::size_t b_rows = op_b == Op::kNo ? k : n;
+    const std::size_t b_cols = op_b == Op::kNo ? n : k;
+    STRATA_ASSERT(a_rows * a_cols <= operand_floats_ && b_rows * b_cols <= operand_floats_,
+                  "a product's operand beyond the bf16 scratch");
+    check(cuda::cast_to_bf16(a, lda, operand_a_, a_cols, a_rows, a_cols, stream_), "cast_to_bf16");
+    check(cuda::cast_to_bf16(b, ldb, operand_b_, b_cols, b_rows, b_cols, stream_), "cast_to_bf16");
+    check_blas(cublasGemmEx(blas_, to_cublas(op_b), to_cublas(op_a), to_int(n), to_int(m),
+                            to_int(k), &alpha, operand_b_, CUDA_R_16BF, to_int(b_cols), operand_a_,
+                            CUDA_R_16BF, to_int(a_cols), &beta, c, CUDA_R_32F, to_int(ldc),
+                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx");
+  }
+
+  template <typename T>
+  T* allocate(std::size_t count) {
+    tiers::DeviceBuffer buffer = device_.allocate(std::max<std::size_t>(1, count) * sizeof(T));
+    activation_bytes_ += count * sizeof(T);
+    T* data = buffer.span().as<T>();
+    buffers_.push_back(std::move(buffer));
+    return data;
+  }
+
+  template <typename T>
+  void copy_in(T* device_dst, const T* host_src, std::size_t count) {
+    if (count == 0) return;
+    check(cudaMemcpyAsync(device_dst, host_src, count * sizeof(T), cudaMemcpyHostToDevice, stream_),
+          "cudaMemcpyAsync");
+  }
+
+  void set_device() const { check(cudaSetDevice(device_index_), "cudaSetDevice"); }
+  // Waits for the stream: the caller may then release parameters and read gradients.
+  void finish() const { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+  void check(cudaError_t result, const char* call) const {
+    if (result != cudaSuccess) {
+      throw tiers::CudaError(std::string("decoder: ") + call, device_index_,
+                             static_cast<int>(result), cudaGetErrorString(result));
+    }
+  }
+  void check_blas(cublasStatus_t status, const char* call) const {
+    if (status != CUBLAS_STATUS_SUCCESS) {
+      throw tiers::CudaError(std::string("decoder: ") + call, device_index_,
+                             static_cast<int>(status), cublasGetStatusString(status));
+    }
+  }
+
+  HfConfig config_;
+  DecoderOptions options_;
+  std::vector<UnitSpec> units_;
+  Dims dims_;
+  LayerLayout layout_;
+  HeadLayout head_;
+  tiers::Device& device_;
+  int device_index_;
+  struct StreamDeleter {
+    void operator()(cudaStream_t stream) const { cudaStreamDestroy(stream); }
+  };
+  struct BlasDeleter {
+    void operator()(cublasHandle_t handle) const { cublasDestroy(handle); }
+  };
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  // Destroyed in reverse: the buffers first (after the destructor's synchronize), then cuBLAS,
+  // then the stream.
+  std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDeleter> owned_stream_;
+  std::unique_ptr<std::remove_pointer_t<cublasHandle_t>, BlasDeleter> owned_blas_;
+  std::vector<tiers::DeviceBuffer> buffers_;
+  std::size_t activation_bytes_ = 0;
+  std::size_t sequences_ = 0, positions_ = 0, rows_ = 0;
+
+  std::int32_t *inputs_ = nullptr, *targets_ = nullptr, *token_offsets_ = nullptr,
+               *token_rows_ = nullptr;
+  float* weights_ = nullptr;
+  double* row_loss_ = nullptr;
+  std::vector<float*> resid_;
+  std::vector<Layer> layers_;
+  float *head_norm_ = nullptr, *head_mean_ = nullptr, *head_rstd_ = nullptr;
+  float *logits_ = nullptr, *dlogits_ = nullptr;
+  float *d_resid_ = nullptr, *d_norm_ = nullptr, *d_att_ = nullptr, *d_qkv_ = nullptr;
+  float *d_pre_ = nullptr, *d_act_ = nullptr, *delta_ = nullptr, *tied_grad_ = nullptr;
+  float *rope_cos_ = nullptr, *rope_sin_ = nullptr;
+  std::size_t rope_half_ = 0;
+  __nv_bfloat16 *operand_a_ = nullptr, *operand_b_ = nullptr;
+  std::size_t operand_floats_ = 0;
+  std::vector<std::int32_t> host_offsets_, host_rows_, host_next_;  // the rows-by-token index
+  std::vector<float> host_weights_;
+  std::vector<double> host_loss_;
+};
+
+}  // namespace
+
+std::unique_ptr<CudaDecoder> make_cuda_decoder(const HfConfig& config,
+                                               const DecoderOptions& options,
+                                               tiers::Device& device) {
+  return std::make_unique<CudaDecoderImpl>(config, options, device);
+}
+
+}  // namespace strata::llm::detail

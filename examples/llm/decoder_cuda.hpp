@@ -1,0 +1,57 @@
+// The CUDA backend of DecoderModel (decoder_cuda.cpp, built with CUDA only): the host decoder's
+// forward and backward over device pointers, for every family (Llama, Mistral, Qwen2, GPT-2).
+//   - Matrix products: cuBLAS GemmEx with bf16 operands and fp32 accumulation (tensor cores);
+//     operands are rounded to bf16 on the fly into two scratch buffers, outputs stay fp32.
+//   - Attention: decoder_cuda_kernels' tiled kernels; no [positions × positions] buffer exists,
+//     only one log-sum-exp per (sequence, head, query) is kept for the backward.
+//   - Everything else (norms, RoPE, MLP activations, embeddings, loss) in fp32 kernels.
+// Activations and scratch live in device memory allocated through the tiers::Device (within its
+// budget). Each unit call returns once its work is done, so the caller may release the parameter
+// views and read the gradients. This header is CUDA-free; DecoderModel checks order and sizes
+// before calling in.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "examples/llm/decoder_model.hpp"
+#include "examples/llm/loss.hpp"
+
+namespace strata::tiers {
+class Device;
+}
+
+namespace strata::llm::detail {
+
+class CudaDecoder {
+ public:
+  virtual ~CudaDecoder() = default;
+
+  virtual std::size_t activation_bytes() const = 0;
+  // rows = sequences × positions inputs, targets and loss weights, already checked.
+  virtual void set_batch(std::span<const std::int32_t> inputs,
+                         std::span<const std::int32_t> targets, std::span<const float> weights,
+                         std::size_t sequences, std::size_t positions) = 0;
+  virtual void forward_embedding(UnitParams params) = 0;
+  virtual void forward_layer(std::size_t layer, UnitParams params) = 0;
+  virtual void forward_head(UnitParams params, UnitParams shared) = 0;
+  virtual LossTotals loss() = 0;
+  virtual void backward_head(UnitParams params, UnitGrads grads, UnitParams shared) = 0;
+  // Under activation checkpointing the caller runs forward_layer(layer) first, as on the host.
+  virtual void backward_layer(std::size_t layer, UnitParams params, UnitGrads grads) = 0;
+  virtual void backward_embedding(UnitGrads grads) = 0;
+  // Logits of the last forward, copied to the host.
+  virtual void copy_logits(std::vector<float>& out) const = 0;
+};
+
+// Throws tiers::CudaError when a CUDA or cuBLAS call fails, tiers::DeviceBudgetError when the
+// activations do not fit the device's budget, std::invalid_argument for a head_dim the attention
+// kernels do not take (> decoder_cuda_kernels' kMaxAttentionHeadDim, 128).
+std::unique_ptr<CudaDecoder> make_cuda_decoder(const HfConfig& config,
+                                               const DecoderOptions& options,
+                                               tiers::Device& device);
+
+}  // namespace strata::llm::detail

@@ -1,0 +1,118 @@
+// The decoder's element-wise, row-wise and attention work on a CUDA stream
+// (decoder_cuda_kernels.cu): what norm_kernels, rope, mlp_kernels, attention and loss do on the
+// host, over device pointers. Matrix products are not here: decoder_cuda.cpp runs them on cuBLAS
+// with bf16 operands and fp32 accumulation.
+//
+// Determinism: no atomics anywhere. Row-wise work gives each row one warp (fixed butterfly
+// reductions); sums over rows give each column one thread that walks the rows in order; the
+// attention backward gives each key row one warp that walks the group's heads and the queries in
+// order. Every result is the same bits run to run on one GPU.
+// Each launcher returns cudaGetLastError() (cudaSuccess for empty work). Only CUDA-side sources
+// include this header.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace strata::llm::cuda {
+
+// The activations of hf_config.hpp's Activation, as the kernels take them.
+enum class ActivationCode : int { kSilu = 0, kGeluTanh = 1, kGelu = 2 };
+
+// dst [rows × cols] (row stride ld_dst) = bf16(src [rows × cols], row stride ld_src), rounded to
+// nearest even.
+cudaError_t cast_to_bf16(const float* src, std::size_t ld_src, __nv_bfloat16* dst,
+                         std::size_t ld_dst, std::size_t rows, std::size_t cols,
+                         cudaStream_t stream);
+
+// x[row] = wte[inputs[row]] (+ wpe[row % positions] when wpe is not null), rows × d.
+cudaError_t embedding_forward(const std::int32_t* inputs, const float* wte, const float* wpe,
+                              float* x, std::size_t rows, std::size_t positions, std::size_t d,
+                              cudaStream_t stream);
+// dwte[v] = tied_share[v] (or 0 when null) + Σ dx[row] over the rows holding token v, in row
+// order (token_offsets [vocab + 1], token_rows [rows]: a stable counting sort of the inputs).
+// dwpe (when not null) [p] = Σ over sequences, in order, of dx[s·positions + p]; rows of
+// positions the batch does not reach are zeroed (position_rows: the table's rows).
+cudaError_t embedding_backward(const float* dx, const std::int32_t* token_offsets,
+                               const std::int32_t* token_rows, const float* tied_share,
+                               float* dwte, float* dwpe, std::size_t sequences,
+                               std::size_t positions, std::size_t position_rows,
+                               std::size_t vocab, std::size_t d, cudaStream_t stream);
+
+// out[r][c] = bias[c] for rows × cols with row stride ld.
+cudaError_t broadcast_rows(const float* bias, float* out, std::size_t ld, std::size_t rows,
+                           std::size_t cols, cudaStream_t stream);
+// out[c] = Σ over rows, in order, of m[r·ld + c].
+cudaError_t column_sums(const float* m, std::size_t ld, std::size_t rows, std::size_t cols,
+                        float* out, cudaStream_t stream);
+// out[i] += x[i].
+cudaError_t add_in_place(float* out, const float* x, std::size_t count, cudaStream_t stream);
+
+// RMSNorm: y = x·rstd·w, rstd = 1/sqrt(mean(x²) + eps), one rstd per row kept.
+cudaError_t rms_norm_forward(const float* x, const float* weight, float* y, float* rstd,
+                             std::size_t rows, std::size_t dim, float eps, cudaStream_t stream);
+// dx += input gradient; dweight overwritten.
+cudaError_t rms_norm_backward(const float* dy, const float* x, const float* rstd,
+                              const float* weight, float* dx, float* dweight, std::size_t rows,
+                              std::size_t dim, cudaStream_t stream);
+// LayerNorm: y = (x - mean)·rstd·w + b.
+cudaError_t layer_norm_forward(const float* x, const float* weight, const float* bias, float* y,
+                               float* mean, float* rstd, std::size_t rows, std::size_t dim,
+                               float eps, cudaStream_t stream);
+// dx += input gradient; dweight, dbias overwritten.
+cudaError_t layer_norm_backward(const float* dy, const float* x, const float* mean,
+                                const float* rstd, const float* weight, float* dx, float* dweight,
+                                float* dbias, std::size_t rows, std::size_t dim,
+                                cudaStream_t stream);
+
+// Rotary embedding in place on `heads` heads of each row of x [rows × ld] (head h at columns
+// h·2·half); row r at position r % rows_per_sequence; cos, sin [positions × half]. sign -1
+// applies the inverse (transpose) rotation: the backward.
+cudaError_t rope_rotate(float* x, std::size_t ld, std::size_t rows, std::size_t heads,
+                        std::size_t half, std::size_t rows_per_sequence, const float* cos,
+                        const float* sin, float sign, cudaStream_t stream);
+
+// Gated MLP: h = act(gate)·up over pre [rows × 2·inner] (gate | up).
+cudaError_t gated_forward(ActivationCode act, const float* pre, float* h, std::size_t rows,
+                          std::size_t inner, cudaStream_t stream);
+cudaError_t gated_backward(ActivationCode act, const float* dh, const float* pre, float* dpre,
+                           std::size_t rows, std::size_t inner, cudaStream_t stream);
+// Plain MLP: h = act(pre); dpre = dh·act'(pre) (dpre may alias dh).
+cudaError_t plain_forward(ActivationCode act, const float* pre, float* h, std::size_t count,
+                          cudaStream_t stream);
+cudaError_t plain_backward(ActivationCode act, const float* dh, const float* pre, float* dpre,
+                           std::size_t count, cudaStream_t stream);
+
+// Causal self-attention, tiled: no [positions × positions] matrix is ever stored. Each block
+// takes 8 query rows of one (sequence, head) and streams the visible keys through shared memory
+// 32 at a time with an online softmax (FlashAttention's forward); it keeps each query's
+// log-sum-exp for the backward, which recomputes the probabilities tile by tile.
+// q, k, v, out: rows of sequence b start at b·positions; strides ld_qkv (q, k, v) and ld_out.
+// Query head h reads kv head h / (heads / kv_heads); window 0 means full causal attention,
+// otherwise a query at p sees keys (p - window, p].
+struct AttentionDims {
+  std::size_t sequences, positions, heads, kv_heads, head_dim, window;
+};
+inline constexpr std::size_t kMaxAttentionHeadDim = 128;
+std::size_t attention_lse_floats(const AttentionDims& dims);  // sequences · heads · positions
+cudaError_t attention_forward(const AttentionDims& dims, const float* q, const float* k,
+                              const float* v, std::size_t ld_qkv, float* out, std::size_t ld_out,
+                              float* lse, cudaStream_t stream);
+// dq, dk, dv overwritten (dk, dv sum the group's heads in head order). delta: lse_floats of
+// scratch (rowsum(dout ∘ out)).
+cudaError_t attention_backward(const AttentionDims& dims, const float* dout, std::size_t ld_out,
+                               const float* out, const float* q, const float* k, const float* v,
+                               std::size_t ld_qkv, const float* lse, float* delta, float* dq,
+                               float* dk, float* dv, cudaStream_t stream);
+
+// Weighted next-token cross-entropy (loss.hpp): row_loss[r] = -log softmax(logits[r])[target],
+// dlogits[r] = w_r·inv_weight·(softmax - onehot); rows of weight 0 get zeros.
+cudaError_t weighted_cross_entropy(const float* logits, const std::int32_t* targets,
+                                   const float* weights, float inv_weight, float* dlogits,
+                                   double* row_loss, std::size_t rows, std::size_t vocab,
+                                   cudaStream_t stream);
+
+}  // namespace strata::llm::cuda
