@@ -26,6 +26,7 @@ struct Options {
   std::uint32_t seq_len = 512;
   std::uint32_t batch = 4;
   std::uint32_t blas_threads = 0;
+  std::string resident_budget = "auto";
   bool json = false;
 };
 
@@ -36,7 +37,12 @@ int run(const Options& options) {
                                                    "config.json");
   const llm::Tokenizer tokenizer = llm::Tokenizer::load(options.model);
   const std::vector<std::int32_t> tokens = tokenizer.encode(llm::read_text_file(options.data));
-  const llm::HostWeights weights = llm::HostWeights::load(options.model, llm::decoder_units(config));
+  const llm::HostWeights weights =
+      llm::HostWeights::load(options.model, llm::decoder_units(config),
+                             llm::parse_resident_budget(options.resident_budget));
+  if (const std::string note = llm::describe_residency(weights, options.model); !note.empty()) {
+    std::cerr << "strata-eval: " << note << "\n";
+  }
   const llm::PerplexityResult result =
       llm::evaluate_perplexity(config, weights, tokens, options.seq_len, options.batch);
   if (options.json) {
@@ -68,6 +74,9 @@ int main(int argc, char** argv) {
   app.add_option("--batch", options.batch, "windows per forward (default 4)")
       ->check(CLI::Range(1u, 4096u));
   app.add_option("--blas-threads", options.blas_threads, "OpenBLAS threads (0: all cores)");
+  app.add_option("--resident-budget", options.resident_budget,
+                 "host memory for weights kept resident (auto: 3/4 of RAM; e.g. 12GiB; 0: "
+                 "stream every unit from the folder on every pass)");
   app.add_flag("--json", options.json, "print one JSON object");
   CLI11_PARSE(app, argc, argv);
   try {

@@ -23,6 +23,7 @@ struct Options {
   std::string prompt;
   strata::llm::GenerationOptions generation;
   std::uint32_t blas_threads = 0;
+  std::string resident_budget = "auto";
   bool json = false;
 };
 
@@ -33,7 +34,12 @@ int run(Options options) {
                                                    "config.json");
   const llm::Tokenizer tokenizer = llm::Tokenizer::load(options.model);
   const std::vector<std::int32_t> prompt_ids = tokenizer.encode(options.prompt);
-  const llm::HostWeights weights = llm::HostWeights::load(options.model, llm::decoder_units(config));
+  const llm::HostWeights weights =
+      llm::HostWeights::load(options.model, llm::decoder_units(config),
+                             llm::parse_resident_budget(options.resident_budget));
+  if (const std::string note = llm::describe_residency(weights, options.model); !note.empty()) {
+    std::cerr << "strata-generate: " << note << "\n";
+  }
   options.generation.stop_ids = config.eos_token_ids;
   if (options.generation.stop_ids.empty()) {
     if (const auto eos = tokenizer.eos_id()) options.generation.stop_ids.push_back(*eos);
@@ -65,6 +71,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--seed", options.generation.seed, "sampling seed (default 0)");
   app.add_option("--blas-threads", options.blas_threads, "OpenBLAS threads (0: all cores)");
+  app.add_option("--resident-budget", options.resident_budget,
+                 "host memory for weights kept resident (auto: 3/4 of RAM; e.g. 12GiB; 0: "
+                 "stream every unit from the folder on every pass)");
   app.add_flag("--json", options.json, "print one JSON object");
   CLI11_PARSE(app, argc, argv);
   try {

@@ -2,15 +2,18 @@
 // next-token NLL computed independently from the model's logits over the documented windows
 // (non-overlapping, positions restarting, a short last window of >= 2 tokens counted, of 1 not);
 // greedy generation is deterministic and each token is the argmax of a full forward over the
-// sequence so far; seeded sampling repeats, and top-p near 0 is greedy.
+// sequence so far; seeded sampling repeats, and top-p near 0 is greedy; weights streamed from the
+// folder under any resident budget give bitwise the same logits and generations.
 #include "examples/llm/perplexity.hpp"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include <gtest/gtest.h>
 
 #include "examples/llm/generation.hpp"
+#include "examples/llm/host_weights.hpp"
 #include "tests/examples/llm/llm_io_test_support.hpp"
 
 namespace strata::llm {
@@ -149,6 +152,40 @@ TEST(Generation, StopsAtAStopIdAndRefusesTooLongRequests) {
   EXPECT_THROW(generate(model.config, *model.weights, prompt, options), std::invalid_argument);
   EXPECT_THROW(generate(model.config, *model.weights, {}, GenerationOptions{}),
                std::invalid_argument);
+}
+
+// Budgets of nothing (every unit streamed, GPT-2's tied head reading a streamed embedding), of
+// about one layer (the embedding resident or not, the rest streamed) and of everything.
+TEST(HostWeightsStreaming, AnyResidentBudgetGivesBitwiseTheSameResults) {
+  for (const Family family : {Family::kLlama, Family::kGpt2}) {
+    TinyLlama model(family);
+    const std::vector<UnitSpec> units = decoder_units(model.config);
+    const std::uint64_t layer_bytes = units[1].numel * sizeof(float);
+    const std::vector<std::int32_t> prompt = {5, 17, 42, 99, 3};
+    GenerationOptions options;
+    options.max_new_tokens = 6;
+    const std::vector<float> logits = full_logits(model.config, *model.weights, prompt);
+    const std::vector<std::int32_t> ids = generate(model.config, *model.weights, prompt, options);
+    ASSERT_EQ(model.weights->resident_units(), units.size());
+    for (const std::uint64_t budget : {std::uint64_t{0}, layer_bytes, layer_bytes * 2}) {
+      const HostWeights streamed =
+          HostWeights::load(model.scratch.path() / "model", units, budget);
+      EXPECT_LE(streamed.resident_bytes(), budget);
+      EXPECT_LT(streamed.resident_units(), units.size());
+      if (budget > 0) {
+        EXPECT_GT(streamed.resident_units(), 0u);
+      }
+      const std::vector<float> again = full_logits(model.config, streamed, prompt);
+      ASSERT_EQ(again.size(), logits.size());
+      EXPECT_EQ(std::memcmp(again.data(), logits.data(), logits.size() * sizeof(float)), 0)
+          << family_name(family) << ", budget " << budget;
+      EXPECT_EQ(generate(model.config, streamed, prompt, options), ids)
+          << family_name(family) << ", budget " << budget;
+    }
+  }
+  EXPECT_EQ(parse_resident_budget("1KiB"), 1024u);
+  EXPECT_EQ(parse_resident_budget("auto"), default_resident_budget());
+  EXPECT_THROW(parse_resident_budget("lots"), std::invalid_argument);
 }
 
 }  // namespace

@@ -130,6 +130,17 @@ TEST_F(Programs, FinetuneExportEvalGenerate) {
   EXPECT_EQ(eval["tokens"].get<std::uint64_t>(), expected.tokens);
   EXPECT_DOUBLE_EQ(eval["mean_nll"].get<double>(), expected.mean_nll);
   EXPECT_DOUBLE_EQ(eval["perplexity"].get<double>(), std::exp(expected.mean_nll));
+  // Every unit streamed from the folder on every pass: the same figures, bit for bit, and a note.
+  const auto [streamed_output, streamed_status] =
+      run(std::string(STRATA_EVAL) + " --model " + out.string() + " --data " + text.string() +
+          " --seq-len 48 --blas-threads 1 --resident-budget 0 --json");
+  ASSERT_EQ(streamed_status, 0) << streamed_output;
+  EXPECT_NE(streamed_output.find("strata-eval: weights: 0 of"), std::string::npos)
+      << streamed_output;
+  const std::string last_line = streamed_output.substr(
+      streamed_output.rfind('\n', streamed_output.size() - 2) + 1);
+  EXPECT_EQ(nlohmann::json::parse(last_line)["mean_nll"].get<double>(),
+            eval["mean_nll"].get<double>());
 
   const auto [generate_output, generate_status] =
       run(std::string(STRATA_GENERATE) + " --model " + out.string() +
