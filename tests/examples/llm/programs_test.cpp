@@ -20,6 +20,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "tiers/device/device.hpp"
 #include <nlohmann/json.hpp>
 
 #include "examples/llm/generation.hpp"
@@ -302,6 +304,18 @@ TEST_F(Programs, PlanTakesTheParameterCountFromConfigJson) {
   const nlohmann::json plan = nlohmann::json::parse(output);
   EXPECT_EQ(plan["model"]["params"].get<std::uint64_t>(),
             read_hf_config(model / "config.json").parameter_count());
+}
+
+// --device cuda reaches the decoder's CUDA backend; where no GPU is visible the run stops before
+// anything is written, saying why. (The CUDA model itself: decoder_cuda_test.cpp, on a GPU.)
+TEST_F(Programs, FinetuneOnCudaWithoutAGpuSaysWhyAndExitsTwo) {
+  if (tiers::cuda_device_count() > 0) GTEST_SKIP() << "a GPU is visible: gpu-check.sh trains on it";
+  const auto [log, status] = run(std::string(STRATA_FINETUNE) + " --model " + model.string() +
+                                 " --data " + text.string() + " --config " + config.string() +
+                                 " --steps 1 --device cuda --overwrite");
+  EXPECT_EQ(status, 2) << log;
+  EXPECT_NE(log.find("kind = \"cuda\" but no CUDA device is visible"), std::string::npos) << log;
+  EXPECT_EQ(log.find("step 1"), std::string::npos) << log;
 }
 
 TEST_F(Programs, AMalformedDataLineStopsFinetuneWithFileAndLine) {
