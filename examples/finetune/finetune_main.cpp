@@ -51,6 +51,7 @@ struct Options {
   std::optional<std::uint32_t> micro_batch;
   std::optional<std::uint32_t> grad_accumulation;
   bool activation_checkpointing = false;
+  bool document_mask = false;
   std::string max_shard_size = "5GB";
   std::string trace;
   std::string summary_json;
@@ -115,6 +116,7 @@ int run_model(const Options& options, const strata::runtime::Config& config) {
   hf.micro_batch = options.micro_batch;
   hf.grad_accumulation = options.grad_accumulation;
   hf.activation_checkpointing = options.activation_checkpointing;
+  hf.document_mask = options.document_mask;
   hf.export_dir = options.export_path;
   hf.export_dtype = export_dtype_of(options.export_dtype.empty() ? "bf16" : options.export_dtype);
   hf.max_shard_bytes = *max_shard;
@@ -270,6 +272,9 @@ int main(int argc, char** argv) {
   app.add_option("--grad-accumulation", options.grad_accumulation,
                  "--model: micro-batches per step (default [model])")
       ->check(CLI::Range(1u, 1u << 16));
+  app.add_flag("--document-mask", options.document_mask,
+               "--model: packed documents attend only within themselves and their positions "
+               "restart (transformers' packing with restarting position_ids)");
   app.add_flag("--activation-checkpointing", options.activation_checkpointing,
                "--model: recompute each layer's forward in backward");
   app.add_option("--max-shard-size", options.max_shard_size,

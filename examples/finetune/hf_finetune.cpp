@@ -31,6 +31,7 @@ llm::LlmTrainerOptions trainer_options(const runtime::Config& config,
   trainer.micro_batch = options.micro_batch.value_or(config.model.micro_batch);
   trainer.grad_accumulation = options.grad_accumulation.value_or(config.model.grad_accumulation);
   trainer.activation_checkpointing = options.activation_checkpointing;
+  trainer.document_mask = options.document_mask;
   trainer.eval_batches = options.eval_batches;
   trainer.resume = options.resume;
   trainer.overwrite = options.overwrite;

@@ -23,6 +23,7 @@ struct HfFinetuneOptions {
   std::optional<std::uint32_t> micro_batch;
   std::optional<std::uint32_t> grad_accumulation;
   bool activation_checkpointing = false;
+  bool document_mask = false;  // packed documents attend only within themselves
   std::string export_dir;
   DType export_dtype = DType::kBf16;
   std::uint64_t max_shard_bytes = 5'000'000'000;

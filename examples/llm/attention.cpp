@@ -35,10 +35,13 @@ struct KeyRange {
   std::size_t first;
   std::size_t last;
 };
-KeyRange visible_keys(const AttentionShape& shape, std::size_t query) {
+KeyRange visible_keys(const AttentionShape& shape, std::size_t sequence, std::size_t query) {
   const std::size_t position = shape.keys - shape.queries + query;
-  const std::size_t first =
+  std::size_t first =
       shape.window != 0 && position + 1 > shape.window ? position + 1 - shape.window : 0;
+  if (shape.first_key != nullptr) {
+    first = std::max<std::size_t>(first, shape.first_key[sequence * shape.queries + query]);
+  }
   return {first, position};
 }
 
@@ -96,7 +99,7 @@ void attention_forward(const AttentionShape& shape, ConstStrided q, ConstStrided
     gemm(Transpose::kNo, Transpose::kYes, shape.queries, shape.keys, hd, scale, q_h, q.ld, k_g,
          k.ld, 0.0f, p, shape.keys);
     for (std::size_t i = 0; i < shape.queries; ++i) {
-      softmax_row(p + i * shape.keys, visible_keys(shape, i), shape.keys);
+      softmax_row(p + i * shape.keys, visible_keys(shape, b, i), shape.keys);
     }
     gemm(Transpose::kNo, Transpose::kNo, shape.queries, hd, shape.keys, 1.0f, p, shape.keys, v_g,
          v.ld, 0.0f, out.data + b * shape.queries * out.ld + h * hd, out.ld);
@@ -133,7 +136,7 @@ void attention_backward(const AttentionShape& shape, ConstStrided dout, ConstStr
       gemm(Transpose::kYes, Transpose::kNo, nk, hd, nq, 1.0f, p, nk, dout_h, dout.ld, beta, dv_g,
            dv.ld);
       for (std::size_t i = 0; i < nq; ++i) {
-        softmax_row_backward(p + i * nk, ds + i * nk, visible_keys(shape, i), nk);
+        softmax_row_backward(p + i * nk, ds + i * nk, visible_keys(shape, b, i), nk);
       }
       // S = scale·Q·Kᵀ: dQ = scale·dS·K, dK += scale·dSᵀ·Q.
       gemm(Transpose::kNo, Transpose::kNo, nq, hd, nk, scale, ds, nk, k_g, k.ld, 0.0f,

@@ -4,7 +4,8 @@
 // Each sequence has `queries` query rows and `keys` key/value rows; query i sits at position
 // keys - queries + i (training: queries == keys; decoding: the new tokens after the cache).
 // Query at position p attends to keys j with j <= p and, with a window W, p - j < W (itself
-// included: W positions, transformers' sliding-window mask). Query head h reads key/value head
+// included: W positions, transformers' sliding-window mask), and never before first_key[query]
+// when the batch packs documents. Query head h reads key/value head
 // h / (heads / kv_heads) (transformers' repeat_kv). Rows are strided (Strided views), so q, k
 // and v may share one buffer. Probabilities are kept for backward ([sequences × heads ×
 // queries × keys], zeros where masked).
@@ -13,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "examples/llm/linear.hpp"
 
@@ -26,6 +28,9 @@ struct AttentionShape {
   std::size_t kv_heads;
   std::size_t head_dim;
   std::size_t window;  // 0: full causal attention
+  // Packed documents (training only): per query row b·queries + i, the first key index of its
+  // sequence it may see (its document's first position); null: 0 for every query.
+  const std::uint32_t* first_key = nullptr;
 };
 
 // Per-sequence strides: sequence b's rows start at b·queries (q, out) or b·keys (k, v) rows.

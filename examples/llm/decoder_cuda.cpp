@@ -96,38 +96,37 @@ class CudaDecoderImpl final : public CudaDecoder {
   std::size_t activation_bytes() const override { return activation_bytes_; }
 
   void set_batch(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets,
-                 std::span<const float> weights, std::size_t sequences,
+                 std::span<const float> weights, std::span<const std::uint32_t> row_positions,
+                 std::span<const std::uint32_t> row_first_keys, std::size_t sequences,
                  std::size_t positions) override {
     set_device();
     sequences_ = sequences;
     positions_ = positions;
     rows_ = inputs.size();
-    // Rows grouped by token, each group in row order (a stable counting sort): the embedding
-    // backward sums every token's rows in this fixed order, as the host does.
-    const std::size_t vocab = dims_.vocab;
-    host_offsets_.assign(vocab + 1, 0);
-    for (const std::int32_t token : inputs) ++host_offsets_[static_cast<std::size_t>(token) + 1];
-    for (std::size_t v = 0; v < vocab; ++v) host_offsets_[v + 1] += host_offsets_[v];
-    host_rows_.resize(rows_);
-    host_next_.assign(host_offsets_.begin(), host_offsets_.end() - 1);
-    for (std::size_t row = 0; row < rows_; ++row) {
-      host_rows_[static_cast<std::size_t>(host_next_[static_cast<std::size_t>(inputs[row])]++)] =
-          static_cast<std::int32_t>(row);
-    }
+    // The embedding backward sums every token's (and GPT-2 position's) rows in row order, as
+    // the host does.
+    token_index_.build(inputs, dims_.vocab);
+    if (dims_.gpt2) position_index_.build(row_positions, position_table_rows_);
     host_weights_.assign(weights.begin(), weights.end());
     copy_in(inputs_, inputs.data(), rows_);
     copy_in(targets_, targets.data(), rows_);
     copy_in(weights_, weights.data(), rows_);
-    copy_in(token_offsets_, host_offsets_.data(), vocab + 1);
-    copy_in(token_rows_, host_rows_.data(), rows_);
+    copy_in(row_positions_, row_positions.data(), rows_);
+    copy_in(row_first_keys_, row_first_keys.data(), rows_);
+    copy_in(token_offsets_, token_index_.offsets.data(), token_index_.offsets.size());
+    copy_in(token_rows_, token_index_.rows.data(), rows_);
+    if (dims_.gpt2) {
+      copy_in(position_offsets_, position_index_.offsets.data(), position_index_.offsets.size());
+      copy_in(position_rows_, position_index_.rows.data(), rows_);
+    }
     finish();  // the host vectors may change with the next batch
   }
 
   void forward_embedding(UnitParams p) override {
     set_device();
     const float* wpe = dims_.gpt2 ? p[kPositionEmbedding].data() : nullptr;
-    check(cuda::embedding_forward(inputs_, p[kTokenEmbedding].data(), wpe, resid_[0], rows_,
-                                  positions_, dims_.hidden, stream_),
+    check(cuda::embedding_forward(inputs_, p[kTokenEmbedding].data(), wpe, row_positions_,
+                                  resid_[0], rows_, dims_.hidden, stream_),
           "embedding_forward");
     finish();
   }
@@ -267,13 +266,16 @@ class CudaDecoderImpl final : public CudaDecoder {
   void backward_embedding(UnitGrads g) override {
     set_device();
     const std::size_t d = dims_.hidden;
-    float* dwpe = dims_.gpt2 ? g[kPositionEmbedding].data() : nullptr;
-    const std::size_t position_rows = dims_.gpt2 ? g[kPositionEmbedding].size() / d : 0;
-    check(cuda::embedding_backward(d_resid_, token_offsets_, token_rows_,
+    check(cuda::embedding_backward(d_resid_, {token_offsets_, token_rows_, dims_.vocab},
                                    config_.tie_word_embeddings ? tied_grad_ : nullptr,
-                                   g[kTokenEmbedding].data(), dwpe, sequences_, positions_,
-                                   position_rows, dims_.vocab, d, stream_),
+                                   g[kTokenEmbedding].data(), d, stream_),
           "embedding_backward");
+    if (dims_.gpt2) {
+      check(cuda::embedding_backward(d_resid_,
+                                     {position_offsets_, position_rows_, position_table_rows_},
+                                     nullptr, g[kPositionEmbedding].data(), d, stream_),
+            "embedding_backward");
+    }
     finish();
   }
 
@@ -287,6 +289,23 @@ class CudaDecoderImpl final : public CudaDecoder {
   }
 
  private:
+  // Rows grouped by an id, each group in row order (a stable counting sort), on the host.
+  struct HostRowIndex {
+    std::vector<std::int32_t> offsets, rows, next;
+    template <typename Id>
+    void build(std::span<const Id> ids, std::size_t id_count) {
+      offsets.assign(id_count + 1, 0);
+      for (const Id id : ids) ++offsets[static_cast<std::size_t>(id) + 1];
+      for (std::size_t v = 0; v < id_count; ++v) offsets[v + 1] += offsets[v];
+      rows.resize(ids.size());
+      next.assign(offsets.begin(), offsets.end() - 1);
+      for (std::size_t row = 0; row < ids.size(); ++row) {
+        rows[static_cast<std::size_t>(next[static_cast<std::size_t>(ids[row])]++)] =
+            static_cast<std::int32_t>(row);
+      }
+    }
+  };
+
   struct Layer {
     float *norm1, *norm1_mean, *norm1_rstd, *qkv, *lse, *att, *mid, *norm2, *norm2_mean,
         *norm2_rstd, *pre, *act;
@@ -300,8 +319,15 @@ class CudaDecoderImpl final : public CudaDecoder {
     inputs_ = allocate<std::int32_t>(rows);
     targets_ = allocate<std::int32_t>(rows);
     weights_ = allocate<float>(rows);
+    row_positions_ = allocate<std::uint32_t>(rows);
+    row_first_keys_ = allocate<std::uint32_t>(rows);
     token_offsets_ = allocate<std::int32_t>(vocab + 1);
     token_rows_ = allocate<std::int32_t>(rows);
+    if (dims_.gpt2) {
+      position_table_rows_ = config_.max_position_embeddings;  // GPT-2's n_positions: wpe's rows
+      position_offsets_ = allocate<std::int32_t>(position_table_rows_ + 1);
+      position_rows_ = allocate<std::int32_t>(rows);
+    }
     row_loss_ = allocate<double>(rows);
     for (std::size_t l = 0; l <= config_.num_layers; ++l) resid_.push_back(allocate<float>(rows * d));
     layers_.resize(options_.activation_checkpointing ? 1 : config_.num_layers);
@@ -356,7 +382,8 @@ class CudaDecoderImpl final : public CudaDecoder {
   }
 
   cuda::AttentionDims attention_dims() const {
-    return {sequences_, positions_, dims_.heads, dims_.kv_heads, dims_.head_dim, dims_.window};
+    return {sequences_,     positions_,     dims_.heads, dims_.kv_heads,
+            dims_.head_dim, dims_.window,   row_first_keys_};
   }
 
   const float* head_matrix(UnitParams p, UnitParams shared) const {
@@ -391,8 +418,8 @@ class CudaDecoderImpl final : public CudaDecoder {
 
   // RoPE on `heads` heads of the q | k | v rows starting at x (row stride qkv_width).
   void rotate(float* x, std::size_t heads, float sign) {
-    check(cuda::rope_rotate(x, dims_.qkv_width, rows_, heads, rope_half_, positions_, rope_cos_,
-                            rope_sin_, sign, stream_),
+    check(cuda::rope_rotate(x, dims_.qkv_width, rows_, heads, rope_half_, row_positions_,
+                            rope_cos_, rope_sin_, sign, stream_),
           "rope_rotate");
   }
 
@@ -576,7 +603,9 @@ class CudaDecoderImpl final : public CudaDecoder {
   std::size_t sequences_ = 0, positions_ = 0, rows_ = 0;
 
   std::int32_t *inputs_ = nullptr, *targets_ = nullptr, *token_offsets_ = nullptr,
-               *token_rows_ = nullptr;
+               *token_rows_ = nullptr, *position_offsets_ = nullptr, *position_rows_ = nullptr;
+  std::uint32_t *row_positions_ = nullptr, *row_first_keys_ = nullptr;
+  std::size_t position_table_rows_ = 0;
   float* weights_ = nullptr;
   double* row_loss_ = nullptr;
   std::vector<float*> resid_;
@@ -589,7 +618,7 @@ class CudaDecoderImpl final : public CudaDecoder {
   std::size_t rope_half_ = 0;
   __nv_bfloat16 *operand_a_ = nullptr, *operand_b_ = nullptr;
   std::size_t operand_floats_ = 0;
-  std::vector<std::int32_t> host_offsets_, host_rows_, host_next_;  // the rows-by-token index
+  HostRowIndex token_index_, position_index_;
   std::vector<float> host_weights_;
   std::vector<double> host_loss_;
 };

@@ -31,10 +31,13 @@ class CudaDecoder {
   virtual ~CudaDecoder() = default;
 
   virtual std::size_t activation_bytes() const = 0;
-  // rows = sequences × positions inputs, targets and loss weights, already checked.
+  // rows = sequences × positions inputs, targets, loss weights, positions and first keys (the
+  // host model's row_position and row_first_key), already checked.
   virtual void set_batch(std::span<const std::int32_t> inputs,
                          std::span<const std::int32_t> targets, std::span<const float> weights,
-                         std::size_t sequences, std::size_t positions) = 0;
+                         std::span<const std::uint32_t> row_positions,
+                         std::span<const std::uint32_t> row_first_keys, std::size_t sequences,
+                         std::size_t positions) = 0;
   virtual void forward_embedding(UnitParams params) = 0;
   virtual void forward_layer(std::size_t layer, UnitParams params) = 0;
   virtual void forward_head(UnitParams params, UnitParams shared) = 0;

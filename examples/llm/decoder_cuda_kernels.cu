@@ -101,42 +101,29 @@ __global__ void cast_to_bf16_kernel(const float* src, std::size_t ld_src, __nv_b
 }
 
 __global__ void embedding_forward_kernel(const std::int32_t* inputs, const float* wte,
-                                         const float* wpe, float* x, std::size_t rows,
-                                         std::size_t positions, std::size_t d) {
+                                         const float* wpe, const std::uint32_t* row_positions,
+                                         float* x, std::size_t rows, std::size_t d) {
   for (std::size_t e = global_index(); e < rows * d; e += grid_stride()) {
     const std::size_t row = e / d;
     const std::size_t i = e % d;
     float value = wte[static_cast<std::size_t>(inputs[row]) * d + i];
-    if (wpe != nullptr) value += wpe[(row % positions) * d + i];
+    if (wpe != nullptr) value += wpe[static_cast<std::size_t>(row_positions[row]) * d + i];
     x[e] = value;
   }
 }
 
-__global__ void token_embedding_backward_kernel(const float* dx, const std::int32_t* token_offsets,
-                                                const std::int32_t* token_rows,
-                                                const float* tied_share, float* dwte,
-                                                std::size_t vocab, std::size_t d) {
+// One thread per output element walks its id's rows in order.
+__global__ void embedding_backward_kernel(const float* dx, RowIndex index, const float* share,
+                                          float* out, std::size_t d) {
   const std::size_t e = global_index();
-  if (e >= vocab * d) return;
-  const std::size_t token = e / d;
+  if (e >= index.ids * d) return;
+  const std::size_t id = e / d;
   const std::size_t i = e % d;
-  float sum = tied_share != nullptr ? tied_share[e] : 0.0f;
-  for (std::int32_t k = token_offsets[token]; k < token_offsets[token + 1]; ++k) {
-    sum += dx[static_cast<std::size_t>(token_rows[k]) * d + i];
+  float sum = share != nullptr ? share[e] : 0.0f;
+  for (std::int32_t k = index.offsets[id]; k < index.offsets[id + 1]; ++k) {
+    sum += dx[static_cast<std::size_t>(index.rows[k]) * d + i];
   }
-  dwte[e] = sum;
-}
-
-__global__ void position_embedding_backward_kernel(const float* dx, float* dwpe,
-                                                   std::size_t sequences, std::size_t positions,
-                                                   std::size_t position_rows, std::size_t d) {
-  const std::size_t e = global_index();
-  if (e >= position_rows * d) return;
-  float sum = 0.0f;
-  if (e < positions * d) {
-    for (std::size_t s = 0; s < sequences; ++s) sum += dx[s * positions * d + e];
-  }
-  dwpe[e] = sum;
+  out[e] = sum;
 }
 
 __global__ void broadcast_rows_kernel(const float* bias, float* out, std::size_t ld,
@@ -264,13 +251,13 @@ __global__ void layer_norm_parameter_grads_kernel(const float* dy, const float* 
 }
 
 __global__ void rope_rotate_kernel(float* x, std::size_t ld, std::size_t rows, std::size_t heads,
-                                   std::size_t half, std::size_t rows_per_sequence,
+                                   std::size_t half, const std::uint32_t* row_positions,
                                    const float* cos, const float* sin, float sign) {
   for (std::size_t e = global_index(); e < rows * heads * half; e += grid_stride()) {
     const std::size_t i = e % half;
     const std::size_t h = (e / half) % heads;
     const std::size_t r = e / (half * heads);
-    const std::size_t position = r % rows_per_sequence;
+    const std::size_t position = row_positions[r];
     float* x1 = x + r * ld + h * 2 * half;
     float* x2 = x1 + half;
     const float c = cos[position * half + i];
@@ -350,9 +337,11 @@ __global__ void weighted_cross_entropy_kernel(const float* logits, const std::in
 
 // --- attention ------------------------------------------------------------------------------------
 
-// Whether the query at position `query` sees the key at `key`.
-__device__ bool visible(std::size_t query, std::size_t key, std::size_t window) {
-  return key <= query && (window == 0 || query - key < window);
+// Whether the query at position `query` of sequence b sees the key at `key`.
+__device__ bool visible(const AttentionDims& dims, std::size_t b, std::size_t query,
+                        std::size_t key) {
+  return key <= query && (dims.window == 0 || query - key < dims.window) &&
+         key >= dims.first_key[b * dims.positions + query];
 }
 
 // The first key any of the queries [first_query, ...] sees.
@@ -412,7 +401,7 @@ __global__ void attention_forward_kernel(AttentionDims dims, const float* q, con
     __syncthreads();
     if (!active) continue;
     const std::size_t key = tile + lane;
-    const bool seen = key < dims.positions && visible(i, key, dims.window);
+    const bool seen = key < dims.positions && visible(dims, b, i, key);
     const float score = seen ? scale * row_dot(queries[warp_id()], keys[lane], hd) : -INFINITY;
     const float new_max = fmaxf(running_max, warp_max(score));
     if (new_max == -INFINITY) continue;  // nothing visible yet: uniform across the warp
@@ -498,7 +487,7 @@ __global__ void attention_dq_kernel(AttentionDims dims, const float* dout, std::
     __syncthreads();
     if (!active) continue;
     const std::size_t key = tile + lane;
-    const bool seen = key < dims.positions && visible(i, key, dims.window);
+    const bool seen = key < dims.positions && visible(dims, b, i, key);
     float ds = 0.0f;
     if (seen) {
       const float p = expf(scale * row_dot(queries[warp_id()], keys[lane], hd) - row_lse);
@@ -571,7 +560,7 @@ __global__ void attention_dkdv_kernel(AttentionDims dims, const float* dout, std
       __syncthreads();
       if (!active) continue;
       const std::size_t query = tile + lane;
-      const bool seen = query < dims.positions && visible(query, j, dims.window);
+      const bool seen = query < dims.positions && visible(dims, b, query, j);
       float p = 0.0f;
       float ds = 0.0f;
       if (seen) {
@@ -624,27 +613,19 @@ cudaError_t cast_to_bf16(const float* src, std::size_t ld_src, __nv_bfloat16* ds
 }
 
 cudaError_t embedding_forward(const std::int32_t* inputs, const float* wte, const float* wpe,
-                              float* x, std::size_t rows, std::size_t positions, std::size_t d,
-                              cudaStream_t stream) {
+                              const std::uint32_t* row_positions, float* x, std::size_t rows,
+                              std::size_t d, cudaStream_t stream) {
   if (rows * d == 0) return cudaSuccess;
   embedding_forward_kernel<<<elementwise_blocks(rows * d), kThreads, 0, stream>>>(
-      inputs, wte, wpe, x, rows, positions, d);
+      inputs, wte, wpe, row_positions, x, rows, d);
   return cudaGetLastError();
 }
 
-cudaError_t embedding_backward(const float* dx, const std::int32_t* token_offsets,
-                               const std::int32_t* token_rows, const float* tied_share,
-                               float* dwte, float* dwpe, std::size_t sequences,
-                               std::size_t positions, std::size_t position_rows,
-                               std::size_t vocab, std::size_t d, cudaStream_t stream) {
-  if (vocab * d == 0) return cudaSuccess;
-  token_embedding_backward_kernel<<<one_per_thread_blocks(vocab * d), kThreads, 0, stream>>>(
-      dx, token_offsets, token_rows, tied_share, dwte, vocab, d);
-  if (dwpe != nullptr && position_rows * d > 0) {
-    position_embedding_backward_kernel<<<one_per_thread_blocks(position_rows * d), kThreads, 0,
-                                         stream>>>(dx, dwpe, sequences, positions, position_rows,
-                                                   d);
-  }
+cudaError_t embedding_backward(const float* dx, RowIndex index, const float* share, float* out,
+                               std::size_t d, cudaStream_t stream) {
+  if (index.ids * d == 0) return cudaSuccess;
+  embedding_backward_kernel<<<one_per_thread_blocks(index.ids * d), kThreads, 0, stream>>>(
+      dx, index, share, out, d);
   return cudaGetLastError();
 }
 
@@ -710,12 +691,12 @@ cudaError_t layer_norm_backward(const float* dy, const float* x, const float* me
 }
 
 cudaError_t rope_rotate(float* x, std::size_t ld, std::size_t rows, std::size_t heads,
-                        std::size_t half, std::size_t rows_per_sequence, const float* cos,
+                        std::size_t half, const std::uint32_t* row_positions, const float* cos,
                         const float* sin, float sign, cudaStream_t stream) {
   const std::size_t count = rows * heads * half;
   if (count == 0) return cudaSuccess;
   rope_rotate_kernel<<<elementwise_blocks(count), kThreads, 0, stream>>>(
-      x, ld, rows, heads, half, rows_per_sequence, cos, sin, sign);
+      x, ld, rows, heads, half, row_positions, cos, sin, sign);
   return cudaGetLastError();
 }
 

@@ -28,19 +28,21 @@ cudaError_t cast_to_bf16(const float* src, std::size_t ld_src, __nv_bfloat16* ds
                          std::size_t ld_dst, std::size_t rows, std::size_t cols,
                          cudaStream_t stream);
 
-// x[row] = wte[inputs[row]] (+ wpe[row % positions] when wpe is not null), rows × d.
+// x[row] = wte[inputs[row]] (+ wpe[row_positions[row]] when wpe is not null), rows × d.
 cudaError_t embedding_forward(const std::int32_t* inputs, const float* wte, const float* wpe,
-                              float* x, std::size_t rows, std::size_t positions, std::size_t d,
-                              cudaStream_t stream);
-// dwte[v] = tied_share[v] (or 0 when null) + Σ dx[row] over the rows holding token v, in row
-// order (token_offsets [vocab + 1], token_rows [rows]: a stable counting sort of the inputs).
-// dwpe (when not null) [p] = Σ over sequences, in order, of dx[s·positions + p]; rows of
-// positions the batch does not reach are zeroed (position_rows: the table's rows).
-cudaError_t embedding_backward(const float* dx, const std::int32_t* token_offsets,
-                               const std::int32_t* token_rows, const float* tied_share,
-                               float* dwte, float* dwpe, std::size_t sequences,
-                               std::size_t positions, std::size_t position_rows,
-                               std::size_t vocab, std::size_t d, cudaStream_t stream);
+                              const std::uint32_t* row_positions, float* x, std::size_t rows,
+                              std::size_t d, cudaStream_t stream);
+// Rows grouped by an id (a token, a position), each group in row order: a stable counting sort.
+struct RowIndex {
+  const std::int32_t* offsets;  // [ids + 1]
+  const std::int32_t* rows;     // [rows]
+  std::size_t ids;
+};
+// out[v] = share[v] (or 0 when null) + Σ dx[row] over the rows of id v, in row order, v < ids.
+// The embedding's backward: tokens into dwte (share: a tied head's part), positions into GPT-2's
+// dwpe (ids: the table's rows; rows no position reaches get 0).
+cudaError_t embedding_backward(const float* dx, RowIndex index, const float* share, float* out,
+                               std::size_t d, cudaStream_t stream);
 
 // out[r][c] = bias[c] for rows × cols with row stride ld.
 cudaError_t broadcast_rows(const float* bias, float* out, std::size_t ld, std::size_t rows,
@@ -69,10 +71,10 @@ cudaError_t layer_norm_backward(const float* dy, const float* x, const float* me
                                 cudaStream_t stream);
 
 // Rotary embedding in place on `heads` heads of each row of x [rows × ld] (head h at columns
-// h·2·half); row r at position r % rows_per_sequence; cos, sin [positions × half]. sign -1
-// applies the inverse (transpose) rotation: the backward.
+// h·2·half); row r at position row_positions[r]; cos, sin [positions × half]. sign -1 applies
+// the inverse (transpose) rotation: the backward.
 cudaError_t rope_rotate(float* x, std::size_t ld, std::size_t rows, std::size_t heads,
-                        std::size_t half, std::size_t rows_per_sequence, const float* cos,
+                        std::size_t half, const std::uint32_t* row_positions, const float* cos,
                         const float* sin, float sign, cudaStream_t stream);
 
 // Gated MLP: h = act(gate)·up over pre [rows × 2·inner] (gate | up).
@@ -92,9 +94,11 @@ cudaError_t plain_backward(ActivationCode act, const float* dh, const float* pre
 // log-sum-exp for the backward, which recomputes the probabilities tile by tile.
 // q, k, v, out: rows of sequence b start at b·positions; strides ld_qkv (q, k, v) and ld_out.
 // Query head h reads kv head h / (heads / kv_heads); window 0 means full causal attention,
-// otherwise a query at p sees keys (p - window, p].
+// otherwise a query at p sees keys (p - window, p]; first_key (per row b·positions + i, device
+// memory) keeps a query inside its packed document.
 struct AttentionDims {
   std::size_t sequences, positions, heads, kv_heads, head_dim, window;
+  const std::uint32_t* first_key;
 };
 inline constexpr std::size_t kMaxAttentionHeadDim = 128;
 std::size_t attention_lse_floats(const AttentionDims& dims);  // sequences · heads · positions

@@ -89,6 +89,9 @@ struct DecoderModel::Impl {
   // The batch.
   std::vector<std::int32_t> inputs, targets;
   std::vector<float> weights;
+  // Per row: its position (RoPE, GPT-2's wpe) and the first key of its sequence it may attend to;
+  // within its sequence (row % positions and 0), or within its document (document_separator).
+  std::vector<std::uint32_t> row_position, row_first_key;
   std::size_t sequences = 0, positions = 0, rows = 0;  // positions: per sequence
   Phase phase = Phase::kIdle;
   std::size_t next_unit = 0;
@@ -111,6 +114,8 @@ struct DecoderModel::Impl {
   std::vector<float> cuda_logits;
 
   void allocate_host_buffers();
+  // row_position and row_first_key of the batch's rows (document_separator).
+  void mark_documents(std::size_t batch_sequences, std::size_t positions_each);
 
   detail::LayerBuffers& layer_buffers(std::size_t layer) {
     return options.activation_checkpointing ? layers.front() : layers[layer];
@@ -133,7 +138,8 @@ struct DecoderModel::Impl {
   // norm1 and the projected q | k | v rows (RoPE at first_position + r % rows_per_sequence).
   void attention_inputs(UnitParams p, const float* x, detail::LayerBuffers& a, std::size_t rows,
                         const detail::RopeTable& table, std::size_t rows_per_sequence,
-                        std::size_t first_position) const;
+                        std::size_t first_position,
+                        const std::uint32_t* row_positions = nullptr) const;
   // From a.att on: o_proj, residual, norm2, MLP, residual into out (out may alias x).
   void attention_output_and_mlp(UnitParams p, const float* x, detail::LayerBuffers& a, float* out,
                                 std::size_t rows) const;

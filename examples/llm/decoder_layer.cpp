@@ -92,7 +92,8 @@ void DecoderModel::Impl::norm_backward(const float* weight, const float* dy, con
 void DecoderModel::Impl::attention_inputs(UnitParams p, const float* x, detail::LayerBuffers& a,
                                           std::size_t n, const detail::RopeTable& table,
                                           std::size_t rows_per_sequence,
-                                          std::size_t first_position) const {
+                                          std::size_t first_position,
+                                          const std::uint32_t* row_positions) const {
   const detail::LayerLayout& l = layer_layout;
   const std::size_t d = dims.hidden;
   norm_forward(tensor(p, l.norm1_weight), tensor(p, l.norm1_bias), x, a.norm1.data(),
@@ -112,9 +113,10 @@ void DecoderModel::Impl::attention_inputs(UnitParams p, const float* x, detail::
   detail::linear_forward(Layout::kOutIn, in, tensor(p, l.v_weight), tensor(p, l.v_bias),
                          {qkv + dims.q_width + dims.kv_width, ld}, n, d, dims.kv_width);
   using Direction = detail::RopeTable::Direction;
-  table.rotate(qkv, ld, n, dims.heads, rows_per_sequence, first_position, Direction::kForward);
+  table.rotate(qkv, ld, n, dims.heads, rows_per_sequence, first_position, Direction::kForward,
+               row_positions);
   table.rotate(qkv + dims.q_width, ld, n, dims.kv_heads, rows_per_sequence, first_position,
-               Direction::kForward);
+               Direction::kForward, row_positions);
 }
 
 void DecoderModel::Impl::attention_output_and_mlp(UnitParams p, const float* x,
@@ -159,9 +161,10 @@ void DecoderModel::Impl::attention_output_and_mlp(UnitParams p, const float* x,
 void DecoderModel::Impl::forward_layer(std::size_t layer, UnitParams p) {
   detail::LayerBuffers& a = layer_buffers(layer);
   const float* x = resid[layer].data();
-  attention_inputs(p, x, a, rows, rope, positions, 0);
-  const detail::AttentionShape shape{sequences,     positions,     positions,  dims.heads,
-                                     dims.kv_heads, dims.head_dim, dims.window};
+  attention_inputs(p, x, a, rows, rope, positions, 0, row_position.data());
+  const detail::AttentionShape shape{sequences,     positions,     positions,
+                                     dims.heads,    dims.kv_heads, dims.head_dim,
+                                     dims.window,   row_first_key.data()};
   const float* qkv = a.qkv.data();
   const std::size_t ld = dims.qkv_width;
   detail::attention_forward(shape, {qkv, ld}, {qkv + dims.q_width, ld},
@@ -218,8 +221,9 @@ void DecoderModel::Impl::backward_layer(std::size_t layer, UnitParams p, UnitGra
                             {d_att.data(), dims.q_width}, tensor(g, l.o_weight), nullptr, n,
                             dims.q_width, d, Accumulate::kNo);
   }
-  const detail::AttentionShape shape{sequences,     positions,     positions,  dims.heads,
-                                     dims.kv_heads, dims.head_dim, dims.window};
+  const detail::AttentionShape shape{sequences,     positions,     positions,
+                                     dims.heads,    dims.kv_heads, dims.head_dim,
+                                     dims.window,   row_first_key.data()};
   const std::size_t ld = dims.qkv_width;
   const float* qkv = a.qkv.data();
   float* dqkv = d_qkv.data();
@@ -238,8 +242,9 @@ void DecoderModel::Impl::backward_layer(std::size_t layer, UnitParams p, UnitGra
                             d, 3 * d, Accumulate::kNo);
   } else {
     using Direction = detail::RopeTable::Direction;
-    rope.rotate(dqkv, ld, n, dims.heads, positions, 0, Direction::kInverse);
-    rope.rotate(dqkv + k_offset, ld, n, dims.kv_heads, positions, 0, Direction::kInverse);
+    rope.rotate(dqkv, ld, n, dims.heads, positions, 0, Direction::kInverse, row_position.data());
+    rope.rotate(dqkv + k_offset, ld, n, dims.kv_heads, positions, 0, Direction::kInverse,
+                row_position.data());
     detail::linear_backward(Layout::kOutIn, {dqkv, ld}, norm1, tensor(p, l.q_weight),
                             {d_norm.data(), d}, tensor(g, l.q_weight), tensor(g, l.q_bias), n, d,
                             dims.q_width, Accumulate::kNo);

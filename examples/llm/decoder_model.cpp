@@ -46,6 +46,8 @@ DecoderModel::Impl::Impl(const HfConfig& config_in, const DecoderOptions& option
   inputs.resize(max_rows);
   targets.resize(max_rows);
   weights.resize(max_rows);
+  row_position.resize(max_rows);
+  row_first_key.resize(max_rows);
   if (device != nullptr && device->kind() == tiers::DeviceKind::kCuda) {
 #if STRATA_HAVE_CUDA
     cuda = detail::make_cuda_decoder(config, options, *device);
@@ -84,6 +86,19 @@ void DecoderModel::Impl::allocate_host_buffers() {
   d_act.assign(max_rows * dims.inner, 0.0f);
   attention_scratch.assign(detail::attention_scratch_floats(shape), 0.0f);
   if (config.tie_word_embeddings) tied_embedding_grad.assign(dims.vocab * d, 0.0f);
+}
+
+void DecoderModel::Impl::mark_documents(std::size_t batch_sequences, std::size_t positions_each) {
+  const std::optional<std::int32_t> separator = options.document_separator;
+  for (std::size_t b = 0; b < batch_sequences; ++b) {
+    std::uint32_t start = 0;
+    for (std::size_t t = 0; t < positions_each; ++t) {
+      const std::size_t row = b * positions_each + t;
+      if (separator && t > 0 && inputs[row - 1] == *separator) start = static_cast<std::uint32_t>(t);
+      row_first_key[row] = start;
+      row_position[row] = static_cast<std::uint32_t>(t) - start;
+    }
+  }
 }
 
 const float* DecoderModel::Impl::head_matrix(UnitParams params, UnitParams shared) const {
@@ -185,12 +200,15 @@ void DecoderModel::set_batch(std::span<const std::int32_t> tokens, std::size_t s
       m.weights[row] = loss_weights.empty() ? 1.0f : loss_weights[row];
     }
   }
+  m.mark_documents(sequences, n - 1);
   m.sequences = sequences;
   m.positions = n - 1;
   m.rows = predicted;
   if (m.cuda) {
     m.cuda->set_batch(std::span(m.inputs).first(predicted), std::span(m.targets).first(predicted),
-                      std::span(m.weights).first(predicted), sequences, n - 1);
+                      std::span(m.weights).first(predicted),
+                      std::span(m.row_position).first(predicted),
+                      std::span(m.row_first_key).first(predicted), sequences, n - 1);
   }
   m.phase = Impl::Phase::kForward;
   m.next_unit = 0;
@@ -270,7 +288,7 @@ void DecoderModel::Impl::forward_embedding(UnitParams p) {
     const float* token = wte + static_cast<std::size_t>(inputs[row]) * d;
     std::copy(token, token + d, x + row * d);
     if (dims.gpt2) {
-      const float* position = p[detail::kPositionEmbedding].data() + (row % positions) * d;
+      const float* position = p[detail::kPositionEmbedding].data() + row_position[row] * d;
       for (std::size_t i = 0; i < d; ++i) x[row * d + i] += position[i];
     }
   }
@@ -322,7 +340,7 @@ void DecoderModel::Impl::backward_embedding(UnitGrads g) {
     float* token = dwte.data() + static_cast<std::size_t>(inputs[row]) * d;
     for (std::size_t i = 0; i < d; ++i) token[i] += grad[i];
     if (dwpe != nullptr) {
-      float* position = dwpe + (row % positions) * d;
+      float* position = dwpe + row_position[row] * d;
       for (std::size_t i = 0; i < d; ++i) position[i] += grad[i];
     }
   }

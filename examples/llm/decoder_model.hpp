@@ -39,6 +39,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -89,6 +90,11 @@ struct DecoderOptions {
   // CUDA only: matrix products in plain fp32 instead of bf16 operands on the tensor cores. The
   // tests use it to check the CUDA kernels against the host model to fp32 rounding.
   bool cuda_fp32_products = false;
+  // Packed documents: when set, an input token that follows this token (the eos the data puts
+  // between documents) starts a new document. Attention then stays inside each document and
+  // positions restart at 0 in each, as transformers computes a packed batch with restarting
+  // position_ids (padding-free / varlen packing): every document is scored as if alone.
+  std::optional<std::int32_t> document_separator = std::nullopt;
 };
 
 using UnitParams = std::span<const std::span<const float>>;

@@ -40,13 +40,14 @@ LlmTrainer::LlmTrainer(const runtime::Config& config, tiers::Device& device,
     : config_(config), comm_(&comm), options_(options) {
   hf_config_ = read_hf_config(options.model_dir / "config.json");
   tokenizer_.emplace(Tokenizer::load(options.model_dir));
+  const DataSource source{&*tokenizer_, hf_config_.family, eos_of(hf_config_, *tokenizer_)};
   DecoderOptions decoder_options;
   decoder_options.seq_len = options.seq_len;
   decoder_options.micro_batch = options.micro_batch;
   decoder_options.activation_checkpointing = options.activation_checkpointing;
+  if (options.document_mask) decoder_options.document_separator = source.eos_id;
   model_ = std::make_unique<DecoderModel>(hf_config_, decoder_options, &device);
 
-  const DataSource source{&*tokenizer_, hf_config_.family, eos_of(hf_config_, *tokenizer_)};
   const TokenStream stream = read_training_data(options.data, source);
   data_tokens_ = stream.size();
   if (stream.size() < 2) {

@@ -44,6 +44,9 @@ struct LlmTrainerOptions {
   std::uint32_t grad_accumulation = 1;        // micro-batches per optimizer step
   std::uint32_t eval_batches = 4;             // at most this many validation batches
   bool activation_checkpointing = false;
+  // Packed documents attend only within themselves, positions restarting at each (the decoder's
+  // document_separator, with the eos that separates documents).
+  bool document_mask = false;
   bool load_weights = true;                   // false: the Engine's seeded initialisation
   bool resume = false;                        // continue from the NVMe store's committed step
   bool overwrite = false;                     // start afresh even over a committed store

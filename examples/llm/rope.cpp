@@ -61,14 +61,15 @@ RopeTable::RopeTable(const HfConfig& config, std::size_t positions)
 
 void RopeTable::rotate(float* x, std::size_t ld, std::size_t rows, std::size_t heads,
                        std::size_t rows_per_sequence, std::size_t first_position,
-                       Direction direction) const {
+                       Direction direction, const std::uint32_t* row_positions) const {
   STRATA_ASSERT(rows_per_sequence > 0 &&
                     first_position + std::min(rows, rows_per_sequence) <= positions_,
                 "positions beyond the rotary table");
   const float sign = direction == Direction::kForward ? 1.0f : -1.0f;
   const std::size_t head_dim = 2 * half_;
   parallel_rows(rows, 16, [&](std::size_t r) {
-    const std::size_t position = first_position + r % rows_per_sequence;
+    const std::size_t position =
+        row_positions != nullptr ? row_positions[r] : first_position + r % rows_per_sequence;
     const float* c = cos_.data() + position * half_;
     const float* s = sin_.data() + position * half_;
     for (std::size_t h = 0; h < heads; ++h) {

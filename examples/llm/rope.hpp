@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "examples/llm/hf_config.hpp"
@@ -29,11 +30,12 @@ class RopeTable {
 
   enum class Direction : unsigned char { kForward, kInverse };
   // Rotates `heads` heads of each row of x [rows × ld] in place (head h at columns h·head_dim).
-  // Row r sits at position first_position + r % rows_per_sequence. kInverse applies the
-  // transpose rotation: the backward of kForward.
+  // Row r sits at position first_position + r % rows_per_sequence, or row_positions[r] when
+  // given (packed documents restart their positions). kInverse applies the transpose rotation:
+  // the backward of kForward.
   void rotate(float* x, std::size_t ld, std::size_t rows, std::size_t heads,
-              std::size_t rows_per_sequence, std::size_t first_position,
-              Direction direction) const;
+              std::size_t rows_per_sequence, std::size_t first_position, Direction direction,
+              const std::uint32_t* row_positions = nullptr) const;
 
  private:
   std::size_t half_ = 0;  // head_dim / 2

@@ -1,8 +1,8 @@
 // Proves the decoder's CUDA backend for every family: with fp32 products it gives the host model's
 // loss and every gradient to fp32 rounding (sequences long enough to cross the attention tiles and
-// Mistral's window), with bf16 tensor-core products it stays within bf16 rounding of them, runs
-// are bitwise reproducible, activation checkpointing is bitwise free and backward overwrites its
-// gradients. Skips, saying why, where CUDA cannot be used.
+// Mistral's window) and on packed documents, with bf16 tensor-core products it stays within bf16
+// rounding of them, runs are bitwise reproducible, activation checkpointing is bitwise free and
+// backward overwrites its gradients. Skips, saying why, where CUDA cannot be used.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -140,16 +140,21 @@ struct Comparison {
   UnitBuffers host_grads, cuda_grads;
 };
 
-// Two of the three sequences, a third of the targets masked out: a short, weighted batch.
+// Two of the three sequences, a third of the targets masked out: a short, weighted batch. With
+// options.document_separator, every 13th token is the separator: packed documents.
 Comparison compare_with_host(const HfConfig& config, const DecoderOptions& options) {
   auto device = cuda_device();
-  DecoderModel host(config, DecoderOptions{options.seq_len, options.micro_batch, false, false});
+  DecoderOptions host_options{options.seq_len, options.micro_batch, false, false};
+  host_options.document_separator = options.document_separator;
+  DecoderModel host(config, host_options);
   DecoderModel cuda(config, options, device.get());
   EXPECT_TRUE(cuda.on_cuda());
   const UnitBuffers params = testing::random_parameters(host.units(), kSeed);
   const std::size_t n = options.seq_len + 1;
-  const std::vector<std::int32_t> tokens =
-      testing::random_tokens(2 * n, config.vocab_size, kSeed + 1);
+  std::vector<std::int32_t> tokens = testing::random_tokens(2 * n, config.vocab_size, kSeed + 1);
+  if (options.document_separator) {
+    for (std::size_t i = 12; i < tokens.size(); i += 13) tokens[i] = *options.document_separator;
+  }
   const std::vector<float> weights = testing::random_mask(2 * (n - 1), kSeed + 2);
 
   UnitBuffers host_grads(host.units());
@@ -168,6 +173,16 @@ TEST_P(DecoderCuda, Fp32ProductsMatchTheHostModel) {
   EXPECT_NEAR(c.cuda_loss, c.host_loss, 1e-5 * c.host_loss);
   expect_gradients_near(DecoderModel(config(), options(true)).units(), c.host_grads, c.cuda_grads,
                         1e-4f);
+}
+
+// Packed documents: the first-key and position arrays reach the attention, RoPE and (GPT-2)
+// position-embedding kernels as they reach the host's.
+TEST_P(DecoderCuda, Fp32ProductsMatchTheHostModelOnPackedDocuments) {
+  DecoderOptions packed = options(true);
+  packed.document_separator = 0;
+  const Comparison c = compare_with_host(config(), packed);
+  EXPECT_NEAR(c.cuda_loss, c.host_loss, 1e-5 * c.host_loss);
+  expect_gradients_near(DecoderModel(config(), packed).units(), c.host_grads, c.cuda_grads, 1e-4f);
 }
 
 // bf16 operands round each input to 8 significant bits (relative 2⁻⁹ ≈ 0.2%); sums of products

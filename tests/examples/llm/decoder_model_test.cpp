@@ -1,6 +1,7 @@
 // Proves DecoderModel's activation checkpointing is bitwise free, KV-cache decoding gives the full
 // forward's logits, results are deterministic, loss weights and short batches behave, and bad
-// tokens are refused naming their position (every family).
+// tokens are refused naming their position; packed documents with a separator are scored as if
+// each were alone (every family).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -170,6 +171,58 @@ TEST_P(DecoderModelTest, ShortSequencesEqualAModelBuiltForThem) {
     EXPECT_TRUE(bitwise_equal(long_grads.unit(u), short_grads.unit(u)))
         << long_model.units()[u].name;
   }
+}
+
+// With document_separator, a packed sequence "doc A + separator, doc B" gives every position of
+// each document the logits that document gets alone (attention stays inside it, positions
+// restart, Mistral's window and GPT-2's learned positions included); without it, doc B's differ.
+TEST_P(DecoderModelTest, PackedDocumentsAreScoredAsIfAlone) {
+  set_blas_threads(1);
+  const HfConfig c = config();
+  const std::int32_t separator = 0;
+  std::vector<std::int32_t> doc_a = testing::random_tokens(6, c.vocab_size - 1, kSeed + 5);
+  std::vector<std::int32_t> doc_b = testing::random_tokens(9, c.vocab_size - 1, kSeed + 6);
+  for (std::int32_t& token : doc_a) ++token;  // no separator inside a document
+  for (std::int32_t& token : doc_b) ++token;
+  doc_a.push_back(separator);
+  std::vector<std::int32_t> packed = doc_a;
+  packed.insert(packed.end(), doc_b.begin(), doc_b.end());  // 16 tokens: 15 inputs
+
+  DecoderOptions options{15, 1, false};
+  options.document_separator = separator;
+  DecoderModel masked(c, options);
+  DecoderModel plain(c, {15, 1, false});
+  const UnitBuffers params = testing::random_parameters(masked.units(), kSeed);
+  testing::forward(masked, params, packed, packed.size());
+  const std::vector<float> packed_logits(masked.logits().begin(), masked.logits().end());
+  testing::forward(plain, params, packed, packed.size());
+  const std::vector<float> unmasked_logits(plain.logits().begin(), plain.logits().end());
+
+  const std::size_t vocab = c.vocab_size;
+  float largest = 0.0f;
+  for (const float v : packed_logits) largest = std::max(largest, std::abs(v));
+  // doc A's 7 inputs (its tokens and the separator) and doc B's first 8, each alone.
+  struct Part {
+    std::vector<std::int32_t> tokens;
+    std::size_t first_row;
+  };
+  const Part parts[] = {{doc_a, 0}, {doc_b, doc_a.size()}};
+  float worst = 0.0f;
+  float masking_matters = 0.0f;
+  for (const Part& part : parts) {
+    std::vector<std::int32_t> alone = part.tokens;
+    if (part.first_row == 0) alone.push_back(doc_b.front());  // a target for the separator
+    DecoderModel single(c, {static_cast<std::uint32_t>(alone.size() - 1), 1, false});
+    testing::forward(single, params, alone, alone.size());
+    const std::span<const float> expected = single.logits();
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      const std::size_t at = part.first_row * vocab + i;
+      worst = std::max(worst, std::abs(packed_logits[at] - expected[i]));
+      masking_matters = std::max(masking_matters, std::abs(unmasked_logits[at] - expected[i]));
+    }
+  }
+  EXPECT_LE(worst, 1e-5f * largest) << "largest logit " << largest;
+  EXPECT_GT(masking_matters, 1e-3f * largest) << "doc B saw doc A without the mask, yet matched";
 }
 
 TEST_P(DecoderModelTest, BadTokensAndShapesAreRefused) {

@@ -5,6 +5,7 @@
 // same validation loss.
 #include "examples/llm/llm_trainer.hpp"
 
+#include <cmath>
 #include <cstring>
 
 #include <gtest/gtest.h>
@@ -123,6 +124,34 @@ TEST(LlmTrainer, AResumedRunContinuesAtTheSameBatchBitwise) {
       << rest[0] << " vs " << uninterrupted[2];
   EXPECT_EQ(std::memcmp(&rest[1], &uninterrupted[3], sizeof(double)), 0)
       << rest[1] << " vs " << uninterrupted[3];
+}
+
+// --document-mask reaches the decoder: with many short documents most windows cross a boundary,
+// and the masked run's validation loss differs from the unmasked one's on the same weights.
+TEST(LlmTrainer, DocumentMaskSeparatesThePackedDocuments) {
+  set_blas_threads(1);
+  Fixture fixture;
+  std::vector<std::filesystem::path> documents;
+  for (int d = 0; d < 8; ++d) {
+    documents.push_back(fixture.scratch.path() / ("doc" + std::to_string(d) + ".txt"));
+    std::ofstream(documents.back()) << "the dog ran " << d << " times in the sun.";
+  }
+  std::vector<double> validation;
+  for (const bool mask : {false, true}) {
+    ScratchDir nvme;
+    const runtime::Config config = all_on_nvme(nvme);
+    auto device = runtime::testing::host_device(config);
+    runtime::comm::LocalComm comm;
+    LlmTrainerOptions options = fixture.options();
+    options.data = documents;
+    options.seq_len = 40;  // documents of about 25 tokens: every window spans a boundary
+    options.document_mask = mask;
+    LlmTrainer trainer(config, *device, comm, options);
+    EXPECT_EQ(trainer.model().options().document_separator.has_value(), mask);
+    validation.push_back(trainer.validation_loss());
+  }
+  EXPECT_GT(std::abs(validation[1] - validation[0]), 1e-4 * validation[0])
+      << validation[0] << " unmasked, " << validation[1] << " masked";
 }
 
 TEST(LlmTrainer, ExportedFolderLoadsBackToTheSameValidationLoss) {
