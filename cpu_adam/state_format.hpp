@@ -22,29 +22,13 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <optional>
-#include <string_view>
 
 #include <oneapi/tbb/task_arena.h>
 
 #include "cpu_adam/exec_options.hpp"
+#include "cpu_adam/state_dtype.hpp"
 
 namespace strata::cpu_adam {
-
-enum class StateDType : std::uint8_t { kFp32 = 0, kBf16 = 1, kInt8 = 2 };
-inline constexpr int kStateDTypeCount = 3;
-
-// Which moment a buffer holds: it picks the int8 code (signed or non-negative).
-enum class MomentKind : std::uint8_t { kExpAvg = 0, kExpAvgSq = 1 };
-
-inline constexpr std::size_t kQuantBlockBytes = 1024;
-inline constexpr std::size_t kQuantBlockElems = kQuantBlockBytes - sizeof(float);
-
-std::string_view state_dtype_name(StateDType dtype);  // "fp32", "bf16", "int8"
-std::optional<StateDType> parse_state_dtype(std::string_view text);
-
-// Bytes that `numel` elements take in `dtype` (int8: whole blocks).
-std::uint64_t state_bytes(StateDType dtype, std::uint64_t numel);
 
 // Elements numel in `dtype` as fp32 (decode) and back (encode: bf16 to nearest even; int8 by the
 // block code of `moment`). `encoded` holds state_bytes(dtype, numel) bytes. The encoding of
