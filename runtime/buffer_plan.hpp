@@ -36,9 +36,12 @@ struct KindPlacement {
     if (quantized) return cpu_adam::StateDType::kInt8;
     return dtype == DType::kBf16 ? cpu_adam::StateDType::kBf16 : cpu_adam::StateDType::kFp32;
   }
+  // int8 sub-groups are padded to whole 4 KiB pages (four blocks): the NVMe store moves whole
+  // O_DIRECT pages, as every other kind's sub-groups (multiples of 2048 elements) already are.
   std::uint64_t bytes(std::uint64_t numel) const {
-    return quantized ? cpu_adam::state_bytes(cpu_adam::StateDType::kInt8, numel)
-                     : numel * dtype_bytes(dtype);
+    if (!quantized) return numel * dtype_bytes(dtype);
+    constexpr std::uint64_t kPage = 4 * cpu_adam::kQuantBlockBytes;
+    return (cpu_adam::state_bytes(cpu_adam::StateDType::kInt8, numel) + kPage - 1) / kPage * kPage;
   }
 };
 

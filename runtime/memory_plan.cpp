@@ -121,8 +121,9 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
                              bool sharded, Tier home) {
     const std::uint64_t elements = sharded ? shard : psi;
     const std::uint64_t bytes = bytes_of(elements);
-    const double per_param =
-        static_cast<double>(bytes_of(cpu_adam::kQuantBlockElems)) / cpu_adam::kQuantBlockElems;
+    // Per parameter over a whole page of int8 blocks (four), where no padding counts.
+    constexpr std::uint64_t kPageElems = 4 * cpu_adam::kQuantBlockElems;
+    const double per_param = static_cast<double>(bytes_of(kPageElems)) / kPageElems;
     plan.states.push_back({kind, std::move(layout), per_param, sharded, home, elements, bytes});
     // The NVMe store keeps two slots (A/B) of every extent, so a crash mid-step never touches the
     // committed copy: state homed on NVMe occupies twice its size there.

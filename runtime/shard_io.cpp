@@ -68,7 +68,7 @@ void EngineState::flush(UnitState& unit, Kind kind, std::size_t group, const std
       return;
     case Residence::kNvme:
       wait_timed(store_->write(home.extents[group],
-                               std::span(window, sub.numel * home.element_bytes())));
+                               std::span(window, home.bytes(sub.numel))));
       return;
   }
 }
