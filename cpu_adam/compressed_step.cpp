@@ -21,9 +21,9 @@ void check_spans(Algorithm algorithm, const CompressedSpans& spans) {
                 "master or grad missing");
   STRATA_ASSERT(!detail::uses_exp_avg(algorithm) || spans.numel == 0 || spans.exp_avg != nullptr,
                 "exp_avg missing");
-  STRATA_ASSERT(!detail::uses_exp_avg_sq(algorithm) || spans.numel == 0 ||
-                    spans.exp_avg_sq != nullptr,
-                "exp_avg_sq missing");
+  STRATA_ASSERT(
+      !detail::uses_exp_avg_sq(algorithm) || spans.numel == 0 || spans.exp_avg_sq != nullptr,
+      "exp_avg_sq missing");
   STRATA_ASSERT(!spans.param_out.present() || spans.param_out.count == spans.numel,
                 "param_out length differs from numel");
 }
@@ -61,7 +61,8 @@ void step_compressed(const Hyperparams& hyperparams, const CompressedSpans& span
   args.without_decay = detail::make_constants(no_decay, scaling);
   args.runs = decay_runs.data();
   args.run_count = decay_runs.size();
-  args.rounding_key = detail::rounding_key(rounding.seed, static_cast<std::uint64_t>(hyperparams.step));
+  args.rounding_key =
+      detail::rounding_key(rounding.seed, static_cast<std::uint64_t>(hyperparams.step));
   args.first_element = rounding.first_element;
   const detail::CompressedFn update =
       detail::kernels_for(options)
@@ -77,8 +78,7 @@ double compressed_bytes_per_element(Algorithm algorithm, StateDType master_dtype
                                     StateDType moment_dtype, DType grad_dtype,
                                     std::optional<DType> param_out_dtype) {
   constexpr double kBlock = static_cast<double>(kQuantBlockElems);
-  const double moment =
-      static_cast<double>(state_bytes(moment_dtype, kQuantBlockElems)) / kBlock;
+  const double moment = static_cast<double>(state_bytes(moment_dtype, kQuantBlockElems)) / kBlock;
   const double master = static_cast<double>(state_bytes(master_dtype, kQuantBlockElems)) / kBlock;
   const double moments = (detail::uses_exp_avg(algorithm) ? moment : 0.0) +
                          (detail::uses_exp_avg_sq(algorithm) ? moment : 0.0);

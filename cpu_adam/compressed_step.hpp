@@ -34,10 +34,10 @@ struct CompressedSpans {
   StateDType master_dtype = StateDType::kFp32;  // fp32 or bf16
   StateDType moment_dtype = StateDType::kFp32;  // fp32, bf16 or int8
   std::byte* master = nullptr;                  // state_bytes(master_dtype, numel) bytes
-  std::byte* exp_avg = nullptr;                 // state_bytes(moment_dtype, numel); null for Adagrad
-  std::byte* exp_avg_sq = nullptr;              // the same; null for Lion
-  ConstTypedSpan grad;                          // numel elements, fp32, bf16 or fp16
-  TypedSpan param_out;                          // optional: numel bf16 or fp16 elements
+  std::byte* exp_avg = nullptr;     // state_bytes(moment_dtype, numel); null for Adagrad
+  std::byte* exp_avg_sq = nullptr;  // the same; null for Lion
+  ConstTypedSpan grad;              // numel elements, fp32, bf16 or fp16
+  TypedSpan param_out;              // optional: numel bf16 or fp16 elements
 };
 
 struct StochasticRounding {

@@ -12,12 +12,13 @@
 //      value = scale * (q * |q|) / 127^2          (a square-law code: fine steps near zero).
 //  - exp_avg_sq (non-negative; Adam's v, Adagrad's sum): code c in [0, 255],
 //      value = scale * (c / 255)^4                (sqrt(v) gets a square-law code: Adam divides
-//                                                  by sqrt(v), so its relative error is what counts).
+//                                                  by sqrt(v), so its relative error is what
+//                                                  counts).
 //  - Encoding picks the code nearest in the companded domain (sqrt(|m|/scale) * 127,
 //    (v/scale)^(1/4) * 255), rounding half up; the decoded value is then one of the two codes that
 //    bracket the true value.
-// bf16 master weights are rounded stochastically by the optimizer (unbiased; see compressed_step.hpp)
-// and to nearest even when written from fp32 (checkpoint load, import).
+// bf16 master weights are rounded stochastically by the optimizer (unbiased; see
+// compressed_step.hpp) and to nearest even when written from fp32 (checkpoint load, import).
 #pragma once
 
 #include <cstddef>

@@ -66,7 +66,9 @@ void plan_state(BufferPlan& plan, const Config& config, const UnitLayout& layout
       // One extent per sub-group, two slots (A/B) of each.
       plan.any_nvme = true;
       plan.nvme_state_bytes += 2 * groups.full * aligned(placement.bytes(groups.size));
-      if (groups.remainder > 0) plan.nvme_state_bytes += 2 * aligned(placement.bytes(groups.remainder));
+      if (groups.remainder > 0) {
+        plan.nvme_state_bytes += 2 * aligned(placement.bytes(groups.remainder));
+      }
     }
   }
 }

@@ -96,7 +96,7 @@ void update_kernel(const UpdateArgs& args, std::size_t begin, std::size_t end) {
   for (; i < end; ++i) Rule::template apply<ScalarOps, Grad, Out>(args, i);
 }
 
-// Elements [begin, end) of the block at `first` through the rule, each decay run with its constants.
+// The n elements of the block at `first` through the rule, each decay run with its constants.
 template <class V, class Rule, class Grad, class Out>
 void update_runs(const CompressedArgs& a, UpdateArgs block, std::uint64_t first, std::size_t n) {
   const std::uint64_t last = first + n;
@@ -130,7 +130,9 @@ void compressed_kernel(const CompressedArgs& a, std::size_t begin_block, std::si
     const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(
         kQuantBlockElems, a.numel - first));
     decode_moment<V>(a.master_dtype, MomentKind::kExpAvg, a.master, first, n, master);
-    if (a.exp_avg) decode_moment<V>(a.moment_dtype, MomentKind::kExpAvg, a.exp_avg, first, n, exp_avg);
+    if (a.exp_avg) {
+      decode_moment<V>(a.moment_dtype, MomentKind::kExpAvg, a.exp_avg, first, n, exp_avg);
+    }
     if (a.exp_avg_sq) {
       decode_moment<V>(a.moment_dtype, MomentKind::kExpAvgSq, a.exp_avg_sq, first, n, exp_avg_sq);
     }
@@ -145,7 +147,9 @@ void compressed_kernel(const CompressedArgs& a, std::size_t begin_block, std::si
       if constexpr (!std::is_void_v<Out>) block.param_out = static_cast<Out*>(a.param_out) + first;
       update_runs<V, Rule, Grad, Out>(a, block, first, n);
     }
-    if (a.exp_avg) encode_moment<V>(a.moment_dtype, MomentKind::kExpAvg, exp_avg, first, n, a.exp_avg);
+    if (a.exp_avg) {
+      encode_moment<V>(a.moment_dtype, MomentKind::kExpAvg, exp_avg, first, n, a.exp_avg);
+    }
     if (a.exp_avg_sq) {
       encode_moment<V>(a.moment_dtype, MomentKind::kExpAvgSq, exp_avg_sq, first, n, a.exp_avg_sq);
     }
@@ -155,7 +159,8 @@ void compressed_kernel(const CompressedArgs& a, std::size_t begin_block, std::si
     }
     Bf16* kept = reinterpret_cast<Bf16*>(a.master) + first;
     for (std::size_t i = 0; i < n; ++i) {
-      kept[i] = round_stochastic(master[i], rounding_noise(a.rounding_key, a.first_element + first + i));
+      const std::uint64_t element = a.first_element + first + i;
+      kept[i] = round_stochastic(master[i], rounding_noise(a.rounding_key, element));
     }
     if constexpr (std::is_same_v<Out, Bf16>) {
       std::memcpy(static_cast<Bf16*>(a.param_out) + first, kept, n * sizeof(Bf16));

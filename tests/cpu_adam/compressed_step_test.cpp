@@ -83,14 +83,16 @@ Hyperparams hyper_for(Algorithm algorithm, int step) {
 }
 
 // Runs that cut blocks in odd places: decay, no decay, decay.
-const std::vector<DecayRun> kRuns = {{0, 700, true}, {700, 2 * kQuantBlockElems, false},
-                                     {700 + 2 * kQuantBlockElems, kCount - 700 - 2 * kQuantBlockElems, true}};
+const std::vector<DecayRun> kRuns = {
+    {0, 700, true},
+    {700, 2 * kQuantBlockElems, false},
+    {700 + 2 * kQuantBlockElems, kCount - 700 - 2 * kQuantBlockElems, true}};
 
 TEST(CompressedStep, Fp32StateIsStepBitForBit) {
   const std::uint64_t seed = testing::test_seed(31);
   tbb::task_arena arena(2);
-  for (Algorithm algorithm : {Algorithm::kAdamW, Algorithm::kAdam, Algorithm::kAdagrad,
-                              Algorithm::kLion}) {
+  for (Algorithm algorithm :
+       {Algorithm::kAdamW, Algorithm::kAdam, Algorithm::kAdagrad, Algorithm::kLion}) {
     State compressed(StateDType::kFp32, StateDType::kFp32, seed);
     State plain(StateDType::kFp32, StateDType::kFp32, seed);
     for (int step = 1; step <= 2; ++step) {
@@ -107,8 +109,8 @@ TEST(CompressedStep, Fp32StateIsStepBitForBit) {
         spans.exp_avg_sq = floats(plain.exp_avg_sq);
         spans.grad = ConstTypedSpan(static_cast<const Bf16*>(grad.data()) + run.begin, run.numel,
                                     DType::kBf16);
-        spans.param_out = TypedSpan(static_cast<Bf16*>(plain.out.data()) + run.begin, run.numel,
-                                    DType::kBf16);
+        spans.param_out =
+            TypedSpan(static_cast<Bf16*>(plain.out.data()) + run.begin, run.numel, DType::kBf16);
         Hyperparams run_hyper = h;
         if (!run.weight_decay) run_hyper.weight_decay = 0;
         cpu_adam::step(run_hyper, spans, {}, arena);
@@ -136,7 +138,8 @@ TEST(CompressedStep, SameBytesForEverySimdLevelThreadCountAndChunking) {
               step_compressed(hyper_for(algorithm, step), state.spans(grad), {}, {seed, 4096},
                               kRuns, arena, options);
             }
-            if (!reference) reference.emplace(std::move(state));
+            if (!reference)
+              reference.emplace(std::move(state));
             else
               ASSERT_TRUE(state == *reference)
                   << "algorithm " << static_cast<int>(algorithm) << " master "
@@ -186,7 +189,8 @@ TEST(CompressedStep, Bf16MasterRoundsWithoutBias) {
   const double mean = sum / kElements;
   const double bound = 6 * spacing * std::sqrt(p * (1 - p) / kElements);
   EXPECT_LE(std::fabs(mean - target), bound) << "mean " << mean << " target " << target;
-  const double nearest_bias = std::fabs(double{to_float(to_bf16(static_cast<float>(target)))} - target);
+  const double nearest_bias =
+      std::fabs(double{to_float(to_bf16(static_cast<float>(target)))} - target);
   EXPECT_LT(bound, nearest_bias / 10);  // the test can tell SR from round-to-nearest
 }
 

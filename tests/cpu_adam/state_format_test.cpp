@@ -1,6 +1,7 @@
 // Proves the state codecs' round-trip error stays inside bounds computed here in float64 (int8: the
 // decoded value is one of the two codes bracketing the true one; bf16: half an ulp), that encoding
-// a decoded state gives its bytes back, and that every SIMD level and thread count gives the same bytes.
+// a decoded state gives its bytes back, and that every SIMD level and thread count gives the same
+// bytes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -61,7 +62,8 @@ TEST(StateFormat, Int8RoundTripStaysBetweenTheBracketingCodes) {
       const std::size_t first = b * kQuantBlockElems;
       const std::size_t last = std::min(count, first + kQuantBlockElems);
       double absmax = 0;
-      for (std::size_t i = first; i < last; ++i) absmax = std::max(absmax, std::fabs(double{values[i]}));
+      for (std::size_t i = first; i < last; ++i)
+        absmax = std::max(absmax, std::fabs(double{values[i]}));
       float stored_scale;
       std::memcpy(&stored_scale, encoded.data() + b * kQuantBlockBytes, sizeof(float));
       ASSERT_EQ(double{stored_scale}, absmax) << "block " << b << " " << testing::seed_note(seed);
@@ -71,7 +73,8 @@ TEST(StateFormat, Int8RoundTripStaysBetweenTheBracketingCodes) {
                                     ? max_code * std::sqrt(x / absmax)
                                     : max_code * std::sqrt(std::sqrt(x / absmax));
         const double low = code_value(moment, absmax, std::floor(position));
-        const double high = code_value(moment, absmax, std::min(max_code, std::floor(position) + 1));
+        const double high =
+            code_value(moment, absmax, std::min(max_code, std::floor(position) + 1));
         const double slack = 1e-6 * absmax;  // fp32 arithmetic in the codec
         const double got = std::fabs(double{decoded[i]});
         ASSERT_GE(got, low - slack) << "element " << i << " " << testing::seed_note(seed);
@@ -102,7 +105,8 @@ TEST(StateFormat, Bf16RoundTripIsWithinHalfAnUlp) {
   ASSERT_EQ(encoded.size(), 2 * count);
   encode_state(StateDType::kBf16, MomentKind::kExpAvg, values.data(), count, encoded.data(), arena);
   std::vector<float> decoded(count);
-  decode_state(StateDType::kBf16, MomentKind::kExpAvg, encoded.data(), count, decoded.data(), arena);
+  decode_state(StateDType::kBf16, MomentKind::kExpAvg, encoded.data(), count, decoded.data(),
+               arena);
   for (std::size_t i = 0; i < count; ++i) {
     const double x = values[i];
     ASSERT_LE(std::fabs(double{decoded[i]} - x), std::ldexp(std::fabs(x), -8) + 1e-45)

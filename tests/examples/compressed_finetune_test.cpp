@@ -38,9 +38,10 @@ TEST(CompressedFinetune, Int8MomentsAndBf16MasterMatchFp32Within2Percent) {
   const double fp32 = validation_after(fp32_dir, "");
   const double int8 =
       validation_after(int8_dir, "state_dtype = \"int8\"\nmaster_dtype = \"bf16\"\n");
-  std::printf("validation loss after %d steps: fp32 state %.4f, int8 moments + bf16 master %.4f "
-              "(%+.2f%%)\n",
-              kSteps, fp32, int8, 100 * (int8 - fp32) / fp32);
+  std::printf(
+      "validation loss after %d steps: fp32 state %.4f, int8 moments + bf16 master %.4f "
+      "(%+.2f%%)\n",
+      kSteps, fp32, int8, 100 * (int8 - fp32) / fp32);
   EXPECT_LT(std::fabs(int8 - fp32), 0.02 * fp32);
 }
 

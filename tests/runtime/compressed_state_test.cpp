@@ -22,9 +22,9 @@ namespace strata::runtime {
 namespace {
 
 using io::testing::ScratchDir;
-using ::testing::HasSubstr;
 using testing::engine_test_config;
 using testing::expect_same_state;
+using ::testing::HasSubstr;
 using testing::TrainedModel;
 using Access = EngineOptions::DeviceAccess;
 using cpu_adam::StateDType;
@@ -70,21 +70,22 @@ void expect_bitwise(const Trained& got, const Trained& want, const std::string& 
   expect_same_state(got.state, want.state, what);
 }
 
-class CompressedPlacement
-    : public ::testing::TestWithParam<std::tuple<Tier, Tier, Tier, Access>> {};
+class CompressedPlacement : public ::testing::TestWithParam<std::tuple<Tier, Tier, Tier, Access>> {
+};
 
 // int8 moments + bf16 master: every placement and data path is the all-on-device run bit for bit.
 TEST_P(CompressedPlacement, IsBitwiseIdenticalToAllOnDevice) {
   ScratchDir reference_dir;
-  const Trained reference = train(compressed(reference_dir, StateDType::kInt8, StateDType::kBf16), 4);
+  const Trained reference =
+      train(compressed(reference_dir, StateDType::kInt8, StateDType::kBf16), 4);
   const auto [params, grads, optimizer, access] = GetParam();
   ScratchDir dir;
   const Trained got = train(
       compressed(dir, StateDType::kInt8, StateDType::kBf16, params, grads, optimizer), 4, access);
-  expect_bitwise(got, reference,
-                 fmt::format("params {} grads {} optimizer {} {}", to_string(params),
-                             to_string(grads), to_string(optimizer),
-                             access == Access::kStaged ? "staged" : "direct"));
+  expect_bitwise(
+      got, reference,
+      fmt::format("params {} grads {} optimizer {} {}", to_string(params), to_string(grads),
+                  to_string(optimizer), access == Access::kStaged ? "staged" : "direct"));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -94,9 +95,10 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(Tier::kDevice, Tier::kHost, Tier::kNvme),
                        ::testing::Values(Access::kAuto, Access::kStaged)),
     [](const auto& param_info) {
-      return fmt::format("params_{}_grads_{}_optimizer_{}_{}", to_string(std::get<0>(param_info.param)),
-                         to_string(std::get<1>(param_info.param)), to_string(std::get<2>(param_info.param)),
-                         std::get<3>(param_info.param) == Access::kStaged ? "staged" : "direct");
+      return fmt::format(
+          "params_{}_grads_{}_optimizer_{}_{}", to_string(std::get<0>(param_info.param)),
+          to_string(std::get<1>(param_info.param)), to_string(std::get<2>(param_info.param)),
+          std::get<3>(param_info.param) == Access::kStaged ? "staged" : "direct");
     });
 
 TEST(CompressedState, EveryFormatLowersTheLoss) {
@@ -111,17 +113,19 @@ TEST(CompressedState, EveryFormatLowersTheLoss) {
   }
 }
 
-// The NVMe optimizer traffic per step is exactly the encoded sub-groups: this model's sub-groups are
-// all 2048 elements, fp32 master + moments 3 x 8 KiB each; bf16 master 4 KiB and each int8 moment
-// 3 blocks padded to one 4 KiB page, so exactly half (at huge.toml's 1e7-element sub-groups the
-// padding vanishes and the ratio is 0.334: CompressedStatePlan below).
+// The NVMe optimizer traffic per step is exactly the encoded sub-groups: this model's sub-groups
+// are all 2048 elements, fp32 master + moments 3 x 8 KiB each; bf16 master 4 KiB and each int8
+// moment 3 blocks padded to one 4 KiB page, so exactly half (at huge.toml's 1e7-element sub-groups
+// the padding vanishes and the ratio is 0.334: CompressedStatePlan below).
 TEST(CompressedState, NvmeTrafficShrinksWithTheBytes) {
   if (force_nvme_knob()) GTEST_SKIP() << "STRATA_FORCE_NVME moves every kind to NVMe";
   ScratchDir fp32_dir, int8_dir;
   const Trained fp32 = train(compressed(fp32_dir, StateDType::kFp32, StateDType::kFp32,
-                                        Tier::kDevice, Tier::kDevice, Tier::kNvme), 2);
+                                        Tier::kDevice, Tier::kDevice, Tier::kNvme),
+                             2);
   const Trained int8 = train(compressed(int8_dir, StateDType::kInt8, StateDType::kBf16,
-                                        Tier::kDevice, Tier::kDevice, Tier::kNvme), 2);
+                                        Tier::kDevice, Tier::kDevice, Tier::kNvme),
+                             2);
   const double ratio = static_cast<double>(int8.nvme_bytes) / static_cast<double>(fp32.nvme_bytes);
   std::printf("NVMe bytes over 2 steps: fp32 %llu, int8 + bf16 master %llu (ratio %.3f)\n",
               static_cast<unsigned long long>(fp32.nvme_bytes),
@@ -149,8 +153,7 @@ TEST(CompressedState, ResumesFromTheNvmeStoreBitwise) {
 
 TEST(CompressedState, CheckpointSaveLoadContinuesBitwise) {
   ScratchDir straight_dir, first_dir, second_dir, checkpoint_dir;
-  const Trained straight =
-      train(compressed(straight_dir, StateDType::kInt8, StateDType::kBf16), 5);
+  const Trained straight = train(compressed(straight_dir, StateDType::kInt8, StateDType::kBf16), 5);
   const auto checkpoint = checkpoint_dir.path() / "ckpt";
   {
     TrainedModel first(compressed(first_dir, StateDType::kInt8, StateDType::kBf16, Tier::kNvme,
@@ -219,10 +222,11 @@ TEST(CompressedStatePlan, HugeTomlNvmeTrafficFollowsTheStateBytes) {
                        static_cast<double>(nvme_bytes_per_step(fp32_plan));
   const double optimizer_ratio = static_cast<double>(optimizer.bytes_per_rank) /
                                  static_cast<double>(fp32_plan.states.back().bytes_per_rank);
-  std::printf("huge.toml NVMe bytes per step: fp32 %.2f GB, int8 moments + bf16 master %.2f GB "
-              "(ratio %.3f; optimizer state alone %.3f)\n",
-              static_cast<double>(nvme_bytes_per_step(fp32_plan)) / 1e9,
-              static_cast<double>(nvme_bytes_per_step(int8_plan)) / 1e9, ratio, optimizer_ratio);
+  std::printf(
+      "huge.toml NVMe bytes per step: fp32 %.2f GB, int8 moments + bf16 master %.2f GB "
+      "(ratio %.3f; optimizer state alone %.3f)\n",
+      static_cast<double>(nvme_bytes_per_step(fp32_plan)) / 1e9,
+      static_cast<double>(nvme_bytes_per_step(int8_plan)) / 1e9, ratio, optimizer_ratio);
   EXPECT_NEAR(ratio, (6 + 4 + 2 * optimizer.bytes_per_param) / (6 + 4 + 2 * 12.0), 1e-3);
   EXPECT_LE(optimizer_ratio, 0.45);
 }
