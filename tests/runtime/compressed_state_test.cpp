@@ -113,6 +113,19 @@ TEST(CompressedState, EveryFormatLowersTheLoss) {
   }
 }
 
+// Adagrad (no exp_avg) and Lion (no exp_avg_sq) keep their one moment in int8 too, on NVMe.
+TEST(CompressedState, AdagradAndLionTrainWithInt8State) {
+  for (OptimizerType type : {OptimizerType::kAdagrad, OptimizerType::kLion}) {
+    ScratchDir dir;
+    Config config = compressed(dir, StateDType::kInt8, StateDType::kBf16, Tier::kDevice,
+                               Tier::kDevice, Tier::kNvme);
+    config.optimizer.type = type;
+    if (type == OptimizerType::kLion) config.optimizer.lr = 1e-3;
+    const Trained run = train(config, 12);
+    EXPECT_LT(run.losses.back(), 0.8f * run.losses.front()) << to_string(type);
+  }
+}
+
 // The NVMe optimizer traffic per step is exactly the encoded sub-groups: this model's sub-groups
 // are all 2048 elements, fp32 master + moments 3 x 8 KiB each; bf16 master 4 KiB and each int8
 // moment 3 blocks padded to one 4 KiB page, so exactly half (at huge.toml's 1e7-element sub-groups
