@@ -351,10 +351,10 @@ std::string render_plan_text(const MemoryPlan& plan, const Config& config) {
                    plan.params, static_cast<double>(plan.params), plan.ranks,
                    plan.ranks == 1 ? "" : "s", plan.stage, to_string(config.optimizer.type)));
   line("");
-  line(fmt::format("{:<10} {:<40} {:>7} {:>8} {:>7} {:>14}", "state", "layout", "B/param",
+  line(fmt::format("{:<10} {:<46} {:>7} {:>8} {:>7} {:>14}", "state", "layout", "B/param",
                    "sharded", "home", "per rank"));
   for (const StateRow& state : plan.states) {
-    line(fmt::format("{:<10} {:<40} {:>7.4g} {:>8} {:>7} {:>14}", to_string(state.kind),
+    line(fmt::format("{:<10} {:<46} {:>7.4g} {:>8} {:>7} {:>14}", to_string(state.kind),
                      state.layout,
                      state.bytes_per_param, state.sharded ? "1/N" : "no", to_string(state.home),
                      format_decimal_bytes(static_cast<double>(state.bytes_per_rank))));
