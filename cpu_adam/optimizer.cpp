@@ -7,15 +7,10 @@
 #include "base/assert.hpp"
 #include "cpu_adam/detail/kernel_table.hpp"
 #include "cpu_adam/detail/parallel.hpp"
+#include "cpu_adam/detail/update_setup.hpp"
 
 namespace strata::cpu_adam {
-namespace {
-
-[[noreturn]] void fail(const char* what, double value) {
-  std::ostringstream message;
-  message << "cpu_adam: " << what << ", got " << value;
-  throw std::invalid_argument(message.str());
-}
+namespace detail {
 
 bool uses_exp_avg(Algorithm algorithm) {
   return algorithm != Algorithm::kAdagrad;
@@ -24,28 +19,28 @@ bool uses_exp_avg_sq(Algorithm algorithm) {
   return algorithm != Algorithm::kLion;
 }
 
-detail::UpdateRule rule_of(Algorithm algorithm) {
+UpdateRule rule_of(Algorithm algorithm) {
   switch (algorithm) {
     case Algorithm::kAdamW:
     case Algorithm::kAdam:
-      return detail::UpdateRule::kAdam;
+      return UpdateRule::kAdam;
     case Algorithm::kAdagrad:
-      return detail::UpdateRule::kAdagrad;
+      return UpdateRule::kAdagrad;
     case Algorithm::kLion:
-      return detail::UpdateRule::kLion;
+      return UpdateRule::kLion;
   }
-  return detail::UpdateRule::kAdam;
+  return UpdateRule::kAdam;
 }
 
 int out_index(const TypedSpan& param_out) {
-  if (!param_out.present()) return detail::kOutNone;
+  if (!param_out.present()) return kOutNone;
   STRATA_ASSERT(param_out.dtype != DType::kFp32, "param_out must be bf16 or fp16");
-  return param_out.dtype == DType::kBf16 ? detail::kOutBf16 : detail::kOutFp16;
+  return param_out.dtype == DType::kBf16 ? kOutBf16 : kOutFp16;
 }
 
 // Everything per step is computed here in double and rounded to fp32 once.
-detail::UpdateConstants make_constants(const Hyperparams& h, const GradScaling& scaling) {
-  detail::UpdateConstants c;
+UpdateConstants make_constants(const Hyperparams& h, const GradScaling& scaling) {
+  UpdateConstants c;
   c.grad_multiplier = static_cast<float>(scaling.clip_coef / scaling.loss_scale);
   c.beta1 = static_cast<float>(h.beta1);
   c.one_minus_beta1 = static_cast<float>(1.0 - h.beta1);
@@ -74,6 +69,23 @@ detail::UpdateConstants make_constants(const Hyperparams& h, const GradScaling& 
   c.use_l2 = !decoupled && h.weight_decay != 0.0;
   c.l2 = static_cast<float>(h.weight_decay);
   return c;
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::uses_exp_avg;
+using detail::uses_exp_avg_sq;
+using detail::rule_of;
+using detail::out_index;
+using detail::make_constants;
+
+
+[[noreturn]] void fail(const char* what, double value) {
+  std::ostringstream message;
+  message << "cpu_adam: " << what << ", got " << value;
+  throw std::invalid_argument(message.str());
 }
 
 detail::UpdateArgs make_args(const ParamSpans& spans) {

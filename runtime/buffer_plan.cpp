@@ -57,15 +57,18 @@ void plan_state(BufferPlan& plan, const Config& config, const UnitLayout& layout
   for (ShardKind kind : kAllShardKinds) {
     const KindPlacement& placement = plan.kind(kind);
     if (!placement.kept) continue;
-    const std::uint64_t element_bytes = placement.element_bytes();
-    const std::uint64_t bytes = layout.shard_numel * element_bytes;
+    // Sub-groups are encoded separately (int8 blocks start at each one's first element).
+    const std::uint64_t bytes = groups.full * placement.bytes(groups.size) +
+                                placement.bytes(groups.remainder);
     if (placement.tier == Tier::kDevice) plan.device_state_bytes += bytes;
     if (placement.tier == Tier::kHost) plan.host_state_bytes += aligned(bytes);
     if (placement.tier == Tier::kNvme) {
       // One extent per sub-group, two slots (A/B) of each.
       plan.any_nvme = true;
-      plan.nvme_state_bytes += 2 * groups.full * aligned(groups.size * element_bytes);
-      if (groups.remainder > 0) plan.nvme_state_bytes += 2 * aligned(groups.remainder * element_bytes);
+      plan.nvme_state_bytes += 2 * groups.full * aligned(placement.bytes(groups.size));
+      if (groups.remainder > 0) {
+        plan.nvme_state_bytes += 2 * aligned(placement.bytes(groups.remainder));
+      }
     }
   }
 }
@@ -78,12 +81,12 @@ void plan_nvme_staging(BufferPlan& plan, const Config& config) {
     if (!plan.on(kind, Tier::kNvme)) continue;
     plan.pipeline_offsets[static_cast<std::size_t>(kind)] = plan.pipeline_buffer_bytes;
     plan.pipeline_buffer_bytes +=
-        aligned(plan.largest_group_numel * plan.kind(kind).element_bytes());
+        aligned(plan.kind(kind).bytes(plan.largest_group_numel));
   }
   plan.pipeline_buffer_count = config.zero.buffer_count;
   if (plan.on(ShardKind::kGrad, Tier::kNvme)) {
     plan.grad_staging_buffer_bytes =
-        aligned(plan.largest_shard_numel * plan.kind(ShardKind::kGrad).element_bytes());
+        aligned(plan.kind(ShardKind::kGrad).bytes(plan.largest_shard_numel));
   }
 }
 
@@ -93,7 +96,7 @@ void plan_staged_path(BufferPlan& plan, const Config& config, const BufferPlanIn
     if (!plan.on(kind, Tier::kDevice)) continue;
     plan.device_staging_offsets[static_cast<std::size_t>(kind)] = plan.device_staging_slot_bytes;
     plan.device_staging_slot_bytes +=
-        aligned(plan.largest_group_numel * plan.kind(kind).element_bytes());
+        aligned(plan.kind(kind).bytes(plan.largest_group_numel));
   }
   plan.shard_staging_bytes = aligned(plan.largest_shard_numel * 4);
   if (plan.ranks > 1 && !inputs.collectives_on_device) {
@@ -103,7 +106,7 @@ void plan_staged_path(BufferPlan& plan, const Config& config, const BufferPlanIn
     // At most the prefetched units and the one being acquired are loading at once.
     plan.param_read_slots = config.zero.prefetch_depth + 2;
     plan.param_read_slot_bytes =
-        aligned(plan.largest_shard_numel * plan.kind(ShardKind::kParam).element_bytes());
+        aligned(plan.kind(ShardKind::kParam).bytes(plan.largest_shard_numel));
   }
 }
 
@@ -117,12 +120,18 @@ std::array<KindPlacement, kShardKindCount> place_kinds(const Config& config,
     placement.kept = kind_kept(config.optimizer.type, kind);
     placement.tier = home_tier(config.zero, kind);
     // Parameters as configured; gradients too, except that accumulating over micro-batches keeps
-    // them in fp32 (no rounding per addition); optimizer state in fp32.
+    // them in fp32 (no rounding per addition); optimizer state as [optimizer] master_dtype and
+    // state_dtype say.
+    const cpu_adam::StateDType state = kind == ShardKind::kMaster ? config.optimizer.master_dtype
+                                                                  : config.optimizer.state_dtype;
     placement.dtype = kind == ShardKind::kParam ? config.precision.params
                       : kind == ShardKind::kGrad
                           ? (grad_accumulation > 1 ? DType::kFp32
                                                    : config.precision.grads)
-                          : DType::kFp32;
+                      : state == cpu_adam::StateDType::kBf16 ? DType::kBf16
+                      : state == cpu_adam::StateDType::kInt8 ? DType::kUint8
+                                                             : DType::kFp32;
+    placement.quantized = placement.dtype == DType::kUint8;
   }
   return kinds;
 }

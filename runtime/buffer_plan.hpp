@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/dtype.hpp"
+#include "cpu_adam/state_dtype.hpp"
 #include "cpu_adam/typed_span.hpp"
 #include "runtime/config.hpp"
 
@@ -23,12 +24,25 @@ inline constexpr std::array<ShardKind, kShardKindCount> kAllShardKinds = {
     ShardKind::kExpAvgSq};
 
 // Where one kind lives and in which element type; `kept` is false for a moment the optimizer
-// does not keep (Adagrad has no exp_avg, Lion no exp_avg_sq).
+// does not keep (Adagrad has no exp_avg, Lion no exp_avg_sq). Moments in int8 are `quantized`:
+// blocks of cpu_adam/state_format.hpp (dtype kUint8 then only says "bytes"); every size of a kind
+// goes through bytes(), never numel * element size.
 struct KindPlacement {
   bool kept = false;
   Tier tier = Tier::kDevice;
   DType dtype = DType::kFp32;
-  std::uint64_t element_bytes() const { return dtype_bytes(dtype); }
+  bool quantized = false;
+  cpu_adam::StateDType state_dtype() const {
+    if (quantized) return cpu_adam::StateDType::kInt8;
+    return dtype == DType::kBf16 ? cpu_adam::StateDType::kBf16 : cpu_adam::StateDType::kFp32;
+  }
+  // int8 sub-groups are padded to whole 4 KiB pages (four blocks): the NVMe store moves whole
+  // O_DIRECT pages, as every other kind's sub-groups (multiples of 2048 elements) already are.
+  std::uint64_t bytes(std::uint64_t numel) const {
+    if (!quantized) return numel * dtype_bytes(dtype);
+    constexpr std::uint64_t kPage = 4 * cpu_adam::kQuantBlockBytes;
+    return (cpu_adam::state_bytes(cpu_adam::StateDType::kInt8, numel) + kPage - 1) / kPage * kPage;
+  }
 };
 
 struct BufferPlanInputs {

@@ -66,11 +66,16 @@ std::uint64_t config_hash(const EngineState& state) {
   const OptimizerConfig& opt = state.config().optimizer;
   const std::string text = fmt::format(
       "{} lr={} b1={} b2={} eps={} wd={} clip={} bc={} params={} grads={} seed={} "
-      "warmup={} schedule={} decay_steps={} min_lr={}",
+      "warmup={} schedule={} decay_steps={} min_lr={}{}",
       to_string(opt.type), opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, opt.grad_clip,
       opt.bias_correction, to_string(state.config().precision.params),
       to_string(state.config().precision.grads), state.config().run.seed, opt.warmup_steps,
-      to_string(opt.schedule), opt.lr_decay_steps, opt.min_lr);
+      to_string(opt.schedule), opt.lr_decay_steps, opt.min_lr,
+      // fp32 state adds nothing, so hashes recorded before the state formats existed still match.
+      compressed_state(state.config())
+          ? fmt::format(" state={} master={}", cpu_adam::state_dtype_name(opt.state_dtype),
+                        cpu_adam::state_dtype_name(opt.master_dtype))
+          : std::string());
   return XXH3_64bits(text.data(), text.size());
 }
 

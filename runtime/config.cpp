@@ -165,6 +165,13 @@ void read_optimizer(TableReader& root, OptimizerConfig& optimizer) {
   section->read_uint32("threads", optimizer.threads, 0, 4096);
   section->read_uint64("warmup_steps", optimizer.warmup_steps, 0, 1ull << 40);
   read_lr_schedule(*section, optimizer);
+  using cpu_adam::StateDType;
+  section->read_enum("state_dtype", optimizer.state_dtype,
+                     {{"fp32", StateDType::kFp32},
+                      {"bf16", StateDType::kBf16},
+                      {"int8", StateDType::kInt8}});
+  section->read_enum("master_dtype", optimizer.master_dtype,
+                     {{"fp32", StateDType::kFp32}, {"bf16", StateDType::kBf16}});
   section->finish();
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/dtype.hpp"
+#include "cpu_adam/state_dtype.hpp"
 
 namespace strata::runtime {
 
@@ -112,6 +113,10 @@ struct OptimizerConfig {
   LrScheduleKind schedule = LrScheduleKind::kConstant;
   std::uint64_t lr_decay_steps = 0;  // linear, cosine: > warmup_steps
   double min_lr = 0.0;               // linear, cosine: <= lr
+  // How the state is kept (cpu_adam/state_format.hpp): the moments in fp32, bf16 or int8 blocks,
+  // the master weights in fp32 or bf16 (rounded stochastically each step).
+  cpu_adam::StateDType state_dtype = cpu_adam::StateDType::kFp32;
+  cpu_adam::StateDType master_dtype = cpu_adam::StateDType::kFp32;
 
   bool operator==(const OptimizerConfig&) const = default;
 };

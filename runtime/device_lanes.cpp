@@ -59,13 +59,12 @@ std::byte* EngineState::device_staging_at(Kind kind, std::size_t slot) const {
 void EngineState::stage_in(UnitState& unit, std::size_t group, std::size_t slot,
                            std::span<const Kind> kinds) {
   if (!lanes_) return;
-  const SubGroup& sub = unit.groups[group];
   // The slot's previous stage_out must have read it before it is refilled.
   lanes_->d2h.wait(lanes_->staged_out[slot]);
   for (Kind kind : kinds) {
     if (!unit.has(kind) || unit.home(kind).residence() != Residence::kStagedDevice) continue;
     lanes_->d2h.copy_to_host(device_staging_at(kind, slot),
-                            unit.home(kind).device_span(sub.begin, sub.numel));
+                            unit.home(kind).group_span(group));
   }
   // Recorded even with nothing copied: waiting on it also means the slot's stage_out is done, so
   // Adam may write the slot.
@@ -79,10 +78,9 @@ void EngineState::wait_staged_in(std::size_t slot) {
 void EngineState::stage_out(UnitState& unit, std::size_t group, std::size_t slot,
                             std::span<const Kind> kinds) {
   if (!lanes_) return;
-  const SubGroup& sub = unit.groups[group];
   for (Kind kind : kinds) {
     if (!unit.has(kind) || unit.home(kind).residence() != Residence::kStagedDevice) continue;
-    lanes_->h2d.copy_to_device(unit.home(kind).device_span(sub.begin, sub.numel),
+    lanes_->h2d.copy_to_device(unit.home(kind).group_span(group),
                               device_staging_at(kind, slot));
   }
   lanes_->h2d.record(lanes_->staged_out[slot]);

@@ -89,11 +89,16 @@ std::vector<tiers::ExtentSpec> EngineState::plan_homes() {
       ShardHome home;
       home.tier = placement.tier;
       home.dtype = placement.dtype;
+      home.quantized = placement.quantized;
       home.numel = unit.layout.shard_numel;
+      home.group_offsets.push_back(0);
+      for (const SubGroup& sub : unit.groups) {
+        home.group_offsets.push_back(home.group_offsets.back() + home.bytes(sub.numel));
+      }
       for (std::size_t g = 0; home.tier == Tier::kNvme && g < unit.groups.size(); ++g) {
         home.extents.push_back(static_cast<tiers::ExtentId>(extents.size()));
         extents.push_back({fmt::format("{}/{}/{}", unit.spec.name, kind_name(kind), g),
-                           unit.groups[g].numel * home.element_bytes()});
+                           home.bytes(unit.groups[g].numel)});
       }
       unit.homes[static_cast<std::size_t>(kind)] = std::move(home);
     }
@@ -157,7 +162,7 @@ void EngineState::allocate() {
     for (auto& slot : unit.homes) {
       if (!slot) continue;
       ShardHome& home = *slot;
-      const std::uint64_t bytes = home.numel * home.element_bytes();
+      const std::uint64_t bytes = home.total_bytes();
       if (home.tier == Tier::kDevice) {
         home.device = device_->allocate(bytes);
         if (device_addressable_) home.memory = home.device.data();
@@ -243,7 +248,6 @@ void EngineState::initialise_fresh() {
   progress_.step = 0;
   std::vector<float> master;
   std::vector<float> zeros;
-  std::vector<std::byte> bytes;
   for (UnitState& unit : units_) {
     const std::uint64_t shard_begin = unit.layout.shard_begin(rank_);
     for (std::size_t g = 0; g < unit.groups.size(); ++g) {
@@ -252,12 +256,7 @@ void EngineState::initialise_fresh() {
       zeros.assign(group.numel, 0.0f);
       initial_values(config_.run.seed, unit, shard_begin + group.begin, master);
       const auto write_kind = [&](Kind kind, const std::vector<float>& values) {
-        if (!unit.has(kind)) return;
-        const ShardHome& home = unit.home(kind);
-        bytes.assign(group.numel * home.element_bytes(), std::byte{0});
-        cpu_adam::convert(std::span<const float>(values),
-                          cpu_adam::TypedSpan(bytes.data(), group.numel, home.dtype), *arena_);
-        write_group(unit, kind, g, bytes);
+        write_group_fp32(static_cast<UnitId>(&unit - units_.data()), kind, g, values);
       };
       write_kind(Kind::kMaster, master);
       write_kind(Kind::kParam, master);

@@ -29,6 +29,7 @@
 #include "base/dtype.hpp"
 #include "cpu_adam/typed_span.hpp"
 #include "cpu_adam/grad_norm.hpp"
+#include "cpu_adam/compressed_step.hpp"
 #include "cpu_adam/optimizer.hpp"
 #include "io/engine.hpp"
 #include "runtime/buffer_plan.hpp"
@@ -217,6 +218,12 @@ class EngineState final : public tiers::ResidencyClient {
   void update_sub_group(UnitState& unit, std::size_t group, const cpu_adam::ParamSpans& spans,
                         std::byte* param_out, const cpu_adam::Hyperparams& hyper,
                         const cpu_adam::GradScaling& scaling);
+  void update_compressed(UnitState& unit, std::size_t group, const cpu_adam::CompressedSpans& spans,
+                         std::byte* param_out, const cpu_adam::Hyperparams& hyper,
+                         const cpu_adam::GradScaling& scaling);
+  std::uint64_t unit_index(const UnitState& unit) const {
+    return static_cast<std::uint64_t>(&unit - units_.data());
+  }
   void finish_step(StepStats& stats, const StepMarks& marks);
 
   // device_lanes.cpp: device memory access. Each returns once the bytes have arrived: a memcpy or
@@ -259,6 +266,7 @@ class EngineState final : public tiers::ResidencyClient {
   TrainingProgress progress_;
   std::vector<tiers::PinnedBuffer> pipeline_buffers_;
   double io_wait_s_ = 0;  // since the last step (shard_io.cpp adds to it)
+  std::vector<cpu_adam::DecayRun> decay_runs_;  // one sub-group's, reused (update_compressed)
   std::uint64_t nvme_read_mark_ = 0;
   std::uint64_t nvme_written_mark_ = 0;
 
@@ -290,5 +298,10 @@ class EngineState final : public tiers::ResidencyClient {
 double seconds_since(std::chrono::steady_clock::time_point start);
 // Parameters or gradients in fp16: the loss is scaled ([precision] loss_scale; engine_setup.cpp).
 bool uses_fp16(const Config& config);
+// Master weights or moments in a format other than fp32: the step goes through step_compressed.
+inline bool compressed_state(const Config& config) {
+  return config.optimizer.state_dtype != cpu_adam::StateDType::kFp32 ||
+         config.optimizer.master_dtype != cpu_adam::StateDType::kFp32;
+}
 
 }  // namespace strata::runtime::detail

@@ -1,5 +1,7 @@
 #include "runtime/memory_plan.hpp"
 
+#include "cpu_adam/state_dtype.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -7,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cpu_adam/state_dtype.hpp"
 #include "runtime/buffer_plan.hpp"
 #include "runtime/byte_size.hpp"
 
@@ -113,14 +116,18 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
   const std::uint64_t shard = ceil_div(psi, n);
   const ZeroConfig& zero = config.zero;
 
-  const auto add_state = [&](StateKind kind, std::string layout, std::uint32_t bytes, bool sharded,
-                             Tier home) {
+  // bytes_of(elements): the kinds of the row over that many elements.
+  const auto add_state = [&](StateKind kind, std::string layout, const auto& bytes_of,
+                             bool sharded, Tier home) {
     const std::uint64_t elements = sharded ? shard : psi;
-    plan.states.push_back(
-        {kind, std::move(layout), bytes, sharded, home, elements, elements * bytes});
+    const std::uint64_t bytes = bytes_of(elements);
+    // Per parameter over a whole page of int8 blocks (four), where no padding counts.
+    constexpr std::uint64_t kPageElems = 4 * cpu_adam::kQuantBlockElems;
+    const double per_param = static_cast<double>(bytes_of(kPageElems)) / kPageElems;
+    plan.states.push_back({kind, std::move(layout), per_param, sharded, home, elements, bytes});
     // The NVMe store keeps two slots (A/B) of every extent, so a crash mid-step never touches the
     // committed copy: state homed on NVMe occupies twice its size there.
-    tier_row(plan, home).state_bytes += elements * bytes * (home == Tier::kNvme ? 2 : 1);
+    tier_row(plan, home).state_bytes += bytes * (home == Tier::kNvme ? 2 : 1);
   };
   // The Engine's buffer plan over the model's units (or units of the largest unit's size when only
   // Ψ is known): each kind's element type and whether the optimizer keeps it, and the working
@@ -133,23 +140,35 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
   const DType grad_dtype = buffers.kind(ShardKind::kGrad).dtype;
   const auto param_bytes = static_cast<std::uint32_t>(dtype_bytes(param_dtype));
   const auto grad_bytes = static_cast<std::uint32_t>(dtype_bytes(grad_dtype));
-  std::uint32_t optimizer_bytes = 0;
+  // The optimizer row: each kept kind in its own format ([optimizer] master_dtype, state_dtype).
+  std::string optimizer_layout;
   for (ShardKind kind : {ShardKind::kMaster, ShardKind::kExpAvg, ShardKind::kExpAvgSq}) {
-    if (buffers.kind(kind).kept) {
-      optimizer_bytes += static_cast<std::uint32_t>(buffers.kind(kind).element_bytes());
-    }
+    const KindPlacement& placement = buffers.kind(kind);
+    if (!placement.kept) continue;
+    const bool adagrad_sum = kind == ShardKind::kExpAvgSq && !buffers.kind(ShardKind::kExpAvg).kept;
+    optimizer_layout += fmt::format(
+        "{}{} {}", optimizer_layout.empty() ? "" : " + ",
+        cpu_adam::state_dtype_name(placement.state_dtype()),
+        kind == ShardKind::kMaster ? "master"
+        : kind == ShardKind::kExpAvg ? "exp_avg"
+        : adagrad_sum                ? "sum of squares"  // Adagrad's exp_avg_sq
+                                     : "exp_avg_sq");
   }
-  const bool exp_avg = buffers.kind(ShardKind::kExpAvg).kept;
-  const bool exp_avg_sq = buffers.kind(ShardKind::kExpAvgSq).kept;
-  add_state(StateKind::kParams, std::string(to_string(param_dtype)), param_bytes, plan.stage >= 3,
+  const auto optimizer_bytes = [&](std::uint64_t elements) {
+    std::uint64_t bytes = 0;
+    for (ShardKind kind : {ShardKind::kMaster, ShardKind::kExpAvg, ShardKind::kExpAvgSq}) {
+      if (buffers.kind(kind).kept) bytes += buffers.kind(kind).bytes(elements);
+    }
+    return bytes;
+  };
+  add_state(StateKind::kParams, std::string(to_string(param_dtype)),
+            [&](std::uint64_t elements) { return elements * param_bytes; }, plan.stage >= 3,
             zero.params);
-  add_state(StateKind::kGrads, std::string(to_string(grad_dtype)), grad_bytes, plan.stage >= 2,
+  add_state(StateKind::kGrads, std::string(to_string(grad_dtype)),
+            [&](std::uint64_t elements) { return elements * grad_bytes; }, plan.stage >= 2,
             zero.grads);
-  add_state(StateKind::kOptimizer,
-            exp_avg && exp_avg_sq ? "fp32 master + exp_avg + exp_avg_sq"
-            : exp_avg             ? "fp32 master + exp_avg"
-                                  : "fp32 master + sum of squares",  // Adagrad's exp_avg_sq
-            optimizer_bytes, plan.stage >= 1, zero.optimizer);
+  add_state(StateKind::kOptimizer, optimizer_layout, optimizer_bytes, plan.stage >= 1,
+            zero.optimizer);
 
   // Units known: the exact state of the buffer plan replaces the ZeRO arithmetic's.
   if (!inputs.unit_numels.empty()) use_exact_state(plan, buffers);
@@ -332,10 +351,11 @@ std::string render_plan_text(const MemoryPlan& plan, const Config& config) {
                    plan.params, static_cast<double>(plan.params), plan.ranks,
                    plan.ranks == 1 ? "" : "s", plan.stage, to_string(config.optimizer.type)));
   line("");
-  line(fmt::format("{:<10} {:<36} {:>7} {:>8} {:>7} {:>14}", "state", "layout", "B/param",
+  line(fmt::format("{:<10} {:<46} {:>7} {:>8} {:>7} {:>14}", "state", "layout", "B/param",
                    "sharded", "home", "per rank"));
   for (const StateRow& state : plan.states) {
-    line(fmt::format("{:<10} {:<36} {:>7} {:>8} {:>7} {:>14}", to_string(state.kind), state.layout,
+    line(fmt::format("{:<10} {:<46} {:>7.4g} {:>8} {:>7} {:>14}", to_string(state.kind),
+                     state.layout,
                      state.bytes_per_param, state.sharded ? "1/N" : "no", to_string(state.home),
                      format_decimal_bytes(static_cast<double>(state.bytes_per_rank))));
   }

@@ -37,8 +37,8 @@ std::string_view to_string(StateKind kind);
 
 struct StateRow {
   StateKind kind;
-  std::string layout;             // e.g. "bf16" or "fp32 master + exp_avg + exp_avg_sq"
-  std::uint32_t bytes_per_param;  // per parameter of the full model
+  std::string layout;  // e.g. "bf16" or "fp32 master + fp32 exp_avg + fp32 exp_avg_sq"
+  double bytes_per_param;  // per parameter of the full model (int8 moments: with their scales)
   bool sharded;                   // divided over the ranks at this ZeRO stage
   Tier home;
   std::uint64_t elements_per_rank;

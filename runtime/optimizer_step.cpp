@@ -12,6 +12,7 @@
 
 #include "base/assert.hpp"
 #include "cpu_adam/cast.hpp"
+#include "cpu_adam/compressed_step.hpp"
 #include "cpu_adam/optimizer.hpp"
 #include "runtime/engine_state.hpp"
 #include "runtime/lr_schedule.hpp"
@@ -133,6 +134,31 @@ class EngineState::OptimizerPipeline {
     return spans;
   }
 
+  // The same item in the formats of cpu_adam/state_format.hpp ([optimizer] state_dtype,
+  // master_dtype other than fp32).
+  cpu_adam::CompressedSpans compressed_spans(std::size_t i) const {
+    UnitState& u = unit(i);
+    cpu_adam::CompressedSpans spans;
+    spans.numel = u.groups[group(i)].numel;
+    spans.master_dtype = u.home(Kind::kMaster).state_dtype();
+    spans.master = location(i, Kind::kMaster);
+    if (u.has(Kind::kExpAvg)) {
+      spans.moment_dtype = u.home(Kind::kExpAvg).state_dtype();
+      spans.exp_avg = location(i, Kind::kExpAvg);
+    }
+    if (u.has(Kind::kExpAvgSq)) {
+      spans.moment_dtype = u.home(Kind::kExpAvgSq).state_dtype();
+      spans.exp_avg_sq = location(i, Kind::kExpAvgSq);
+    }
+    spans.grad =
+        cpu_adam::ConstTypedSpan(location(i, Kind::kGrad), spans.numel, u.home(Kind::kGrad).dtype);
+    const DType param_dtype = engine_.param_dtype();
+    if (param_dtype != DType::kFp32) {
+      spans.param_out = cpu_adam::TypedSpan(location(i, Kind::kParam), spans.numel, param_dtype);
+    }
+    return spans;
+  }
+
   void issue_reads(std::size_t i) {
     if (buffers_ == 0) return;
     // The buffer's previous item must be written out before it is refilled.
@@ -142,7 +168,7 @@ class EngineState::OptimizerPipeline {
       if (!on_nvme(i, kind)) continue;
       const ShardHome& home = unit(i).home(kind);
       reads_[i].push_back(engine_.store_->read(
-          home.extents[group(i)], std::span(location(i, kind), numel(i) * home.element_bytes())));
+          home.extents[group(i)], std::span(location(i, kind), home.bytes(numel(i)))));
     }
   }
   void wait_reads(std::size_t i) {
@@ -156,7 +182,7 @@ class EngineState::OptimizerPipeline {
       const ShardHome& home = unit(i).home(kind);
       writes_[i % buffers_].push_back(engine_.store_->write(
           home.extents[group(i)],
-          std::span<const std::byte>(location(i, kind), numel(i) * home.element_bytes())));
+          std::span<const std::byte>(location(i, kind), home.bytes(numel(i)))));
     }
   }
   void drain() {
@@ -275,8 +301,13 @@ double EngineState::run_optimizer(const cpu_adam::Hyperparams& hyper,
         unit.hyper.any() ? unit_step_hyperparams(hyper, unit.hyper, config_.optimizer,
                                                  static_cast<std::uint64_t>(hyper.step))
                          : hyper;
-    update_sub_group(unit, pipeline.group(i), pipeline.spans(i),
-                     pipeline.location(i, Kind::kParam), unit_hyper, scaling);
+    if (compressed_state(config_)) {
+      update_compressed(unit, pipeline.group(i), pipeline.compressed_spans(i),
+                        pipeline.location(i, Kind::kParam), unit_hyper, scaling);
+    } else {
+      update_sub_group(unit, pipeline.group(i), pipeline.spans(i),
+                       pipeline.location(i, Kind::kParam), unit_hyper, scaling);
+    }
     adam_s += seconds_since(adam_start);
     stage_out(unit, pipeline.group(i), i % 2, kWriteKinds);
     pipeline.issue_writes(i);
@@ -310,6 +341,36 @@ void EngineState::update_sub_group(UnitState& unit, std::size_t group,
   }
   if (param_dtype() == DType::kFp32) {
     std::memcpy(param_out, spans.master.data(), sub.numel * sizeof(float));
+  }
+}
+
+// update_sub_group for compressed state: one fused call over the whole sub-group (int8 blocks
+// must not be cut), the weight-decay runs passed along.
+void EngineState::update_compressed(UnitState& unit, std::size_t group,
+                                    const cpu_adam::CompressedSpans& spans, std::byte* param_out,
+                                    const cpu_adam::Hyperparams& hyper,
+                                    const cpu_adam::GradScaling& scaling) {
+  const SubGroup& sub = unit.groups[group];
+  Tracer::Scope scope(options_.tracer, TraceTrack::kOptimizer,
+                      fmt::format("adam {} [{}]", unit.spec.name, group));
+  const std::uint64_t first = unit.layout.shard_begin(rank_) + sub.begin;
+  if (options_.optimizer_compute == EngineOptions::OptimizerCompute::kRun) {
+    decay_runs_.clear();
+    if (hyper.weight_decay != 0) {
+      for_each_decay_run(unit.spec, unit.layout, first, sub.numel, [&](const DecayRun& run) {
+        decay_runs_.push_back({run.begin, run.numel, run.weight_decay});
+      });
+    }
+    // Each unit draws its own rounding bits; elements are numbered within the unit, so the
+    // bits do not depend on the rank count or on where the state lives.
+    const cpu_adam::StochasticRounding rounding{
+        config_.run.seed ^ (0x9E3779B97F4A7C15ull * (unit_index(unit) + 1)), first};
+    cpu_adam::step_compressed(hyper, spans, scaling, rounding, decay_runs_, *arena_);
+  }
+  if (param_dtype() == DType::kFp32) {
+    cpu_adam::convert(cpu_adam::ConstTypedSpan(spans.master, sub.numel,
+                                               unit.home(Kind::kMaster).dtype),
+                      cpu_adam::TypedSpan(param_out, sub.numel, DType::kFp32), *arena_);
   }
 }
 

@@ -34,7 +34,10 @@ enum class Residence : std::uint8_t { kAddressable, kStagedDevice, kNvme };
 struct ShardHome {
   Tier tier = Tier::kDevice;
   DType dtype = DType::kFp32;
+  bool quantized = false;  // int8 moment blocks (KindPlacement::quantized)
   std::uint64_t numel = 0;
+  // Where each sub-group starts in the home's bytes: encoded formats size sub-groups separately.
+  std::vector<std::uint64_t> group_offsets;
   tiers::DeviceBuffer device;  // tier device
   tiers::PinnedBuffer host;    // tier host
   // Set for Residence::kAddressable: the bytes the CPU addresses (host buffer, or device buffer on
@@ -47,6 +50,18 @@ struct ShardHome {
     return tier == Tier::kDevice ? Residence::kStagedDevice : Residence::kNvme;
   }
   std::uint64_t element_bytes() const { return dtype_bytes(dtype); }
+  cpu_adam::StateDType state_dtype() const {
+    return KindPlacement{true, tier, dtype, quantized}.state_dtype();
+  }
+  // Bytes of a sub-group of `count` elements (whole int8 blocks), and of the whole shard.
+  std::uint64_t bytes(std::uint64_t count) const {
+    return KindPlacement{true, tier, dtype, quantized}.bytes(count);
+  }
+  std::uint64_t total_bytes() const { return group_offsets.empty() ? 0 : group_offsets.back(); }
+  std::byte* group_at(std::size_t group) const { return memory + group_offsets[group]; }
+  tiers::DeviceSpan group_span(std::size_t group) const {
+    return device.span(group_offsets[group], group_offsets[group + 1] - group_offsets[group]);
+  }
   std::byte* at(std::uint64_t element) const { return memory + element * element_bytes(); }
   tiers::DeviceSpan device_span(std::uint64_t element, std::uint64_t count) const {
     return device.span(element * element_bytes(), count * element_bytes());

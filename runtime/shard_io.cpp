@@ -9,17 +9,26 @@
 
 #include "base/assert.hpp"
 #include "cpu_adam/cast.hpp"
+#include "cpu_adam/state_format.hpp"
 #include "runtime/engine_state.hpp"
 #include "runtime/trace.hpp"
 
 namespace strata::runtime::detail {
+namespace {
+
+// The int8 code of a quantized kind: signed for exp_avg, non-negative for exp_avg_sq.
+cpu_adam::MomentKind moment_of(Kind kind) {
+  return kind == Kind::kExpAvgSq ? cpu_adam::MomentKind::kExpAvgSq : cpu_adam::MomentKind::kExpAvg;
+}
+
+}  // namespace
 
 std::byte* EngineState::window(UnitState& unit, Kind kind, std::size_t group,
                                const GroupStaging& staging) {
   const ShardHome& home = unit.home(kind);
   switch (home.residence()) {
     case Residence::kAddressable:
-      return home.at(unit.groups[group].begin);
+      return home.group_at(group);
     case Residence::kStagedDevice:
       STRATA_ASSERT(staging.device != nullptr, "no device staging lent");
       return staging.device;
@@ -37,11 +46,11 @@ void EngineState::fill(UnitState& unit, Kind kind, std::size_t group, std::byte*
     case Residence::kAddressable:
       return;  // the window is the home
     case Residence::kStagedDevice:
-      copy_to_host(window, home.device_span(sub.begin, sub.numel));
+      copy_to_host(window, home.group_span(group));
       return;
     case Residence::kNvme: {
       tiers::StoreRead read = store_->read(home.extents[group],
-                                           std::span(window, sub.numel * home.element_bytes()));
+                                           std::span(window, home.bytes(sub.numel)));
       wait_timed(read);
       return;
     }
@@ -55,11 +64,11 @@ void EngineState::flush(UnitState& unit, Kind kind, std::size_t group, const std
     case Residence::kAddressable:
       return;
     case Residence::kStagedDevice:
-      copy_to_device(home.device_span(sub.begin, sub.numel), window);
+      copy_to_device(home.group_span(group), window);
       return;
     case Residence::kNvme:
       wait_timed(store_->write(home.extents[group],
-                               std::span(window, sub.numel * home.element_bytes())));
+                               std::span(window, home.bytes(sub.numel))));
       return;
   }
 }
@@ -76,7 +85,7 @@ GroupStaging EngineState::staging_outside_step(Kind kind) const {
 
 void EngineState::read_group(UnitState& unit, Kind kind, std::size_t group,
                              std::span<std::byte> out) {
-  STRATA_ASSERT(out.size() == unit.groups[group].numel * unit.home(kind).element_bytes(),
+  STRATA_ASSERT(out.size() == unit.home(kind).bytes(unit.groups[group].numel),
                 "group size mismatch");
   std::byte* bytes = window(unit, kind, group, staging_outside_step(kind));
   fill(unit, kind, group, bytes);
@@ -85,7 +94,7 @@ void EngineState::read_group(UnitState& unit, Kind kind, std::size_t group,
 
 void EngineState::write_group(UnitState& unit, Kind kind, std::size_t group,
                               std::span<const std::byte> data) {
-  STRATA_ASSERT(data.size() == unit.groups[group].numel * unit.home(kind).element_bytes(),
+  STRATA_ASSERT(data.size() == unit.home(kind).bytes(unit.groups[group].numel),
                 "group size mismatch");
   std::byte* bytes = window(unit, kind, group, staging_outside_step(kind));
   std::memcpy(bytes, data.data(), data.size());
@@ -120,8 +129,13 @@ void EngineState::read_group_fp32(UnitId id, Kind kind, std::size_t group, std::
   STRATA_ASSERT(out.size() == sub.numel, "group size mismatch");
   std::byte* bytes = window(unit, kind, group, staging_outside_step(kind));
   fill(unit, kind, group, bytes);
-  cpu_adam::convert(cpu_adam::ConstTypedSpan(bytes, sub.numel, unit.home(kind).dtype), out,
-                    *arena_);
+  const ShardHome& home = unit.home(kind);
+  if (home.quantized) {
+    cpu_adam::decode_state(home.state_dtype(), moment_of(kind), bytes, sub.numel, out.data(),
+                           *arena_);
+    return;
+  }
+  cpu_adam::convert(cpu_adam::ConstTypedSpan(bytes, sub.numel, home.dtype), out, *arena_);
 }
 
 void EngineState::write_group_fp32(UnitId id, Kind kind, std::size_t group,
@@ -131,7 +145,13 @@ void EngineState::write_group_fp32(UnitId id, Kind kind, std::size_t group,
   const SubGroup& sub = unit.groups.at(group);
   STRATA_ASSERT(values.size() == sub.numel, "group size mismatch");
   std::byte* bytes = window(unit, kind, group, staging_outside_step(kind));
-  cpu_adam::convert(values, cpu_adam::TypedSpan(bytes, sub.numel, unit.home(kind).dtype), *arena_);
+  const ShardHome& home = unit.home(kind);
+  if (home.quantized) {
+    cpu_adam::encode_state(home.state_dtype(), moment_of(kind), values.data(), sub.numel, bytes,
+                           *arena_);
+  } else {
+    cpu_adam::convert(values, cpu_adam::TypedSpan(bytes, sub.numel, home.dtype), *arena_);
+  }
   flush(unit, kind, group, bytes);
 }
 

@@ -8,11 +8,14 @@
 //  - the norm accumulates in double in a fixed lane layout that does not depend on the width.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "cpu_adam/detail/kernel_table.hpp"
+#include "cpu_adam/detail/state_codec.hpp"
 #include "cpu_adam/detail/vector_ops.hpp"
 
 namespace strata::cpu_adam::detail {
@@ -91,6 +94,81 @@ void update_kernel(const UpdateArgs& args, std::size_t begin, std::size_t end) {
   std::size_t i = begin;
   for (; i + V::kWidth <= end; i += V::kWidth) Rule::template apply<V, Grad, Out>(args, i);
   for (; i < end; ++i) Rule::template apply<ScalarOps, Grad, Out>(args, i);
+}
+
+// The n elements of the block at `first` through the rule, each decay run with its constants.
+template <class V, class Rule, class Grad, class Out>
+void update_runs(const CompressedArgs& a, UpdateArgs block, std::uint64_t first, std::size_t n) {
+  const std::uint64_t last = first + n;
+  if (a.run_count == 0) {
+    block.constants = a.with_decay;
+    update_kernel<V, Rule, Grad, Out>(block, 0, n);
+    return;
+  }
+  // The first run that ends after `first`.
+  const DecayRun* run = std::upper_bound(
+      a.runs, a.runs + a.run_count, first,
+      [](std::uint64_t element, const DecayRun& r) { return element < r.begin + r.numel; });
+  for (; run != a.runs + a.run_count && run->begin < last; ++run) {
+    const std::uint64_t begin = std::max(run->begin, first);
+    const std::uint64_t end = std::min(run->begin + run->numel, last);
+    block.constants = run->weight_decay ? a.with_decay : a.without_decay;
+    update_kernel<V, Rule, Grad, Out>(block, begin - first, end - first);
+  }
+}
+
+// Decode a block into fp32, the very update of update_kernel, encode it back. bf16 masters round
+// stochastically, and param_out is then written from the rounded master (what the model keeps).
+template <class V, class Rule, class Grad, class Out>
+void compressed_kernel(const CompressedArgs& a, std::size_t begin_block, std::size_t end_block) {
+  alignas(64) float master[kQuantBlockElems];
+  alignas(64) float exp_avg[kQuantBlockElems];
+  alignas(64) float exp_avg_sq[kQuantBlockElems];
+  const bool bf16_master = a.master_dtype == StateDType::kBf16;
+  for (std::size_t b = begin_block; b < end_block; ++b) {
+    const std::uint64_t first = b * kQuantBlockElems;
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(
+        kQuantBlockElems, a.numel - first));
+    decode_moment<V>(a.master_dtype, MomentKind::kExpAvg, a.master, first, n, master);
+    if (a.exp_avg) {
+      decode_moment<V>(a.moment_dtype, MomentKind::kExpAvg, a.exp_avg, first, n, exp_avg);
+    }
+    if (a.exp_avg_sq) {
+      decode_moment<V>(a.moment_dtype, MomentKind::kExpAvgSq, a.exp_avg_sq, first, n, exp_avg_sq);
+    }
+    UpdateArgs block;
+    block.master = master;
+    block.exp_avg = exp_avg;
+    block.exp_avg_sq = exp_avg_sq;
+    block.grad = static_cast<const Grad*>(a.grad) + first;
+    if (bf16_master) {
+      update_runs<V, Rule, Grad, void>(a, block, first, n);
+    } else {
+      if constexpr (!std::is_void_v<Out>) block.param_out = static_cast<Out*>(a.param_out) + first;
+      update_runs<V, Rule, Grad, Out>(a, block, first, n);
+    }
+    if (a.exp_avg) {
+      encode_moment<V>(a.moment_dtype, MomentKind::kExpAvg, exp_avg, first, n, a.exp_avg);
+    }
+    if (a.exp_avg_sq) {
+      encode_moment<V>(a.moment_dtype, MomentKind::kExpAvgSq, exp_avg_sq, first, n, a.exp_avg_sq);
+    }
+    if (!bf16_master) {
+      std::memcpy(a.master + first * sizeof(float), master, n * sizeof(float));
+      continue;
+    }
+    Bf16* kept = reinterpret_cast<Bf16*>(a.master) + first;
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint64_t element = a.first_element + first + i;
+      kept[i] = round_stochastic(master[i], rounding_noise(a.rounding_key, element));
+    }
+    if constexpr (std::is_same_v<Out, Bf16>) {
+      std::memcpy(static_cast<Bf16*>(a.param_out) + first, kept, n * sizeof(Bf16));
+    } else if constexpr (std::is_same_v<Out, Fp16>) {
+      Fp16* out = static_cast<Fp16*>(a.param_out) + first;
+      for (std::size_t i = 0; i < n; ++i) out[i] = to_fp16(to_float(kept[i]));
+    }
+  }
 }
 
 // V supplies D (double vector), kWidth elements per widen(), kDoubles per D, zero_d, square_add,
@@ -229,9 +307,30 @@ constexpr void fill_update(KernelTable& table, int rule) {
   table.update[rule][kGrad][kOut] = &update_kernel<V, Rule, DtypeType<kGrad>, OutType<kOut>>;
 }
 
+template <class V, class Rule, int kGrad, int kOut>
+constexpr void fill_compressed(KernelTable& table, int rule) {
+  table.compressed[rule][kGrad][kOut] =
+      &compressed_kernel<V, Rule, DtypeType<kGrad>, OutType<kOut>>;
+}
+
+template <class V, class Rule>
+constexpr void fill_compressed_rule(KernelTable& table, UpdateRule rule) {
+  const int r = static_cast<int>(rule);
+  fill_compressed<V, Rule, 0, 0>(table, r);
+  fill_compressed<V, Rule, 0, 1>(table, r);
+  fill_compressed<V, Rule, 0, 2>(table, r);
+  fill_compressed<V, Rule, 1, 0>(table, r);
+  fill_compressed<V, Rule, 1, 1>(table, r);
+  fill_compressed<V, Rule, 1, 2>(table, r);
+  fill_compressed<V, Rule, 2, 0>(table, r);
+  fill_compressed<V, Rule, 2, 1>(table, r);
+  fill_compressed<V, Rule, 2, 2>(table, r);
+}
+
 template <class V, class Rule>
 constexpr void fill_rule(KernelTable& table, UpdateRule rule) {
   const int r = static_cast<int>(rule);
+  fill_compressed_rule<V, Rule>(table, rule);
   fill_update<V, Rule, 0, 0>(table, r);
   fill_update<V, Rule, 0, 1>(table, r);
   fill_update<V, Rule, 0, 2>(table, r);
@@ -274,6 +373,8 @@ KernelTable make_kernel_table(SimdLevel level) {
   table.scale[0] = &scale_kernel<V, float>;
   table.scale[1] = &scale_kernel<V, Bf16>;
   table.scale[2] = &scale_kernel<V, Fp16>;
+  table.decode = &decode_moment<V>;
+  table.encode = &encode_moment<V>;
   return table;
 }
 

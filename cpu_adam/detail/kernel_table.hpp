@@ -5,8 +5,12 @@
 
 #include <cstddef>
 
-#include "cpu_adam/typed_span.hpp"
+#include <cstdint>
+
+#include "cpu_adam/compressed_step.hpp"
 #include "cpu_adam/simd_level.hpp"
+#include "cpu_adam/state_format.hpp"
+#include "cpu_adam/typed_span.hpp"
 
 namespace strata::cpu_adam::detail {
 
@@ -45,6 +49,24 @@ struct UpdateArgs {
   UpdateConstants constants;
 };
 
+// step_compressed(): one sub-group, its state in the formats of state_format.hpp.
+struct CompressedArgs {
+  std::byte* master = nullptr;
+  std::byte* exp_avg = nullptr;
+  std::byte* exp_avg_sq = nullptr;
+  const void* grad = nullptr;
+  void* param_out = nullptr;
+  std::uint64_t numel = 0;
+  StateDType master_dtype = StateDType::kFp32;
+  StateDType moment_dtype = StateDType::kFp32;
+  UpdateConstants with_decay;     // the constants of elements that take weight decay
+  UpdateConstants without_decay;  // ... and of those that do not (runs with weight_decay false)
+  const DecayRun* runs = nullptr;  // tiles [0, numel) in order; none: every element decays
+  std::size_t run_count = 0;
+  std::uint64_t rounding_key = 0;   // stochastic rounding: from (seed, step)
+  std::uint64_t first_element = 0;  // ... and the element's index
+};
+
 // Updates elements [begin, end).
 using UpdateFn = void (*)(const UpdateArgs& args, std::size_t begin, std::size_t end);
 // Sum of squares of elements [begin, end), accumulated in double in kNormLanes interleaved lanes
@@ -52,6 +74,15 @@ using UpdateFn = void (*)(const UpdateArgs& args, std::size_t begin, std::size_t
 using NormFn = double (*)(const void* data, std::size_t begin, std::size_t end);
 // The memory bound: reads and writes what UpdateFn does, in place, with no arithmetic.
 using StreamFn = void (*)(const UpdateArgs& args, std::size_t begin, std::size_t end);
+// Blocks [begin_block, end_block) of kQuantBlockElems elements (the last one may be short).
+using CompressedFn = void (*)(const CompressedArgs& args, std::size_t begin_block,
+                              std::size_t end_block);
+// Elements [begin, begin + n) of a state array in `dtype` to or from fp32 values[0, n); int8:
+// begin is a block start, n at most a block.
+using DecodeFn = void (*)(StateDType dtype, MomentKind moment, const std::byte* state,
+                          std::size_t begin, std::size_t n, float* values);
+using EncodeFn = void (*)(StateDType dtype, MomentKind moment, const float* values,
+                          std::size_t begin, std::size_t n, std::byte* state);
 using ConvertFn = void (*)(const void* source, void* destination, std::size_t begin,
                            std::size_t end);
 using ScaleFn = void (*)(void* data, float factor, std::size_t begin, std::size_t end);
@@ -67,6 +98,9 @@ struct KernelTable {
   StreamFn stream[kDtypeCount][kOutCount];
   ConvertFn convert[kDtypeCount][kDtypeCount];  // [source][destination]; identity entries are null
   ScaleFn scale[kDtypeCount];
+  CompressedFn compressed[kUpdateRuleCount][kDtypeCount][kOutCount];
+  DecodeFn decode;
+  EncodeFn encode;
 };
 
 // Defined by each kernels_<level>.cpp that this build compiles (the x86 ones only on x86).

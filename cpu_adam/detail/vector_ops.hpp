@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 
 #include <xsimd/xsimd.hpp>
@@ -35,6 +36,19 @@ struct ScalarOps {
   // wider level's file would also emit (compiled with its flags).
   static F sqrt(F x) { return __builtin_sqrtf(x); }
   static F sign(F x) { return static_cast<float>(x > 0.0f) - static_cast<float>(x < 0.0f); }
+  // The 8-bit state codes (state_codec.hpp): exact int <-> float conversions, truncation.
+  static F load(const std::int8_t* p) { return static_cast<float>(*p); }
+  static F load(const std::uint8_t* p) { return static_cast<float>(*p); }
+  static void store_truncated(std::int8_t* p, F x) {
+    *p = static_cast<std::int8_t>(static_cast<int>(x));
+  }
+  static void store_truncated(std::uint8_t* p, F x) {
+    *p = static_cast<std::uint8_t>(static_cast<int>(x));
+  }
+  static F abs(F x) { return __builtin_fabsf(x); }
+  static F min(F a, F b) { return b < a ? b : a; }
+  static F max(F a, F b) { return a < b ? b : a; }
+  static float reduce_max(F x) { return x; }
 };
 
 template <class Arch>
@@ -56,6 +70,26 @@ struct VectorOpsBase {
     const F zero(0.0f);
     const F one(1.0f);
     return xsimd::select(x > zero, one, zero) - xsimd::select(x < zero, one, zero);
+  }
+  // The 8-bit state codes: xsimd's converting loads and stores (element-wise exact conversions).
+  static F load(const std::int8_t* p) { return F::load_unaligned(p); }
+  static F load(const std::uint8_t* p) { return F::load_unaligned(p); }
+  static void store_truncated(std::int8_t* p, F x) {
+    xsimd::batch_cast<std::int32_t>(x).store_unaligned(p);
+  }
+  static void store_truncated(std::uint8_t* p, F x) {
+    xsimd::batch_cast<std::int32_t>(x).store_unaligned(p);
+  }
+  static F abs(F x) { return xsimd::abs(x); }
+  // Written as selects so NaN-free inputs give the scalar ternary's result in every lane.
+  static F min(F a, F b) { return xsimd::select(b < a, b, a); }
+  static F max(F a, F b) { return xsimd::select(a < b, b, a); }
+  static float reduce_max(F x) {
+    alignas(64) float lanes[kWidth];
+    x.store_aligned(lanes);
+    float best = lanes[0];
+    for (std::size_t k = 1; k < kWidth; ++k) best = lanes[k] > best ? lanes[k] : best;
+    return best;
   }
   // The norm's double accumulators (see norm_kernel).
   static D zero_d() { return D(0.0); }

@@ -63,6 +63,8 @@ const std::map<std::string, Consumer>& consumers() {
       {"optimizer.schedule", {"runtime/lr_schedule.cpp", "optimizer.schedule"}},
       {"optimizer.lr_decay_steps", {"runtime/lr_schedule.cpp", "optimizer.lr_decay_steps"}},
       {"optimizer.min_lr", {"runtime/lr_schedule.cpp", "optimizer.min_lr"}},
+      {"optimizer.state_dtype", {"runtime/buffer_plan.cpp", "config.optimizer.state_dtype"}},
+      {"optimizer.master_dtype", {"runtime/buffer_plan.cpp", "config.optimizer.master_dtype"}},
       {"precision.params", {"runtime/engine_setup.cpp", "config.precision.params"}},
       {"precision.grads", {"runtime/engine_setup.cpp", "config.precision.grads"}},
       {"precision.dynamic_loss_scale",

@@ -1,0 +1,251 @@
+// Proves step_compressed(): with fp32 state it is step() bit for bit (decay runs included); every
+// state format gives the same bytes for every SIMD level, thread count and chunking; bf16 masters
+// round stochastically without bias; and 8-bit moments track the fp32 update.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <oneapi/tbb/task_arena.h>
+
+#include "cpu_adam/compressed_step.hpp"
+#include "cpu_adam/optimizer.hpp"
+#include "cpu_adam/simd_level.hpp"
+#include "cpu_adam/state_format.hpp"
+#include "tests/cpu_adam/test_support.hpp"
+
+namespace strata::cpu_adam {
+namespace {
+
+using testing::TypedBuffer;
+
+constexpr std::size_t kCount = 4 * kQuantBlockElems + 123;
+
+// A sub-group's state in the given formats, filled from the same fp32 values.
+struct State {
+  StateDType master_dtype;
+  StateDType moment_dtype;
+  std::vector<std::byte> master, exp_avg, exp_avg_sq;
+  TypedBuffer out{DType::kBf16, kCount};
+
+  State(StateDType master_in, StateDType moment_in, std::uint64_t seed, bool edges = true)
+      : master_dtype(master_in), moment_dtype(moment_in) {
+    std::mt19937_64 rng(seed);
+    std::vector<float> m(kCount), a(kCount), s(kCount);
+    for (std::size_t i = 0; i < kCount; ++i) {
+      m[i] = testing::random_value(rng, -6, 2, edges);
+      a[i] = testing::random_value(rng, -12, -4, edges);
+      s[i] = std::fabs(testing::random_value(rng, -24, -8, edges));
+    }
+    tbb::task_arena arena(1);
+    master.resize(state_bytes(master_dtype, kCount));
+    exp_avg.resize(state_bytes(moment_dtype, kCount));
+    exp_avg_sq.resize(state_bytes(moment_dtype, kCount));
+    encode_state(master_dtype, MomentKind::kExpAvg, m.data(), kCount, master.data(), arena);
+    encode_state(moment_dtype, MomentKind::kExpAvg, a.data(), kCount, exp_avg.data(), arena);
+    encode_state(moment_dtype, MomentKind::kExpAvgSq, s.data(), kCount, exp_avg_sq.data(), arena);
+  }
+  CompressedSpans spans(const TypedBuffer& grad) {
+    CompressedSpans spans;
+    spans.numel = kCount;
+    spans.master_dtype = master_dtype;
+    spans.moment_dtype = moment_dtype;
+    spans.master = master.data();
+    spans.exp_avg = exp_avg.data();
+    spans.exp_avg_sq = exp_avg_sq.data();
+    spans.grad = grad.cspan();
+    spans.param_out = out.span();
+    return spans;
+  }
+  bool operator==(const State& other) const {
+    return master == other.master && exp_avg == other.exp_avg && exp_avg_sq == other.exp_avg_sq &&
+           out.same_bytes(other.out);
+  }
+};
+
+TypedBuffer random_grad(DType dtype, std::uint64_t seed, bool edges = true) {
+  std::mt19937_64 rng(seed);
+  TypedBuffer grad(dtype, kCount);
+  for (std::size_t i = 0; i < kCount; ++i) grad.set(i, testing::random_value(rng, -16, 0, edges));
+  return grad;
+}
+
+Hyperparams hyper_for(Algorithm algorithm, int step) {
+  Hyperparams h;
+  h.algorithm = algorithm;
+  h.step = step;
+  h.lr = 1e-3 * step;
+  h.weight_decay = 0.01;
+  h.beta2 = algorithm == Algorithm::kLion ? 0.99 : 0.999;
+  return h;
+}
+
+// Runs that cut blocks in odd places: decay, no decay, decay.
+const std::vector<DecayRun> kRuns = {
+    {0, 700, true},
+    {700, 2 * kQuantBlockElems, false},
+    {700 + 2 * kQuantBlockElems, kCount - 700 - 2 * kQuantBlockElems, true}};
+
+TEST(CompressedStep, Fp32StateIsStepBitForBit) {
+  const std::uint64_t seed = testing::test_seed(31);
+  tbb::task_arena arena(2);
+  for (Algorithm algorithm :
+       {Algorithm::kAdamW, Algorithm::kAdam, Algorithm::kAdagrad, Algorithm::kLion}) {
+    State compressed(StateDType::kFp32, StateDType::kFp32, seed);
+    State plain(StateDType::kFp32, StateDType::kFp32, seed);
+    for (int step = 1; step <= 2; ++step) {
+      const TypedBuffer grad = random_grad(DType::kBf16, seed + step);
+      const Hyperparams h = hyper_for(algorithm, step);
+      step_compressed(h, compressed.spans(grad), {}, {}, kRuns, arena);
+      for (const DecayRun& run : kRuns) {
+        ParamSpans spans;
+        auto floats = [&](std::vector<std::byte>& bytes) {
+          return std::span(reinterpret_cast<float*>(bytes.data()) + run.begin, run.numel);
+        };
+        spans.master = floats(plain.master);
+        spans.exp_avg = floats(plain.exp_avg);
+        spans.exp_avg_sq = floats(plain.exp_avg_sq);
+        spans.grad = ConstTypedSpan(static_cast<const Bf16*>(grad.data()) + run.begin, run.numel,
+                                    DType::kBf16);
+        spans.param_out =
+            TypedSpan(static_cast<Bf16*>(plain.out.data()) + run.begin, run.numel, DType::kBf16);
+        Hyperparams run_hyper = h;
+        if (!run.weight_decay) run_hyper.weight_decay = 0;
+        cpu_adam::step(run_hyper, spans, {}, arena);
+      }
+    }
+    EXPECT_TRUE(compressed == plain) << "algorithm " << static_cast<int>(algorithm);
+  }
+}
+
+TEST(CompressedStep, SameBytesForEverySimdLevelThreadCountAndChunking) {
+  const std::uint64_t seed = testing::test_seed(32);
+  for (Algorithm algorithm : {Algorithm::kAdamW, Algorithm::kAdagrad, Algorithm::kLion}) {
+    for (StateDType master : {StateDType::kFp32, StateDType::kBf16}) {
+      for (StateDType moment : {StateDType::kBf16, StateDType::kInt8}) {
+        std::optional<State> reference;
+        for (SimdLevel level : available_simd_levels()) {
+          for (int threads : {1, 3}) {
+            State state(master, moment, seed);
+            tbb::task_arena arena(threads);
+            ExecOptions options;
+            options.simd_level = level;
+            options.chunk_elems = threads == 1 ? kDefaultChunkElems : kQuantBlockElems;
+            for (int step = 1; step <= 2; ++step) {
+              const TypedBuffer grad = random_grad(DType::kFp32, seed + step);
+              step_compressed(hyper_for(algorithm, step), state.spans(grad), {}, {seed, 4096},
+                              kRuns, arena, options);
+            }
+            if (!reference)
+              reference.emplace(std::move(state));
+            else
+              ASSERT_TRUE(state == *reference)
+                  << "algorithm " << static_cast<int>(algorithm) << " master "
+                  << state_dtype_name(master) << " moments " << state_dtype_name(moment)
+                  << " level " << simd_level_name(level) << " threads " << threads << " "
+                  << testing::seed_note(seed);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Weight decay alone (zero gradients) moves every element from x0 to the same fp32 target x0 * d,
+// which lies between two bf16 values: the mean of the stochastically rounded elements must be
+// the target, within a bound from the binomial spread, far tighter than round-to-nearest's bias.
+TEST(CompressedStep, Bf16MasterRoundsWithoutBias) {
+  constexpr std::size_t kElements = 1 << 18;
+  const float x0 = 1.0f + 0x1p-6f;  // a bf16 value
+  std::vector<Bf16> master(kElements, to_bf16(x0));
+  std::vector<float> grad(kElements, 0.0f);
+  std::vector<std::byte> exp_avg(state_bytes(StateDType::kInt8, kElements));
+  std::vector<std::byte> exp_avg_sq(exp_avg.size());
+  Hyperparams h = hyper_for(Algorithm::kAdamW, 1);
+  h.lr = 0.1;
+  h.weight_decay = 0.0137;
+  CompressedSpans spans;
+  spans.numel = kElements;
+  spans.master_dtype = StateDType::kBf16;
+  spans.moment_dtype = StateDType::kInt8;
+  spans.master = reinterpret_cast<std::byte*>(master.data());
+  spans.exp_avg = exp_avg.data();
+  spans.exp_avg_sq = exp_avg_sq.data();
+  spans.grad = std::span<const float>(grad);
+  tbb::task_arena arena(2);
+  step_compressed(h, spans, {}, {7, 0}, {}, arena);
+  const double target = double{x0 * static_cast<float>(1.0 - h.lr * h.weight_decay)};
+  const double spacing = 0x1p-7;  // bf16 ulp in [1, 2)
+  const double low = std::floor(target / spacing) * spacing;
+  const double p = (target - low) / spacing;
+  double sum = 0;
+  for (Bf16 value : master) {
+    const double v = to_float(value);
+    ASSERT_TRUE(v == low || v == low + spacing) << v;
+    sum += v;
+  }
+  const double mean = sum / kElements;
+  const double bound = 6 * spacing * std::sqrt(p * (1 - p) / kElements);
+  EXPECT_LE(std::fabs(mean - target), bound) << "mean " << mean << " target " << target;
+  const double nearest_bias =
+      std::fabs(double{to_float(to_bf16(static_cast<float>(target)))} - target);
+  EXPECT_LT(bound, nearest_bias / 10);  // the test can tell SR from round-to-nearest
+}
+
+// Ten Adam steps on a fixed gradient sequence: 8-bit moments and a bf16 master stay close to the
+// fp32 trajectory (a bound on the weights' drift relative to how far they moved).
+TEST(CompressedStep, Int8MomentsTrackTheFp32Update) {
+  const std::uint64_t seed = testing::test_seed(33);
+  State exact(StateDType::kFp32, StateDType::kFp32, seed, false);
+  State compressed(StateDType::kBf16, StateDType::kInt8, seed, false);
+  // Start both from the same weights: the bf16 master's values.
+  tbb::task_arena arena(2);
+  std::vector<float> start(kCount);
+  decode_state(StateDType::kBf16, MomentKind::kExpAvg, compressed.master.data(), kCount,
+               start.data(), arena);
+  std::memcpy(exact.master.data(), start.data(), kCount * sizeof(float));
+  for (State* s : {&exact, &compressed}) {
+    std::fill(s->exp_avg.begin(), s->exp_avg.end(), std::byte{0});
+    std::fill(s->exp_avg_sq.begin(), s->exp_avg_sq.end(), std::byte{0});
+  }
+  for (int step = 1; step <= 10; ++step) {
+    const TypedBuffer grad = random_grad(DType::kFp32, seed + step, false);
+    Hyperparams h = hyper_for(Algorithm::kAdamW, step);
+    h.lr = 1e-2;
+    step_compressed(h, exact.spans(grad), {}, {seed, 0}, {}, arena);
+    step_compressed(h, compressed.spans(grad), {}, {seed, 0}, {}, arena);
+  }
+  std::vector<float> got(kCount);
+  decode_state(StateDType::kBf16, MomentKind::kExpAvg, compressed.master.data(), kCount, got.data(),
+               arena);
+  const float* want = reinterpret_cast<const float*>(exact.master.data());
+  double moved = 0;
+  double drift = 0;
+  for (std::size_t i = 0; i < kCount; ++i) {
+    moved += std::fabs(double{want[i]} - start[i]);
+    drift += std::fabs(double{got[i]} - want[i]);
+  }
+  std::printf("int8+bf16 vs fp32 after 10 steps: mean |drift| %.3g, mean |move| %.3g\n",
+              drift / kCount, moved / kCount);
+  EXPECT_LT(drift, 0.1 * moved) << testing::seed_note(seed);
+}
+
+TEST(CompressedStep, RejectsAnInt8Master) {
+  std::vector<std::byte> bytes(kQuantBlockBytes);
+  std::vector<float> grad(4);
+  CompressedSpans spans;
+  spans.numel = 4;
+  spans.master_dtype = StateDType::kInt8;
+  spans.master = bytes.data();
+  spans.exp_avg = bytes.data();
+  spans.exp_avg_sq = bytes.data();
+  spans.grad = std::span<const float>(grad);
+  tbb::task_arena arena(1);
+  EXPECT_THROW(step_compressed(hyper_for(Algorithm::kAdamW, 1), spans, {}, {}, {}, arena),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace strata::cpu_adam

@@ -1,0 +1,268 @@
+// Proves compressed optimizer state ([optimizer] state_dtype = "int8" / "bf16", master_dtype =
+// "bf16") keeps the Engine's invariants: every placement is bitwise the all-on-device run of the
+// same formats, the NVMe store's resume and checkpoint save/load continue bitwise, training still
+// lowers the loss, NVMe traffic shrinks with the bytes, and bad values are errors naming the key.
+#include <cstring>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "base/debug_knobs.hpp"
+#include "runtime/checkpoint.hpp"
+#include "runtime/comm/local_comm.hpp"
+#include "runtime/engine.hpp"
+#include "runtime/memory_plan.hpp"
+#include "tests/io/io_test_support.hpp"
+#include "tests/runtime/checkpoint_test_support.hpp"
+#include "tests/runtime/engine_test_config.hpp"
+
+namespace strata::runtime {
+namespace {
+
+using io::testing::ScratchDir;
+using testing::engine_test_config;
+using testing::expect_same_state;
+using ::testing::HasSubstr;
+using testing::TrainedModel;
+using Access = EngineOptions::DeviceAccess;
+using cpu_adam::StateDType;
+
+Config compressed(const ScratchDir& dir, StateDType moments, StateDType master,
+                  Tier params = Tier::kDevice, Tier grads = Tier::kDevice,
+                  Tier optimizer = Tier::kDevice) {
+  Config config = engine_test_config(dir.path().string());
+  config.optimizer.state_dtype = moments;
+  config.optimizer.master_dtype = master;
+  config.zero.params = params;
+  config.zero.grads = grads;
+  config.zero.optimizer = optimizer;
+  return config;
+}
+
+struct Trained {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> state;
+  std::uint64_t nvme_bytes = 0;
+};
+
+Trained train(const Config& config, int steps, Access access = Access::kAuto) {
+  EngineOptions options;
+  options.device_access = access;
+  TrainedModel run(config, options);
+  Trained out;
+  for (int i = 0; i < steps; ++i) {
+    const StepStats stats = run.train(1);
+    out.nvme_bytes += stats.nvme.read_bytes + stats.nvme.written_bytes;
+  }
+  out.losses = run.losses;
+  out.state = run.state();
+  return out;
+}
+
+void expect_bitwise(const Trained& got, const Trained& want, const std::string& what) {
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  for (std::size_t i = 0; i < got.losses.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&got.losses[i], &want.losses[i], sizeof(float)), 0)
+        << what << ": loss of step " << i;
+  }
+  expect_same_state(got.state, want.state, what);
+}
+
+class CompressedPlacement : public ::testing::TestWithParam<std::tuple<Tier, Tier, Tier, Access>> {
+};
+
+// int8 moments + bf16 master: every placement and data path is the all-on-device run bit for bit.
+TEST_P(CompressedPlacement, IsBitwiseIdenticalToAllOnDevice) {
+  ScratchDir reference_dir;
+  const Trained reference =
+      train(compressed(reference_dir, StateDType::kInt8, StateDType::kBf16), 4);
+  const auto [params, grads, optimizer, access] = GetParam();
+  ScratchDir dir;
+  const Trained got = train(
+      compressed(dir, StateDType::kInt8, StateDType::kBf16, params, grads, optimizer), 4, access);
+  expect_bitwise(
+      got, reference,
+      fmt::format("params {} grads {} optimizer {} {}", to_string(params), to_string(grads),
+                  to_string(optimizer), access == Access::kStaged ? "staged" : "direct"));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Int8Bf16, CompressedPlacement,
+    ::testing::Combine(::testing::Values(Tier::kDevice, Tier::kNvme),
+                       ::testing::Values(Tier::kDevice, Tier::kNvme),
+                       ::testing::Values(Tier::kDevice, Tier::kHost, Tier::kNvme),
+                       ::testing::Values(Access::kAuto, Access::kStaged)),
+    [](const auto& param_info) {
+      return fmt::format(
+          "params_{}_grads_{}_optimizer_{}_{}", to_string(std::get<0>(param_info.param)),
+          to_string(std::get<1>(param_info.param)), to_string(std::get<2>(param_info.param)),
+          std::get<3>(param_info.param) == Access::kStaged ? "staged" : "direct");
+    });
+
+TEST(CompressedState, EveryFormatLowersTheLoss) {
+  for (StateDType moments : {StateDType::kBf16, StateDType::kInt8}) {
+    for (StateDType master : {StateDType::kFp32, StateDType::kBf16}) {
+      ScratchDir dir;
+      const Trained run = train(compressed(dir, moments, master), 12);
+      EXPECT_LT(run.losses.back(), 0.7f * run.losses.front())
+          << cpu_adam::state_dtype_name(moments) << " moments, "
+          << cpu_adam::state_dtype_name(master) << " master";
+    }
+  }
+}
+
+// Adagrad (no exp_avg) and Lion (no exp_avg_sq) keep their one moment in int8 too, on NVMe.
+TEST(CompressedState, AdagradAndLionTrainWithInt8State) {
+  for (OptimizerType type : {OptimizerType::kAdagrad, OptimizerType::kLion}) {
+    ScratchDir dir;
+    Config config = compressed(dir, StateDType::kInt8, StateDType::kBf16, Tier::kDevice,
+                               Tier::kDevice, Tier::kNvme);
+    config.optimizer.type = type;
+    if (type == OptimizerType::kLion) config.optimizer.lr = 1e-3;
+    const Trained run = train(config, 12);
+    EXPECT_LT(run.losses.back(), 0.8f * run.losses.front()) << to_string(type);
+  }
+}
+
+// The NVMe optimizer traffic per step is exactly the encoded sub-groups: this model's sub-groups
+// are all 2048 elements, fp32 master + moments 3 x 8 KiB each; bf16 master 4 KiB and each int8
+// moment 3 blocks padded to one 4 KiB page, so exactly half (at huge.toml's 1e7-element sub-groups
+// the padding vanishes and the ratio is 0.334: CompressedStatePlan below).
+TEST(CompressedState, NvmeTrafficShrinksWithTheBytes) {
+  if (force_nvme_knob()) GTEST_SKIP() << "STRATA_FORCE_NVME moves every kind to NVMe";
+  ScratchDir fp32_dir, int8_dir;
+  const Trained fp32 = train(compressed(fp32_dir, StateDType::kFp32, StateDType::kFp32,
+                                        Tier::kDevice, Tier::kDevice, Tier::kNvme),
+                             2);
+  const Trained int8 = train(compressed(int8_dir, StateDType::kInt8, StateDType::kBf16,
+                                        Tier::kDevice, Tier::kDevice, Tier::kNvme),
+                             2);
+  const double ratio = static_cast<double>(int8.nvme_bytes) / static_cast<double>(fp32.nvme_bytes);
+  std::printf("NVMe bytes over 2 steps: fp32 %llu, int8 + bf16 master %llu (ratio %.3f)\n",
+              static_cast<unsigned long long>(fp32.nvme_bytes),
+              static_cast<unsigned long long>(int8.nvme_bytes), ratio);
+  EXPECT_GT(int8.nvme_bytes, 0u);
+  EXPECT_DOUBLE_EQ(ratio, 0.5);
+}
+
+TEST(CompressedState, ResumesFromTheNvmeStoreBitwise) {
+  ScratchDir straight_dir;
+  const Config straight_config = compressed(straight_dir, StateDType::kInt8, StateDType::kBf16,
+                                            Tier::kNvme, Tier::kDevice, Tier::kNvme);
+  const Trained straight = train(straight_config, 4);
+  ScratchDir dir;
+  const Config config = compressed(dir, StateDType::kInt8, StateDType::kBf16, Tier::kNvme,
+                                   Tier::kDevice, Tier::kNvme);
+  train(config, 2);
+  TrainedModel resumed(config, EngineOptions{.resume = true});
+  EXPECT_EQ(resumed.engine->step_count(), 2u);
+  resumed.train(2);
+  EXPECT_EQ(resumed.losses[0], straight.losses[2]);
+  EXPECT_EQ(resumed.losses[1], straight.losses[3]);
+  expect_same_state(resumed.state(), straight.state, "resumed at step 2");
+}
+
+TEST(CompressedState, CheckpointSaveLoadContinuesBitwise) {
+  ScratchDir straight_dir, first_dir, second_dir, checkpoint_dir;
+  const Trained straight = train(compressed(straight_dir, StateDType::kInt8, StateDType::kBf16), 5);
+  const auto checkpoint = checkpoint_dir.path() / "ckpt";
+  {
+    TrainedModel first(compressed(first_dir, StateDType::kInt8, StateDType::kBf16, Tier::kNvme,
+                                  Tier::kDevice, Tier::kNvme));
+    first.train(3);
+    first.engine->save(checkpoint);
+  }
+  // Loaded into another placement: the values re-encode to the very same bytes.
+  TrainedModel second(compressed(second_dir, StateDType::kInt8, StateDType::kBf16, Tier::kDevice,
+                                 Tier::kHost, Tier::kHost));
+  second.engine->load(checkpoint);
+  EXPECT_EQ(second.engine->step_count(), 3u);
+  second.train(2);
+  EXPECT_EQ(second.losses[0], straight.losses[3]);
+  EXPECT_EQ(second.losses[1], straight.losses[4]);
+  expect_same_state(second.state(), straight.state, "saved at step 3, loaded, 2 more steps");
+}
+
+TEST(CompressedState, ConfigErrorsNameTheKeyAndValue) {
+  const auto error_of = [](const char* text) {
+    try {
+      parse_config(text);
+    } catch (const std::exception& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  const std::string bad_state = error_of("[optimizer]\nstate_dtype = \"int4\"\n");
+  EXPECT_THAT(bad_state, HasSubstr("state_dtype"));
+  EXPECT_THAT(bad_state, HasSubstr("int4"));
+  const std::string bad_master = error_of("[optimizer]\nmaster_dtype = \"int8\"\n");
+  EXPECT_THAT(bad_master, HasSubstr("master_dtype"));
+  EXPECT_THAT(bad_master, HasSubstr("int8"));
+  const Config good =
+      parse_config("[optimizer]\nstate_dtype = \"int8\"\nmaster_dtype = \"bf16\"\n");
+  EXPECT_EQ(good.optimizer.state_dtype, StateDType::kInt8);
+  EXPECT_EQ(good.optimizer.master_dtype, StateDType::kBf16);
+}
+
+// `strata plan`'s arithmetic for the example configs: the optimizer row is 2 + 2 x 1024/1020 bytes
+// per parameter with int8 moments and a bf16 master, NVMe traffic per step follows it, and
+// huge-4b.toml (>= 4e9 parameters) fits 70 GB of disk with its A/B slots.
+MemoryPlan plan_of(const Config& config) {
+  return make_memory_plan(config, PlanInputs(config.parameter_count(), 1));
+}
+
+std::uint64_t nvme_bytes_per_step(const MemoryPlan& plan) {
+  return plan.nvme_read_bytes_per_step + plan.nvme_write_bytes_per_step;
+}
+
+TEST(CompressedStatePlan, HugeTomlNvmeTrafficFollowsTheStateBytes) {
+  const Config fp32 = load_config(std::string(STRATA_SOURCE_DIR) + "/examples/configs/huge.toml");
+  Config int8 = fp32;
+  int8.optimizer.state_dtype = StateDType::kInt8;
+  int8.optimizer.master_dtype = StateDType::kBf16;
+  const MemoryPlan fp32_plan = plan_of(fp32);
+  const MemoryPlan int8_plan = plan_of(int8);
+  const StateRow& optimizer = int8_plan.states.back();
+  ASSERT_EQ(optimizer.kind, StateKind::kOptimizer);
+  EXPECT_EQ(optimizer.layout, "bf16 master + int8 exp_avg + int8 exp_avg_sq");
+  EXPECT_DOUBLE_EQ(optimizer.bytes_per_param, 2.0 + 2.0 * 1024 / 1020);
+  EXPECT_DOUBLE_EQ(fp32_plan.states.back().bytes_per_param, 12.0);
+  // huge.toml keeps params (read twice, written once), grads (written, read) and the optimizer
+  // state (read, written) on NVMe: 2x3 + 2x2 + 2 x optimizer bytes per parameter.
+  const double ratio = static_cast<double>(nvme_bytes_per_step(int8_plan)) /
+                       static_cast<double>(nvme_bytes_per_step(fp32_plan));
+  const double optimizer_ratio = static_cast<double>(optimizer.bytes_per_rank) /
+                                 static_cast<double>(fp32_plan.states.back().bytes_per_rank);
+  std::printf(
+      "huge.toml NVMe bytes per step: fp32 %.2f GB, int8 moments + bf16 master %.2f GB "
+      "(ratio %.3f; optimizer state alone %.3f)\n",
+      static_cast<double>(nvme_bytes_per_step(fp32_plan)) / 1e9,
+      static_cast<double>(nvme_bytes_per_step(int8_plan)) / 1e9, ratio, optimizer_ratio);
+  EXPECT_NEAR(ratio, (6 + 4 + 2 * optimizer.bytes_per_param) / (6 + 4 + 2 * 12.0), 1e-3);
+  EXPECT_LE(optimizer_ratio, 0.45);
+}
+
+TEST(CompressedStatePlan, Huge4bFitsSeventyGigabytesOfDisk) {
+  const Config config =
+      load_config(std::string(STRATA_SOURCE_DIR) + "/examples/configs/huge-4b.toml");
+  EXPECT_GE(config.parameter_count(), 4'000'000'000u);
+  const MemoryPlan plan = plan_of(config);
+  const TierRow& nvme = plan.tier(Tier::kNvme);
+  std::printf("huge-4b.toml: %.3g parameters, NVMe %.1f GB of %.1f GB budget, fits: %s\n",
+              static_cast<double>(config.parameter_count()),
+              static_cast<double>(nvme.total_bytes()) / 1e9,
+              static_cast<double>(nvme.budget_bytes) / 1e9, plan.fits() ? "yes" : "no");
+  EXPECT_TRUE(plan.fits()) << render_plan_text(plan, config);
+  EXPECT_LE(nvme.total_bytes(), 70'000'000'000u);
+  EXPECT_LE(nvme.budget_bytes, 70'000'000'000u);
+  // The same model with fp32 state would not fit that disk.
+  Config fp32 = config;
+  fp32.optimizer.state_dtype = StateDType::kFp32;
+  fp32.optimizer.master_dtype = StateDType::kFp32;
+  EXPECT_GT(plan_of(fp32).tier(Tier::kNvme).total_bytes(), 70'000'000'000u);
+}
+
+}  // namespace
+}  // namespace strata::runtime
