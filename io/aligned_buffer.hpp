@@ -11,7 +11,8 @@ namespace strata::io {
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
-  // Allocates size_bytes rounded up to `alignment` (a power of two, at least 64), zero-filled.
+  // Allocates size_bytes rounded up to `alignment` (a power of two from 64 to 2 MiB), zero-filled
+  // and faulted in. From 2 MiB up the memory is huge-page backed (io/huge_page_memory.hpp).
   // Throws std::bad_alloc when the memory is not there.
   static AlignedBuffer allocate(std::size_t size_bytes, std::size_t alignment = kDirectIoAlignment);
 

@@ -34,6 +34,15 @@ std::optional<IoEngineKind> parse_io_engine_kind(std::string_view text) {
   return std::nullopt;
 }
 
+std::size_t queued_pieces_per_queue(const IoEngineOptions& options) {
+  return options.queued_pieces > 0 ? options.queued_pieces : 2 * std::size_t{options.queue_depth};
+}
+
+std::uint64_t pieces_for(std::uint64_t bytes, std::uint64_t requests,
+                         std::uint64_t block_size_bytes) {
+  return (bytes + block_size_bytes - 1) / block_size_bytes + 2 * requests;
+}
+
 IoEngine::IoEngine(const IoEngineOptions& options) : options_(options) {
   STRATA_ASSERT(options.block_size_bytes > 0 && options.block_size_bytes <= kGiB &&
                     is_aligned(options.block_size_bytes, kDirectIoAlignment),
@@ -51,7 +60,7 @@ FileId IoEngine::add_file(FileHandle file) {
 }
 
 FileId IoEngine::open_file(const std::filesystem::path& path, std::uint64_t size_bytes,
-                         CreateMode create) {
+                           CreateMode create) {
   FileHandle file = FileHandle::open(path, {create, options_.direct});
   file.allocate(size_bytes);
   return add_file(std::move(file));

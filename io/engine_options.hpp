@@ -33,6 +33,11 @@ struct IoEngineOptions {
   std::uint32_t queue_depth = 16;
   // io_uring rings, each owned by one I/O thread. POSIX runs queue_depth * rings threads (<= 64).
   std::uint32_t rings = 1;
+  // Pieces that may wait in the hand-off queue of each ring (io_uring) or of the thread pool
+  // (POSIX) beyond those in flight; submit() blocks only when it is full. 0: 2 * queue_depth.
+  // A caller whose buffers bound what it can have submitted (the runtime's staging) sizes it to
+  // that bound, so its submitting thread never blocks (queued_pieces_for()).
+  std::uint32_t queued_pieces = 0;
   // How IoEngine::open_file opens files. kOff: buffered I/O; durability needs IoEngine::sync().
   DirectIo direct = DirectIo::kOn;
   // Registered with every io_uring ring as fixed buffers when the kernel allows; a request names
@@ -42,5 +47,13 @@ struct IoEngineOptions {
   // Tests only: consulted at every completed operation; must outlive the engine.
   FaultInjector* faults = nullptr;
 };
+
+// The capacity of each io_uring ring's hand-off queue: options.queued_pieces, its default resolved.
+std::size_t queued_pieces_per_queue(const IoEngineOptions& options);
+
+// Pieces that at most `requests` requests covering `bytes` of buffers in all can be cut into, at
+// block_size pieces and stripes: a request's ragged start and end add at most two.
+std::uint64_t pieces_for(std::uint64_t bytes, std::uint64_t requests,
+                         std::uint64_t block_size_bytes);
 
 }  // namespace strata::io

@@ -37,7 +37,8 @@ std::int64_t run_operation(const detail::Piece& piece) {
 }  // namespace
 
 PosixEngine::PosixEngine(const IoEngineOptions& options)
-    : IoEngine(options), queue_(2 * std::size_t{thread_count_for(options)}) {
+    : IoEngine(options), queue_(options.queued_pieces > 0 ? std::size_t{options.queued_pieces}
+                                                          : 2 * std::size_t{thread_count_for(options)}) {
   const std::uint32_t count = thread_count_for(options);
   threads_.reserve(count);
   for (std::uint32_t i = 0; i < count; ++i) {

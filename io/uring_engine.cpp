@@ -24,7 +24,8 @@ UringEngine::UringEngine(const IoEngineOptions& options) : IoEngine(options) {
   int registration = 0;
   for (std::uint32_t i = 0; i < options.rings; ++i) {
     workers_.push_back(
-        std::make_unique<detail::RingWorker>(options.queue_depth, options.faults, fixed));
+        std::make_unique<detail::RingWorker>(options.queue_depth, queued_pieces_per_queue(options),
+                                             options.faults, fixed));
     if (workers_.back()->fixed_buffer_registration() != 0) {
       registration = workers_.back()->fixed_buffer_registration();
     }

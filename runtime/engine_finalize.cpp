@@ -19,6 +19,10 @@
 namespace strata::runtime::detail {
 namespace {
 
+// A bound on the hand-off queue (pieces are ~64 bytes each): staging this large would be over
+// 10 TiB at 1 MiB blocks.
+constexpr std::uint64_t kMaxQueuedPieces = std::uint64_t{1} << 24;
+
 io::IoEngineOptions io_options_of(const NvmeTierConfig& nvme, io::FaultInjector* faults) {
   io::IoEngineOptions options;
   options.kind = nvme.engine == IoEngineKind::kIoUring ? io::IoEngineKind::kIoUring
@@ -198,7 +202,9 @@ bool EngineState::open_store(std::vector<tiers::ExtentSpec> extents) {
   }
   const NvmeTierConfig& nvme = config_.tiers.nvme;
   const bool resume = resume_decided();
-  io_engine_ = io::make_io_engine(io_options_of(nvme, options_.faults));
+  io::IoEngineOptions io_options = io_options_of(nvme, options_.faults);
+  lend_staging_to_io(io_options);
+  io_engine_ = io::make_io_engine(io_options);
   tiers::NvmeStoreOptions store_options;
   for (const std::string& path : nvme.paths) store_options.paths.emplace_back(path);
   store_options.rank = rank_;
@@ -210,6 +216,35 @@ bool EngineState::open_store(std::vector<tiers::ExtentSpec> extents) {
   if (!store_->resumed() || !store_->committed_step().has_value()) return false;
   progress_.step = *store_->committed_step();
   return true;
+}
+
+void EngineState::lend_staging_to_io(io::IoEngineOptions& options) const {
+  std::uint64_t groups_per_unit = 1;
+  for (const UnitState& unit : units_)
+    groups_per_unit = std::max<std::uint64_t>(groups_per_unit, unit.groups.size());
+  const std::uint64_t block = options.block_size_bytes;
+  // An optimizer buffer has at most one request per kind in flight (its writes drain before its
+  // next reads); a gradient buffer or parameter slot one per sub-group of a unit.
+  std::uint64_t pieces = 2 * std::uint64_t{options.queue_depth};  // the synchronous paths' share
+  pieces += plan_.pipeline_buffer_count *
+            io::pieces_for(plan_.pipeline_buffer_bytes, kAllShardKinds.size(), block);
+  pieces += grad_buffers_.size() *
+            io::pieces_for(plan_.grad_staging_buffer_bytes, groups_per_unit, block);
+  pieces +=
+      plan_.param_read_slots * io::pieces_for(plan_.param_read_slot_bytes, groups_per_unit, block);
+  options.queued_pieces =
+      static_cast<std::uint32_t>(std::min<std::uint64_t>(pieces, kMaxQueuedPieces));
+
+  // io_uring takes buffers of at most 1 GiB; with a larger one, none is registered (plain I/O).
+  std::vector<std::span<std::byte>> fixed;
+  for (const tiers::PinnedBuffer& buffer : pipeline_buffers_) fixed.push_back(buffer.span());
+  for (const tiers::PinnedBuffer& buffer : grad_buffers_) {
+    if (!buffer.span().empty()) fixed.push_back(buffer.span());
+  }
+  const bool registrable = std::all_of(fixed.begin(), fixed.end(), [](std::span<std::byte> buffer) {
+    return buffer.size() <= kGiB;
+  });
+  if (registrable) options.fixed_buffers = std::move(fixed);
 }
 
 // Resume, start afresh, or refuse: EngineOptions resume / overwrite, else [tiers.nvme]

@@ -180,6 +180,10 @@ class EngineState final : public tiers::ResidencyClient {
   bool resume_decided() const;
   // Opens the NVMe store when state is homed there; true when it resumed a committed step.
   bool open_store(std::vector<tiers::ExtentSpec> extents);
+  // The staging the NVMe I/O goes through, registered with io_uring (fixed buffers: the optimizer
+  // pipeline's buffers, then the gradient staging), and the hand-off queue sized to what that
+  // staging can have submitted at once, so no submitting thread (Adam's above all) ever blocks.
+  void lend_staging_to_io(io::IoEngineOptions& options) const;
   void initialise_fresh();
   void rebuild_params_from_master();
   void build_residency();
@@ -264,7 +268,7 @@ class EngineState final : public tiers::ResidencyClient {
   // The optimizer step's (optimizer_step.cpp). The first pipeline buffer is also shard_io.cpp's
   // NVMe staging outside the step.
   TrainingProgress progress_;
-  std::vector<tiers::PinnedBuffer> pipeline_buffers_;
+  std::vector<tiers::PinnedBuffer> pipeline_buffers_;  // fixed buffers 0 .. n-1 when registered
   double io_wait_s_ = 0;  // since the last step (shard_io.cpp adds to it)
   std::vector<cpu_adam::DecayRun> decay_runs_;  // one sub-group's, reused (update_compressed)
   std::uint64_t nvme_read_mark_ = 0;

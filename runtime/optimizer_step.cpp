@@ -95,6 +95,7 @@ class EngineState::OptimizerPipeline {
     }
     buffers_ = engine.pipeline_buffers_.size();
     reads_.resize(items_.size());
+    read_issued_.resize(items_.size());
     writes_.resize(std::max<std::size_t>(buffers_, 1));
   }
   std::size_t size() const { return items_.size(); }
@@ -164,16 +165,25 @@ class EngineState::OptimizerPipeline {
     // The buffer's previous item must be written out before it is refilled.
     for (io::Ticket& ticket : writes_[i % buffers_]) engine_.wait_timed(ticket);
     writes_[i % buffers_].clear();
+    read_issued_[i] = std::chrono::steady_clock::now();
     for (Kind kind : kReadKinds) {
       if (!on_nvme(i, kind)) continue;
       const ShardHome& home = unit(i).home(kind);
       reads_[i].push_back(engine_.store_->read(
-          home.extents[group(i)], std::span(location(i, kind), home.bytes(numel(i)))));
+          home.extents[group(i)], std::span(location(i, kind), home.bytes(numel(i))),
+          fixed_buffer(i)));
     }
   }
+  // The trace shows each item's reads from issue to use ("NVMe read ..." on the I/O track), so
+  // the timeline, and the test that reads it, see them in flight under Adam on earlier items.
   void wait_reads(std::size_t i) {
+    if (reads_[i].empty()) return;
     for (tiers::StoreRead& read : reads_[i]) engine_.wait_timed(read);
     reads_[i].clear();
+    if (Tracer* tracer = engine_.options_.tracer) {
+      tracer->record(TraceTrack::kIo, fmt::format("NVMe read {} [{}]", unit(i).spec.name, group(i)),
+                     read_issued_[i], std::chrono::steady_clock::now());
+    }
   }
   void issue_writes(std::size_t i) {
     if (buffers_ == 0) return;
@@ -182,7 +192,8 @@ class EngineState::OptimizerPipeline {
       const ShardHome& home = unit(i).home(kind);
       writes_[i % buffers_].push_back(engine_.store_->write(
           home.extents[group(i)],
-          std::span<const std::byte>(location(i, kind), home.bytes(numel(i)))));
+          std::span<const std::byte>(location(i, kind), home.bytes(numel(i))),
+          fixed_buffer(i)));
     }
   }
   void drain() {
@@ -200,11 +211,17 @@ class EngineState::OptimizerPipeline {
     return unit(i).has(kind) && unit(i).home(kind).residence() == Residence::kNvme;
   }
   std::uint64_t numel(std::size_t i) const { return unit(i).groups[group(i)].numel; }
+  // Pipeline buffer b is the engine's fixed buffer b (lend_staging_to_io), when registered.
+  std::optional<std::uint32_t> fixed_buffer(std::size_t i) const {
+    if (engine_.io_engine_->options().fixed_buffers.empty()) return std::nullopt;
+    return static_cast<std::uint32_t>(i % buffers_);
+  }
 
   EngineState& engine_;
   std::vector<Item> items_;
   std::size_t buffers_ = 0;
   std::vector<std::vector<tiers::StoreRead>> reads_;
+  std::vector<std::chrono::steady_clock::time_point> read_issued_;
   std::vector<std::vector<io::Ticket>> writes_;
 };
 

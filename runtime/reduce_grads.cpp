@@ -156,11 +156,17 @@ void EngineState::store_grad_in_host(UnitState& unit, const float* host_shard, b
                       cpu_adam::TypedSpan(stored, home.numel, home.dtype), *arena_);
   }
   if (last) norm_.add(cpu_adam::ConstTypedSpan(stored, home.numel, home.dtype), *arena_);
+  // Gradient buffer b follows the pipeline buffers among the engine's fixed buffers.
+  const std::optional<std::uint32_t> fixed =
+      on_nvme && !io_engine_->options().fixed_buffers.empty()
+          ? std::optional(static_cast<std::uint32_t>(pipeline_buffers_.size() + index))
+          : std::nullopt;
   for (std::size_t g = 0; on_nvme && g < unit.groups.size(); ++g) {
     const SubGroup& sub = unit.groups[g];
     grad_buffer_writes_[index].push_back(store_->write(
-        home.extents[g], std::span<const std::byte>(stored + sub.begin * element_bytes,
-                                                    sub.numel * element_bytes)));
+        home.extents[g],
+        std::span<const std::byte>(stored + sub.begin * element_bytes, sub.numel * element_bytes),
+        fixed));
   }
 }
 

@@ -37,6 +37,11 @@ void Tracer::record(TraceTrack track, std::string name, Clock::time_point start,
   events_.push_back({track, std::move(name), start, end});
 }
 
+std::vector<Tracer::Event> Tracer::events() const {
+  std::lock_guard lock(mutex_);
+  return events_;
+}
+
 std::size_t Tracer::event_count() const {
   std::lock_guard lock(mutex_);
   return events_.size();

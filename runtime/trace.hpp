@@ -18,12 +18,21 @@ class Tracer {
  public:
   using Clock = std::chrono::steady_clock;
 
+  struct Event {
+    TraceTrack track;
+    std::string name;
+    Clock::time_point start;
+    Clock::time_point end;
+  };
+
   explicit Tracer(std::size_t max_events = 1'000'000);
 
   void record(TraceTrack track, std::string name, Clock::time_point start, Clock::time_point end);
   // Writes the trace; throws std::system_error naming the path when it cannot.
   void write_chrome_json(const std::filesystem::path& path) const;
   std::size_t event_count() const;
+  // A copy of the events kept, in the order they were recorded (tests read the timeline).
+  std::vector<Event> events() const;
   std::size_t dropped_count() const;
 
   // Records [construction, destruction) on `track`; a null tracer records nothing.
@@ -48,12 +57,6 @@ class Tracer {
   };
 
  private:
-  struct Event {
-    TraceTrack track;
-    std::string name;
-    Clock::time_point start;
-    Clock::time_point end;
-  };
   const std::size_t max_events_;
   const Clock::time_point origin_;
   mutable std::mutex mutex_;

@@ -125,18 +125,6 @@ std::variant<DecodedManifest, std::string> decode_manifest(std::span<const std::
   return manifest;
 }
 
-void StoreRead::wait() {
-  ticket_.get();
-  if (verified_) return;
-  if (checksum(data_) != checksum_) {
-    throw StoreCorruption(
-        fmt::format("checksum mismatch reading {}: the bytes on disk are not "
-                    "the ones committed; refusing to use them",
-                    where_));
-  }
-  verified_ = true;
-}
-
 NvmeStore::NvmeStore(io::IoEngine& engine, const NvmeStoreOptions& options,
                      std::vector<ExtentSpec> extents)
     : engine_(&engine), options_(options) {
@@ -144,6 +132,7 @@ NvmeStore::NvmeStore(io::IoEngine& engine, const NvmeStoreOptions& options,
     throw std::invalid_argument("NvmeStore: no NVMe paths configured ([tiers.nvme] paths)");
   }
   STRATA_ASSERT(options_.rank < options_.ranks, "rank out of range");
+  checksums_ = std::make_unique<ChecksumWorker>(2 * extents.size() + 2);
   std::uint64_t offset = 0;
   for (ExtentSpec& spec : extents) {
     Extent extent;
@@ -428,7 +417,8 @@ std::string NvmeStore::describe(const Extent& extent, std::uint8_t slot) const {
                      location.offset_bytes);
 }
 
-io::Ticket NvmeStore::write(ExtentId id, std::span<const std::byte> data) {
+io::Ticket NvmeStore::write(ExtentId id, std::span<const std::byte> data,
+                            std::optional<std::uint32_t> fixed_buffer_index) {
   Extent& extent = extents_[id];
   STRATA_ASSERT(data.size() == extent.slot_bytes, "write buffer must be slot_bytes long");
   // A failed commit may have left a durable manifest naming the slot about to be written.
@@ -438,15 +428,18 @@ io::Ticket NvmeStore::write(ExtentId id, std::span<const std::byte> data) {
   SlotState next;
   next.has_data = true;
   next.slot = extent.committed.has_data ? static_cast<std::uint8_t>(1 - extent.committed.slot) : 0;
-  next.checksum = checksum(data.first(extent.spec.length_bytes));
   const std::uint64_t offset = extent.offset_bytes + next.slot * extent.slot_bytes;
-  extent.pending = next;
-  extent.pending_write = swap_->write(offset, data);
+  extent.pending = next;  // its checksum is copied in at commit, from pending_checksum
+  extent.pending_checksum = std::make_shared<std::uint64_t>(0);
+  extent.pending_write =
+      checksums_->hash_write(swap_->write(offset, data, fixed_buffer_index),
+                             data.first(extent.spec.length_bytes), extent.pending_checksum);
   bytes_written_ += data.size();
   return extent.pending_write;
 }
 
-StoreRead NvmeStore::read(ExtentId id, std::span<std::byte> buffer) {
+StoreRead NvmeStore::read(ExtentId id, std::span<std::byte> buffer,
+                          std::optional<std::uint32_t> fixed_buffer_index) {
   Extent& extent = extents_[id];
   STRATA_ASSERT(buffer.size() == extent.slot_bytes, "read buffer must be slot_bytes long");
   if (extent.pending_write.valid()) extent.pending_write.get();  // read your own writes
@@ -456,13 +449,17 @@ StoreRead NvmeStore::read(ExtentId id, std::span<std::byte> buffer) {
     throw std::logic_error(
         fmt::format("extent '{}' was read before anything was written to it", extent.spec.name));
   }
+  // A pending write's checksum was set before its ticket completed (waited for above).
+  auto expected = std::make_shared<const std::uint64_t>(extent.pending ? *extent.pending_checksum
+                                                                       : newest->checksum);
   StoreRead read;
-  read.ticket_ = swap_->read(extent.offset_bytes + newest->slot * extent.slot_bytes, buffer);
-  read.data_ = std::span<const std::byte>(buffer).first(extent.spec.length_bytes);
-  read.checksum_ = newest->checksum;
-  read.where_ = fmt::format(
-      "{} committed at step {}", describe(extent, newest->slot),
-      extent.pending ? std::string("(this step, uncommitted)") : std::to_string(newest->step));
+  read.ticket_ = checksums_->verify_read(
+      swap_->read(extent.offset_bytes + newest->slot * extent.slot_bytes, buffer,
+                  fixed_buffer_index),
+      std::span<const std::byte>(buffer).first(extent.spec.length_bytes), std::move(expected),
+      fmt::format(
+          "{} committed at step {}", describe(extent, newest->slot),
+          extent.pending ? std::string("(this step, uncommitted)") : std::to_string(newest->step)));
   bytes_read_ += buffer.size();
   return read;
 }
@@ -486,6 +483,7 @@ void NvmeStore::commit(std::uint64_t step) {
     if (!extent.pending_write.valid()) continue;
     extent.pending_write.wait();
     if (!extent.pending_write.ok() && !failure) failure = extent.pending_write.error();
+    if (extent.pending) extent.pending->checksum = *extent.pending_checksum;
   }
   if (failure) std::rethrow_exception(failure);
   // 2. Data durable before any manifest names it.
@@ -520,6 +518,7 @@ void NvmeStore::commit(std::uint64_t step) {
     extents_[i].committed = states[i];
     extents_[i].pending.reset();
     extents_[i].pending_write = io::Ticket();
+    extents_[i].pending_checksum.reset();
   }
 }
 

@@ -23,7 +23,9 @@
 // entries of newly created files survive a power loss.
 //
 // Verification. Every read is checked against the manifest's checksum; a mismatch is a
-// StoreCorruption naming the file, offset, extent and step: corrupt bytes are never used.
+// StoreCorruption naming the file, offset, extent and step: corrupt bytes are never used. The
+// hashing runs on the store's checksum thread (tiers/checksum_worker.hpp), overlapping the I/O and
+// the caller's work: a write's ticket and a read's StoreRead complete once hashed / verified.
 //
 // Exclusion: the store holds an exclusive flock on "strata-rank<R>.lock" in the first path for its
 // lifetime; a second store on the same paths and rank fails with StoreBusy before touching a file.
@@ -43,6 +45,7 @@
 #include "io/file_handle.hpp"
 #include "io/striped_file.hpp"
 #include "io/ticket.hpp"
+#include "tiers/checksum_worker.hpp"
 #include "tiers/manifest.hpp"
 
 namespace strata::tiers {
@@ -90,21 +93,18 @@ class StoreMismatch : public std::runtime_error {
 
 class NvmeStore;
 
-// A read in flight. wait() blocks for the I/O, then verifies the checksum (throws
-// StoreCorruption) and rethrows any io::IoError.
+// A read in flight. wait() blocks until the bytes have landed and been verified against their
+// checksum (by the store's checksum thread, tiers/checksum_worker.hpp), then throws
+// StoreCorruption on a mismatch and rethrows any io::IoError.
 class StoreRead {
  public:
   StoreRead() = default;
-  void wait();
+  void wait() { ticket_.get(); }
   bool poll() const { return ticket_.poll(); }
 
  private:
   friend class NvmeStore;
   io::Ticket ticket_;
-  std::span<const std::byte> data_;
-  std::uint64_t checksum_ = 0;
-  std::string where_;  // for the corruption message
-  bool verified_ = false;
 };
 
 class NvmeStore {
@@ -133,9 +133,12 @@ class NvmeStore {
   // Writes `data` (slot_bytes long, 4 KiB aligned; bytes past the length are padding) to the slot
   // not holding the committed data. The buffer must live until the ticket completes. A second write
   // of the same extent before commit waits for the first and replaces it.
-  io::Ticket write(ExtentId extent, std::span<const std::byte> data);
+  // fixed_buffer_index: the engine's registered buffer holding `data` (io::IoRequest), if any.
+  io::Ticket write(ExtentId extent, std::span<const std::byte> data,
+                   std::optional<std::uint32_t> fixed_buffer_index = std::nullopt);
   // Reads the extent's newest bytes (written this step, else committed) into `buffer`.
-  StoreRead read(ExtentId extent, std::span<std::byte> buffer);
+  StoreRead read(ExtentId extent, std::span<std::byte> buffer,
+                 std::optional<std::uint32_t> fixed_buffer_index = std::nullopt);
 
   // Makes every write since the last commit the committed state of `step`. On failure (a write
   // or the manifest failed) throws, and the previous commit stays the committed state.
@@ -159,6 +162,8 @@ class NvmeStore {
     std::uint64_t slot_bytes = 0;
     SlotState committed;
     std::optional<SlotState> pending;
+    // The pending write's checksum, set by the checksum thread before pending_write completes.
+    std::shared_ptr<std::uint64_t> pending_checksum;
     io::Ticket pending_write;
   };
 
@@ -195,6 +200,9 @@ class NvmeStore {
   bool resumed_ = false;
   std::uint64_t bytes_written_ = 0;
   std::uint64_t bytes_read_ = 0;
+  // XXH3 of writes and verification of reads, off the owner thread. Last: destroyed first, after
+  // the destructor has waited for the writes.
+  std::unique_ptr<ChecksumWorker> checksums_;
 };
 
 }  // namespace strata::tiers

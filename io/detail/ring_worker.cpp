@@ -20,12 +20,12 @@ constexpr std::uint64_t kCancelTag = ~std::uint64_t{0} - 1;
 
 }  // namespace
 
-RingWorker::RingWorker(std::uint32_t queue_depth, FaultInjector* faults,
-                       std::span<const iovec> fixed_buffers)
+RingWorker::RingWorker(std::uint32_t queue_depth, std::size_t queued_pieces,
+                       FaultInjector* faults, std::span<const iovec> fixed_buffers)
     // One SQE more than queue_depth: the eventfd read is always armed next to the I/O.
     : ring_(queue_depth + 1),
       faults_(faults),
-      queue_(2 * std::size_t{queue_depth}),
+      queue_(queued_pieces),
       slots_(queue_depth) {
   event_fd_ = ::eventfd(0, EFD_CLOEXEC);
   if (event_fd_ < 0) {

@@ -16,7 +16,9 @@ namespace strata::io::detail {
 class RingWorker {
  public:
   // fixed_buffers: registered with the ring when not empty; registered() says whether it worked.
-  RingWorker(std::uint32_t queue_depth, FaultInjector* faults,
+  // queued_pieces: capacity of the hand-off queue (pieces waiting beyond the queue_depth in
+  // flight).
+  RingWorker(std::uint32_t queue_depth, std::size_t queued_pieces, FaultInjector* faults,
              std::span<const iovec> fixed_buffers);
   RingWorker(const RingWorker&) = delete;
   RingWorker& operator=(const RingWorker&) = delete;

@@ -10,6 +10,7 @@
 
 #include "base/assert.hpp"
 #include "base/units.hpp"
+#include "io/huge_page_memory.hpp"
 
 namespace strata::tiers {
 
@@ -33,12 +34,15 @@ MmapPinnedAllocator::MmapPinnedAllocator(MmapPinnedAllocatorOptions options)
 std::byte* MmapPinnedAllocator::allocate(std::uint64_t bytes) {
   STRATA_ASSERT(bytes > 0);
   const std::uint64_t length = round_up(bytes, kPinnedAlignment);
-  // MAP_POPULATE: fault every page in now, at start-up, rather than on the first copy.
-  void* data = ::mmap(nullptr, length, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-  if (data == MAP_FAILED) {
-    throw HostAllocationError(errno, "mmap", length);
+  // Huge-page backed (the pool's NVMe staging reaches the disk in far fewer requests, see
+  // io/huge_page_memory.hpp), and every page faulted in now, at start-up, not on the first copy.
+  std::byte* data = nullptr;
+  try {
+    data = io::map_huge_page_backed(length);
+  } catch (const std::bad_alloc&) {
+    throw HostAllocationError(ENOMEM, "mmap", length);
   }
+  io::populate(data, length);
   if (options_.mlock == MlockPolicy::kTry && options_.lock_pages(data, length) != 0) {
     const int error_number = errno;
     mlock_failures_.fetch_add(1);
@@ -49,13 +53,12 @@ std::byte* MmapPinnedAllocator::allocate(std::uint64_t bytes) {
           length, std::strerror(error_number)));
     }
   }
-  return static_cast<std::byte*>(data);
+  return data;
 }
 
 void MmapPinnedAllocator::free(std::byte* data, std::uint64_t bytes) noexcept {
   // munmap also unlocks. It fails only for a bad address, which is a programmer error.
-  const int result = ::munmap(data, round_up(bytes, kPinnedAlignment));
-  STRATA_ASSERT(result == 0, "munmap of a pinned allocation failed");
+  io::unmap_huge_page_backed(data, round_up(bytes, kPinnedAlignment));
 }
 
 }  // namespace strata::tiers
