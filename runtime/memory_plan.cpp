@@ -165,20 +165,23 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
   // NVMe traffic of one optimizer step (forward + backward + step).
   for (const StateRow& state : plan.states) {
     if (state.home != Tier::kNvme) continue;
+    NvmeTraffic& traffic = plan.nvme_traffic[static_cast<std::size_t>(state.kind)];
     switch (state.kind) {
       case StateKind::kOptimizer:  // read, update, write back
-        plan.nvme_read_bytes_per_step += state.bytes_per_rank;
-        plan.nvme_write_bytes_per_step += state.bytes_per_rank;
+        traffic.read_bytes = state.bytes_per_rank;
+        traffic.write_bytes = state.bytes_per_rank;
         break;
       case StateKind::kGrads:  // written in backward, read by the optimizer
-        plan.nvme_write_bytes_per_step += state.bytes_per_rank;
-        plan.nvme_read_bytes_per_step += state.bytes_per_rank;
+        traffic.write_bytes = state.bytes_per_rank;
+        traffic.read_bytes = state.bytes_per_rank;
         break;
       case StateKind::kParams:  // read for the forward and the backward gather, written by the step
-        plan.nvme_read_bytes_per_step += 2 * state.bytes_per_rank;
-        plan.nvme_write_bytes_per_step += state.bytes_per_rank;
+        traffic.read_bytes = 2 * state.bytes_per_rank;
+        traffic.write_bytes = state.bytes_per_rank;
         break;
     }
+    plan.nvme_read_bytes_per_step += traffic.read_bytes;
+    plan.nvme_write_bytes_per_step += traffic.write_bytes;
   }
 
   // Communication per rank per step, as the seeds count it: stages 0-2 move 2Ψ (reduce-scatter of
@@ -322,6 +325,10 @@ MemoryPlan make_memory_plan(const Config& config, const PlanInputs& inputs) {
   MemoryPlan plan = compute(config, inputs);
   if (!plan.fits()) plan.suggestions = suggest(config, inputs, plan);
   return plan;
+}
+
+MemoryPlan make_memory_plan_unsuggested(const Config& config, const PlanInputs& inputs) {
+  return compute(config, inputs);
 }
 
 std::string render_plan_text(const MemoryPlan& plan, const Config& config) {
