@@ -146,6 +146,7 @@ int run_tune(const TuneOptions& options) {
     if (!params) bad_input(fmt::format("--params: \"{}\" is not a whole parameter count between 1 "
                                        "and 1e15 (e.g. 7.5e9)", options.params));
     inputs.params = *params;
+    config.model.params = *params;  // so the written config plans the same model
   }
   const std::optional<double> budget_s = parse_seconds(options.time_budget);
   if (!budget_s) {

@@ -35,11 +35,36 @@ const StateRow& row(const MemoryPlan& plan, StateKind kind) {
   return plan.states.front();
 }
 
+// The mixed rate at `io`'s block size and rings with only `in_flight_bytes` outstanding: the queue
+// depth they amount to, looked up in the measured points of that block size and ring count
+// (interpolated in log2 of the depth); below the smallest depth measured, proportional to it.
+double mixed_rate_in_flight(const MachineProfile& profile, const IoPoint& io, double in_flight_bytes) {
+  const double depth = std::min<double>(
+      io.queue_depth, in_flight_bytes / static_cast<double>(io.block_bytes * io.rings));
+  if (depth >= io.queue_depth) return io.mixed_mb_per_s;
+  const IoPoint* below = nullptr;  // the deepest measured at or below `depth`
+  const IoPoint* above = &io;      // the shallowest measured above it
+  const IoPoint* lowest = &io;
+  for (const IoPoint& point : profile.io) {
+    if (point.block_bytes != io.block_bytes || point.rings != io.rings) continue;
+    if (point.queue_depth < lowest->queue_depth) lowest = &point;
+    if (point.queue_depth <= depth && (below == nullptr || point.queue_depth > below->queue_depth)) {
+      below = &point;
+    }
+    if (point.queue_depth > depth && point.queue_depth < above->queue_depth) above = &point;
+  }
+  if (below == nullptr) return lowest->mixed_mb_per_s * depth / lowest->queue_depth;
+  const double span = std::log2(above->queue_depth) - std::log2(below->queue_depth);
+  if (span <= 0) return below->mixed_mb_per_s;
+  const double t = (std::log2(depth) - std::log2(below->queue_depth)) / span;
+  return below->mixed_mb_per_s + t * (above->mixed_mb_per_s - below->mixed_mb_per_s);
+}
+
 // Optimizer elements per rank cut into sub-groups: how many, and the fraction of the engine's
 // queues the I/O of the groups in flight fills (buffer_count - 1 of them: reads ahead and the
 // write behind; one when nothing overlaps).
-void plan_sub_groups(const Config& config, const MemoryPlan& plan, const IoPoint* io,
-                     StepPrediction& out) {
+void plan_sub_groups(const Config& config, const MachineProfile& profile, const MemoryPlan& plan,
+                     const IoPoint* io, StepPrediction& out) {
   const StateRow& optimizer = row(plan, StateKind::kOptimizer);
   const std::uint64_t shard_max =
       std::max<std::uint64_t>(1, (plan.unit_elements + plan.ranks - 1) / plan.ranks);
@@ -53,7 +78,7 @@ void plan_sub_groups(const Config& config, const MemoryPlan& plan, const IoPoint
   }
   const std::uint64_t groups_in_flight = config.zero.buffer_count > 2 ? config.zero.buffer_count - 1 : 1;
   const double in_flight = static_cast<double>(group_bytes * groups_in_flight);
-  out.io_fill = std::min(1.0, in_flight / static_cast<double>(std::max<std::uint64_t>(1, io->in_flight_bytes())));
+  out.io_fill = mixed_rate_in_flight(profile, *io, in_flight) / io->mixed_mb_per_s;
 }
 
 void predict_forward_backward(const Config& config, const MachineProfile& profile,
@@ -161,7 +186,7 @@ StepPrediction predict_step(const Config& config, const PlanInputs& inputs,
     out.step_s = std::numeric_limits<double>::infinity();
     return out;
   }
-  plan_sub_groups(config, out.plan, io, out);
+  plan_sub_groups(config, profile, out.plan, io, out);
   predict_forward_backward(config, profile, io, out);
   predict_optimizer(config, profile, io, out);
   out.step_s = out.forward_backward_s + out.optimizer_s;

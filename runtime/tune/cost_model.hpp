@@ -9,7 +9,8 @@
 //   step               = forward + backward + optimizer
 //
 // t_io moves the optimizer phase's NVMe bytes at the mixed (read + write) bandwidth, slowed when
-// the bytes a sub-group keeps in flight cannot fill the engine's queues (block x depth x rings).
+// the sub-groups in flight (buffer_count - 1 of them) hold fewer bytes than the engine's queues
+// (block x depth x rings): then the rate measured at the depth those bytes amount to applies.
 #pragma once
 
 #include <cstdint>

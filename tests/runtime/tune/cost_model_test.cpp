@@ -76,6 +76,22 @@ TEST(CostModel, SmallSubGroupsCannotFillTheQueues) {
   EXPECT_GT(small.nvme_optimizer_s, large.nvme_optimizer_s);
 }
 
+TEST(CostModel, ShallowInFlightTakesTheRateMeasuredAtThatDepth) {
+  Config c = base_config();
+  c.zero.optimizer = Tier::kNvme;
+  MachineProfile m = synthetic_machine();
+  m.io.push_back({1 << 20, 4, 1, 1500, 800, 1200});  // the same block and rings at depth 4
+  // 3 groups of 2^18 elements x 12 B in flight = 9 MiB: depth 9, between the measured 4 and 16.
+  c.zero.sub_group_size = 1 << 18;
+  const double t = (std::log2(9.0) - 2.0) / 2.0;
+  EXPECT_NEAR(predict_step(c, PlanInputs(1'000'000'000, 1), m).io_fill,
+              (1200 + t * (1500 - 1200)) / 1500, 1e-12);
+  // 2^16 elements: depth 2.25, below every depth measured: proportional to the shallowest.
+  c.zero.sub_group_size = 1 << 16;
+  EXPECT_NEAR(predict_step(c, PlanInputs(1'000'000'000, 1), m).io_fill,
+              1200 * (2.25 / 4) / 1500, 1e-12);
+}
+
 TEST(CostModel, PrefetchOverlapsParameterReadsWithCompute) {
   Config c = base_config();
   c.zero.params = Tier::kNvme;

@@ -64,7 +64,8 @@ TEST(TuneCommand, WritesAConfigThatPlans) {
   const strata::runtime::Config written = strata::runtime::load_config(tuned);
   EXPECT_EQ(written.zero.optimizer, strata::runtime::Tier::kNvme);
   EXPECT_GE(written.optimizer.threads, 1u);
-  const Result plan = run_cli("plan " + tuned.string() + " --params 6.4e6");
+  EXPECT_EQ(written.model.params, 6'400'000u);  // --params travels with the config
+  const Result plan = run_cli("plan " + tuned.string());
   EXPECT_EQ(plan.exit_code, 0) << plan.output;
   EXPECT_THAT(plan.output, HasSubstr("the plan fits every tier"));
   // The measurement files are gone; only the tuned config and the drive's folder remain.
