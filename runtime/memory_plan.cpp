@@ -103,6 +103,19 @@ void add_buffer_rows(MemoryPlan& plan, const Config& config, const BufferPlan& b
   }
 }
 
+// [zero] optimizer_host_fraction: the buffer plan keeps whole units' optimizer state on the host;
+// the optimizer row moves that share from the NVMe tier (two slots) to the host tier.
+void keep_optimizer_share_on_host(MemoryPlan& plan, const BufferPlan& buffers) {
+  if (buffers.optimizer_host_numel == 0 || buffers.optimizer_numel == 0) return;
+  StateRow& row = plan.states.back();
+  const double share = static_cast<double>(buffers.optimizer_host_numel) /
+                       static_cast<double>(buffers.optimizer_numel);
+  row.host_bytes_per_rank = static_cast<std::uint64_t>(share * static_cast<double>(row.bytes_per_rank));
+  row.layout += fmt::format(" ({:.0f}% on host)", 100 * share);
+  tier_row(plan, Tier::kHost).state_bytes += row.host_bytes_per_rank;
+  tier_row(plan, Tier::kNvme).state_bytes -= 2 * row.host_bytes_per_rank;
+}
+
 MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
   MemoryPlan plan;
   plan.params = inputs.params;
@@ -117,7 +130,7 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
                              Tier home) {
     const std::uint64_t elements = sharded ? shard : psi;
     plan.states.push_back(
-        {kind, std::move(layout), bytes, sharded, home, elements, elements * bytes});
+        {kind, std::move(layout), bytes, sharded, home, elements, elements * bytes, 0});
     // The NVMe store keeps two slots (A/B) of every extent, so a crash mid-step never touches the
     // committed copy: state homed on NVMe occupies twice its size there.
     tier_row(plan, home).state_bytes += elements * bytes * (home == Tier::kNvme ? 2 : 1);
@@ -150,6 +163,7 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
             : exp_avg             ? "fp32 master + exp_avg"
                                   : "fp32 master + sum of squares",  // Adagrad's exp_avg_sq
             optimizer_bytes, plan.stage >= 1, zero.optimizer);
+  keep_optimizer_share_on_host(plan, buffers);
 
   // Units known: the exact state of the buffer plan replaces the ZeRO arithmetic's.
   if (!inputs.unit_numels.empty()) use_exact_state(plan, buffers);
@@ -167,9 +181,9 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
     if (state.home != Tier::kNvme) continue;
     NvmeTraffic& traffic = plan.nvme_traffic[static_cast<std::size_t>(state.kind)];
     switch (state.kind) {
-      case StateKind::kOptimizer:  // read, update, write back
-        traffic.read_bytes = state.bytes_per_rank;
-        traffic.write_bytes = state.bytes_per_rank;
+      case StateKind::kOptimizer:  // read, update, write back (what stays on the host does not)
+        traffic.read_bytes = state.bytes_per_rank - state.host_bytes_per_rank;
+        traffic.write_bytes = state.bytes_per_rank - state.host_bytes_per_rank;
         break;
       case StateKind::kGrads:  // written in backward, read by the optimizer
         traffic.write_bytes = state.bytes_per_rank;

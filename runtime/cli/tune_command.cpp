@@ -108,11 +108,11 @@ void print_choice(const runtime::tune::TuneChoice& choice) {
                            c.tiers.nvme.queue_depth, c.tiers.nvme.rings);
   std::cout << fmt::format("  [optimizer]  threads = {}\n", c.optimizer.threads);
   std::cout << fmt::format(
-      "  [zero]       params = \"{}\", grads = \"{}\", optimizer = \"{}\", sub_group_size = {}, "
-      "buffer_count = {}, prefetch_depth = {}\n",
+      "  [zero]       params = \"{}\", grads = \"{}\", optimizer = \"{}\", "
+      "optimizer_host_fraction = {}, sub_group_size = {}, buffer_count = {}, prefetch_depth = {}\n",
       runtime::to_string(c.zero.params), runtime::to_string(c.zero.grads),
-      runtime::to_string(c.zero.optimizer), c.zero.sub_group_size, c.zero.buffer_count,
-      c.zero.prefetch_depth);
+      runtime::to_string(c.zero.optimizer), c.zero.optimizer_host_fraction, c.zero.sub_group_size,
+      c.zero.buffer_count, c.zero.prefetch_depth);
   std::cout << "predicted step: " << describe_prediction(choice.prediction) << "\n";
 }
 

@@ -36,6 +36,13 @@ std::vector<std::uint64_t> sub_group_candidates(const Config& config) {
   return out;
 }
 
+// [zero] optimizer_host_fraction when the optimizer streams from NVMe: as much on the host as
+// the budget allows is tried first (a tie keeps more in memory, less NVMe wear).
+std::vector<double> host_fraction_candidates(const Config& config) {
+  if (config.zero.optimizer != Tier::kNvme) return {0.0};
+  return {0.75, 0.5, 0.25, 0.0};
+}
+
 void add_reasons(TuneChoice& choice, const MachineProfile& profile) {
   const Config& c = choice.config;
   const StepPrediction& p = choice.prediction;
@@ -64,8 +71,28 @@ void add_reasons(TuneChoice& choice, const MachineProfile& profile) {
                                "queues",
                                p.sub_groups, 100 * p.io_fill)
                  : std::string("as given: nothing streams from NVMe"));
+  reason("zero.optimizer_host_fraction",
+         "the largest share of the optimizer state the host budget keeps in memory, if faster");
   reason("zero.buffer_count", "predicted no slower than fewer buffers, and fits the host budget");
   reason("zero.prefetch_depth", "predicted no slower than less prefetch, and fits the device budget");
+}
+
+// buffer_count x prefetch_depth for one placement and sub-group size; keeps the strictly faster.
+void search_pipeline(Config c, const PlanInputs& inputs, const MachineProfile& profile,
+                     std::optional<TuneChoice>& best, std::uint64_t& candidates,
+                     std::uint64_t& fitting) {
+  for (std::uint32_t buffers : {4u, 3u, 2u}) {
+    for (std::uint32_t prefetch : {2u, 1u, 0u}) {
+      c.zero.buffer_count = buffers;
+      c.zero.prefetch_depth = prefetch;
+      ++candidates;
+      StepPrediction prediction = predict_step(c, inputs, profile);
+      if (!prediction.plan.fits() || !std::isfinite(prediction.step_s)) continue;
+      ++fitting;
+      if (best && !(prediction.step_s < best->prediction.step_s)) continue;
+      best = TuneChoice{c, std::move(prediction), 0, 0, {}};
+    }
+  }
 }
 
 }  // namespace
@@ -114,18 +141,10 @@ std::optional<TuneChoice> choose_config(const Config& base, const PlanInputs& in
         c.zero.grads = grads;
         c.zero.optimizer = optimizer;
         for (std::uint64_t group : sub_group_candidates(c)) {
-          for (std::uint32_t buffers : {4u, 3u, 2u}) {
-            for (std::uint32_t prefetch : {2u, 1u, 0u}) {
-              c.zero.sub_group_size = group;
-              c.zero.buffer_count = buffers;
-              c.zero.prefetch_depth = prefetch;
-              ++candidates;
-              StepPrediction prediction = predict_step(c, inputs, profile);
-              if (!prediction.plan.fits() || !std::isfinite(prediction.step_s)) continue;
-              ++fitting;
-              if (best && !(prediction.step_s < best->prediction.step_s)) continue;
-              best = TuneChoice{c, std::move(prediction), 0, 0, {}};
-            }
+          for (double host_fraction : host_fraction_candidates(c)) {
+            c.zero.sub_group_size = group;
+            c.zero.optimizer_host_fraction = host_fraction;
+            search_pipeline(c, inputs, profile, best, candidates, fitting);
           }
         }
       }

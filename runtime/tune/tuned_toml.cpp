@@ -107,6 +107,11 @@ void write_zero(Writer& w, const ZeroConfig& zero) {
   w.key("grads", toml_string(to_string(zero.grads)));
   w.key("optimizer", toml_string(to_string(zero.optimizer)));
   w.key("sub_group_size", fmt::format("{}", zero.sub_group_size));
+  if (zero.optimizer == Tier::kNvme) {
+    w.key("optimizer_host_fraction", float_value(zero.optimizer_host_fraction));
+  } else {
+    w.commented_key("optimizer_host_fraction", "0.0", "optimizer = \"nvme\" only");
+  }
   w.key("prefetch_depth", fmt::format("{}", zero.prefetch_depth));
   w.key("buffer_count", fmt::format("{}", zero.buffer_count));
   w.key("persistence_threshold", fmt::format("{}", zero.persistence_threshold));

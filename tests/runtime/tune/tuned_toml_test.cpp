@@ -45,6 +45,7 @@ TEST(TunedToml, EveryChangedKeyRoundTrips) {
   c.zero.grads = Tier::kHost;
   c.zero.optimizer = Tier::kNvme;
   c.zero.sub_group_size = 524288;
+  c.zero.optimizer_host_fraction = 0.375;
   c.zero.prefetch_depth = 1;
   c.zero.buffer_count = 3;
   c.zero.persistence_threshold = 12;
@@ -82,6 +83,13 @@ TEST(TunedToml, EveryChangedKeyRoundTrips) {
   c.model.micro_batch = 2;
   c.model.grad_accumulation = 4;
   EXPECT_EQ(reread(c), c);
+}
+
+TEST(TunedToml, HostFractionOnlyWithTheOptimizerOnNvme) {
+  Config c = parse_config("", "x.toml");
+  EXPECT_THAT(render_config_toml(c), HasSubstr("# optimizer_host_fraction = 0.0"));
+  EXPECT_EQ(reread(c), c);
+  EXPECT_THROW(parse_config("[zero]\noptimizer_host_fraction = 0.5\n"), ConfigError);
 }
 
 TEST(TunedToml, WritesTheHeaderAndTheReasons) {
