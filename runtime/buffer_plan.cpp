@@ -51,7 +51,27 @@ SubGroupCount count_sub_groups(std::uint64_t shard_numel, std::uint64_t sub_grou
   return count;
 }
 
-void plan_state(BufferPlan& plan, const Config& config, const UnitLayout& layout) {
+bool is_optimizer_kind(ShardKind kind) {
+  return kind == ShardKind::kMaster || kind == ShardKind::kExpAvg || kind == ShardKind::kExpAvgSq;
+}
+
+// The units whose optimizer state stays in host memory: the longest prefix whose shards hold at
+// most `fraction` of every shard's elements (whole units, so each unit has one home per kind).
+void plan_optimizer_split(BufferPlan& plan, const Config& config,
+                          const std::vector<UnitLayout>& layouts) {
+  for (const UnitLayout& layout : layouts) plan.optimizer_numel += layout.shard_numel;
+  if (config.zero.optimizer != Tier::kNvme || config.zero.optimizer_host_fraction <= 0) return;
+  const auto allowed = static_cast<std::uint64_t>(
+      config.zero.optimizer_host_fraction * static_cast<double>(plan.optimizer_numel));
+  for (const UnitLayout& layout : layouts) {
+    if (plan.optimizer_host_numel + layout.shard_numel > allowed) break;
+    plan.optimizer_host_numel += layout.shard_numel;
+    ++plan.optimizer_host_units;
+  }
+}
+
+void plan_state(BufferPlan& plan, const Config& config, const UnitLayout& layout,
+                std::size_t unit_index) {
   const SubGroupCount groups = count_sub_groups(layout.shard_numel, config.zero.sub_group_size);
   plan.largest_group_numel = std::max(plan.largest_group_numel, groups.largest());
   for (ShardKind kind : kAllShardKinds) {
@@ -60,9 +80,10 @@ void plan_state(BufferPlan& plan, const Config& config, const UnitLayout& layout
     // Sub-groups are encoded separately (int8 blocks start at each one's first element).
     const std::uint64_t bytes = groups.full * placement.bytes(groups.size) +
                                 placement.bytes(groups.remainder);
-    if (placement.tier == Tier::kDevice) plan.device_state_bytes += bytes;
-    if (placement.tier == Tier::kHost) plan.host_state_bytes += aligned(bytes);
-    if (placement.tier == Tier::kNvme) {
+    const Tier tier = plan.tier_of(kind, unit_index);
+    if (tier == Tier::kDevice) plan.device_state_bytes += bytes;
+    if (tier == Tier::kHost) plan.host_state_bytes += aligned(bytes);
+    if (tier == Tier::kNvme) {
       // One extent per sub-group, two slots (A/B) of each.
       plan.any_nvme = true;
       plan.nvme_state_bytes += 2 * groups.full * aligned(placement.bytes(groups.size));
@@ -144,12 +165,15 @@ BufferPlan make_buffer_plan(const Config& config, const BufferPlanInputs& inputs
   const std::uint64_t param_bytes = dtype_bytes(param_dtype);
   const std::uint64_t gathered_bytes_per_element =
       4 + (param_dtype == DType::kFp32 ? 0 : param_bytes);
-  for (std::uint64_t numel : inputs.unit_numels) {
-    const UnitLayout layout = layout_of(numel, inputs.ranks);
+  std::vector<UnitLayout> layouts;
+  for (std::uint64_t numel : inputs.unit_numels) layouts.push_back(layout_of(numel, inputs.ranks));
+  plan_optimizer_split(plan, config, layouts);
+  for (std::size_t u = 0; u < layouts.size(); ++u) {
+    const UnitLayout& layout = layouts[u];
     plan.largest_padded_numel = std::max(plan.largest_padded_numel, layout.padded_numel);
     plan.largest_shard_numel = std::max(plan.largest_shard_numel, layout.shard_numel);
     plan.gathered_unit_bytes.push_back(layout.padded_numel * gathered_bytes_per_element);
-    plan_state(plan, config, layout);
+    plan_state(plan, config, layout, u);
   }
   plan.gathered_unit_bytes_max = plan.largest_padded_numel * gathered_bytes_per_element;
   plan.grad_full_scratch_bytes = plan.largest_padded_numel * 4;
@@ -158,6 +182,11 @@ BufferPlan make_buffer_plan(const Config& config, const BufferPlanInputs& inputs
   plan_nvme_staging(plan, config);
   plan_staged_path(plan, config, inputs);
   return plan;
+}
+
+Tier BufferPlan::tier_of(ShardKind k, std::size_t unit_index) const {
+  if (is_optimizer_kind(k) && unit_index < optimizer_host_units) return Tier::kHost;
+  return kind(k).tier;
 }
 
 std::uint64_t BufferPlan::device_scratch_bytes() const {

@@ -91,8 +91,17 @@ struct BufferPlan {
   std::uint64_t nvme_state_bytes = 0;
   bool any_nvme = false;
 
+  // [zero] optimizer_host_fraction: the first optimizer_host_units units keep their optimizer
+  // state (master and moments) in host memory although the optimizer is homed on NVMe.
+  std::size_t optimizer_host_units = 0;
+  std::uint64_t optimizer_host_numel = 0;  // their shard elements
+  std::uint64_t optimizer_numel = 0;       // every unit's shard elements
+
   const KindPlacement& kind(ShardKind k) const { return kinds[static_cast<std::size_t>(k)]; }
   bool on(ShardKind k, Tier tier) const { return kind(k).kept && kind(k).tier == tier; }
+  // The tier of kind `k` in the unit at `unit_index`: its kind's tier, except the optimizer state
+  // of the units optimizer_host_fraction keeps in host memory.
+  Tier tier_of(ShardKind k, std::size_t unit_index) const;
   std::uint64_t device_scratch_bytes() const;
   // What finalize needs of the device budget: state, scratch and one gathered unit.
   std::uint64_t device_need_bytes() const;

@@ -78,6 +78,7 @@ void read_zero(TableReader& root, ZeroConfig& zero) {
   section->read_enum("grads", zero.grads, tiers);
   section->read_enum("optimizer", zero.optimizer, tiers);
   section->read_count("sub_group_size", zero.sub_group_size, 1024, kMaxElements);
+  section->read_double("optimizer_host_fraction", zero.optimizer_host_fraction, 0.0, 1.0);
   section->read_uint32("prefetch_depth", zero.prefetch_depth, 0, 64);
   section->read_uint32("buffer_count", zero.buffer_count, 2, 64);
   section->read_count("persistence_threshold", zero.persistence_threshold, 0, kMaxElements);
@@ -269,6 +270,13 @@ void check_consistency(const Config& config, TableReader& root) {
               fmt::format("[zero] {} = \"nvme\" but [tiers.nvme] paths is empty: list at "
                           "least one directory on a fast drive, e.g. paths = [\"/mnt/nvme0\"]",
                           kind));
+  }
+  if (zero.optimizer_host_fraction > 0 && zero.optimizer != Tier::kNvme) {
+    fail_zero("optimizer_host_fraction",
+              fmt::format("optimizer_host_fraction = {} has no effect unless optimizer = \"nvme\" "
+                          "(it keeps that share of the NVMe-homed optimizer state in host memory); "
+                          "optimizer is \"{}\"",
+                          zero.optimizer_host_fraction, to_string(zero.optimizer)));
   }
   if (zero.params == Tier::kNvme && zero.stage < 3) {
     fail_zero("params", fmt::format("params = \"nvme\" needs stage = 3 (parameter partitioning); "

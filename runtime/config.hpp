@@ -89,6 +89,9 @@ struct ZeroConfig {
   Tier grads = Tier::kDevice;                  // home of the gradient shards
   Tier optimizer = Tier::kHost;                // home of fp32 master weights and optimizer moments
   std::uint64_t sub_group_size = 100'000'000;  // elements per optimizer sub-group
+  // optimizer = kNvme only: the share of the optimizer state (whole units, in registration order)
+  // kept in host memory instead; the rest streams from NVMe. 0: all on NVMe.
+  double optimizer_host_fraction = 0.0;
   std::uint32_t prefetch_depth = 2;            // units gathered ahead of use
   std::uint32_t buffer_count = 4;              // host staging buffers for NVMe sub-groups
   std::uint64_t persistence_threshold = 100'000;  // units smaller than this stay gathered

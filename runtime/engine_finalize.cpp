@@ -84,14 +84,15 @@ std::vector<tiers::ExtentSpec> EngineState::plan_homes() {
   plan_ = make_buffer_plan(config_, inputs);
 
   std::vector<tiers::ExtentSpec> extents;
-  for (UnitState& unit : units_) {
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    UnitState& unit = units_[u];
     unit.layout = make_unit_layout(unit.spec, ranks_);
     unit.groups = make_sub_groups(unit.layout.shard_numel, config_.zero.sub_group_size);
     for (Kind kind : kAllShardKinds) {
       const KindPlacement& placement = plan_.kind(kind);
       if (!placement.kept) continue;
       ShardHome home;
-      home.tier = placement.tier;
+      home.tier = plan_.tier_of(kind, u);  // [zero] optimizer_host_fraction splits the optimizer
       home.dtype = placement.dtype;
       home.quantized = placement.quantized;
       home.numel = unit.layout.shard_numel;

@@ -106,6 +106,19 @@ void add_buffer_rows(MemoryPlan& plan, const Config& config, const BufferPlan& b
   }
 }
 
+// [zero] optimizer_host_fraction: the buffer plan keeps whole units' optimizer state on the host;
+// the optimizer row moves that share from the NVMe tier (two slots) to the host tier.
+void keep_optimizer_share_on_host(MemoryPlan& plan, const BufferPlan& buffers) {
+  if (buffers.optimizer_host_numel == 0 || buffers.optimizer_numel == 0) return;
+  StateRow& row = plan.states.back();
+  const double share = static_cast<double>(buffers.optimizer_host_numel) /
+                       static_cast<double>(buffers.optimizer_numel);
+  row.host_bytes_per_rank = static_cast<std::uint64_t>(share * static_cast<double>(row.bytes_per_rank));
+  row.layout += fmt::format(" ({:.0f}% on host)", 100 * share);
+  tier_row(plan, Tier::kHost).state_bytes += row.host_bytes_per_rank;
+  tier_row(plan, Tier::kNvme).state_bytes -= 2 * row.host_bytes_per_rank;
+}
+
 MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
   MemoryPlan plan;
   plan.params = inputs.params;
@@ -124,7 +137,8 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
     // Per parameter over a whole page of int8 blocks (four), where no padding counts.
     constexpr std::uint64_t kPageElems = 4 * cpu_adam::kQuantBlockElems;
     const double per_param = static_cast<double>(bytes_of(kPageElems)) / kPageElems;
-    plan.states.push_back({kind, std::move(layout), per_param, sharded, home, elements, bytes});
+    plan.states.push_back(
+        {kind, std::move(layout), per_param, sharded, home, elements, bytes, 0});
     // The NVMe store keeps two slots (A/B) of every extent, so a crash mid-step never touches the
     // committed copy: state homed on NVMe occupies twice its size there.
     tier_row(plan, home).state_bytes += bytes * (home == Tier::kNvme ? 2 : 1);
@@ -169,6 +183,7 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
             zero.grads);
   add_state(StateKind::kOptimizer, optimizer_layout, optimizer_bytes, plan.stage >= 1,
             zero.optimizer);
+  keep_optimizer_share_on_host(plan, buffers);
 
   // Units known: the exact state of the buffer plan replaces the ZeRO arithmetic's.
   if (!inputs.unit_numels.empty()) use_exact_state(plan, buffers);
@@ -184,20 +199,23 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
   // NVMe traffic of one optimizer step (forward + backward + step).
   for (const StateRow& state : plan.states) {
     if (state.home != Tier::kNvme) continue;
+    NvmeTraffic& traffic = plan.nvme_traffic[static_cast<std::size_t>(state.kind)];
     switch (state.kind) {
-      case StateKind::kOptimizer:  // read, update, write back
-        plan.nvme_read_bytes_per_step += state.bytes_per_rank;
-        plan.nvme_write_bytes_per_step += state.bytes_per_rank;
+      case StateKind::kOptimizer:  // read, update, write back (what stays on the host does not)
+        traffic.read_bytes = state.bytes_per_rank - state.host_bytes_per_rank;
+        traffic.write_bytes = state.bytes_per_rank - state.host_bytes_per_rank;
         break;
       case StateKind::kGrads:  // written in backward, read by the optimizer
-        plan.nvme_write_bytes_per_step += state.bytes_per_rank;
-        plan.nvme_read_bytes_per_step += state.bytes_per_rank;
+        traffic.write_bytes = state.bytes_per_rank;
+        traffic.read_bytes = state.bytes_per_rank;
         break;
       case StateKind::kParams:  // read for the forward and the backward gather, written by the step
-        plan.nvme_read_bytes_per_step += 2 * state.bytes_per_rank;
-        plan.nvme_write_bytes_per_step += state.bytes_per_rank;
+        traffic.read_bytes = 2 * state.bytes_per_rank;
+        traffic.write_bytes = state.bytes_per_rank;
         break;
     }
+    plan.nvme_read_bytes_per_step += traffic.read_bytes;
+    plan.nvme_write_bytes_per_step += traffic.write_bytes;
   }
 
   // Communication per rank per step, as the seeds count it: stages 0-2 move 2Ψ (reduce-scatter of
@@ -341,6 +359,10 @@ MemoryPlan make_memory_plan(const Config& config, const PlanInputs& inputs) {
   MemoryPlan plan = compute(config, inputs);
   if (!plan.fits()) plan.suggestions = suggest(config, inputs, plan);
   return plan;
+}
+
+MemoryPlan make_memory_plan_unsuggested(const Config& config, const PlanInputs& inputs) {
+  return compute(config, inputs);
 }
 
 std::string render_plan_text(const MemoryPlan& plan, const Config& config) {

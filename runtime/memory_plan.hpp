@@ -43,6 +43,9 @@ struct StateRow {
   Tier home;
   std::uint64_t elements_per_rank;
   std::uint64_t bytes_per_rank;
+  // Of bytes_per_rank, kept in host memory by [zero] optimizer_host_fraction (optimizer homed on
+  // NVMe only): whole units, as the Engine splits them.
+  std::uint64_t host_bytes_per_rank = 0;
 };
 
 struct BufferRow {
@@ -61,6 +64,12 @@ struct TierRow {
   std::uint64_t short_bytes() const { return fits() ? 0 : total_bytes() - budget_bytes; }
 };
 
+// NVMe bytes one state kind moves in one optimizer step (forward, backward and step).
+struct NvmeTraffic {
+  std::uint64_t read_bytes = 0;
+  std::uint64_t write_bytes = 0;
+};
+
 struct MemoryPlan {
   std::uint64_t params = 0;
   std::uint32_t ranks = 1;
@@ -71,16 +80,23 @@ struct MemoryPlan {
   std::array<TierRow, 3> tiers{};  // indexed by Tier
   std::uint64_t nvme_read_bytes_per_step = 0;
   std::uint64_t nvme_write_bytes_per_step = 0;
+  std::array<NvmeTraffic, 3> nvme_traffic{};  // the two totals above per StateKind
   double comm_elements_per_rank = 0;  // 2Ψ (stages 0-2) or 3Ψ (stage 3); 0 for one rank
   std::uint64_t comm_bytes_per_rank = 0;
   std::vector<std::string> suggestions;  // when it does not fit: changes that would
 
   std::uint64_t model_state_bytes_per_rank() const;  // the seeds' "GB per GPU"
   const TierRow& tier(Tier t) const { return tiers[static_cast<std::size_t>(t)]; }
+  const NvmeTraffic& traffic(StateKind k) const {
+    return nvme_traffic[static_cast<std::size_t>(k)];
+  }
   bool fits() const;
 };
 
 MemoryPlan make_memory_plan(const Config& config, const PlanInputs& inputs);
+// The same plan without the suggestions (which search many other plans when it does not fit):
+// for callers that search placements themselves (`strata tune`).
+MemoryPlan make_memory_plan_unsuggested(const Config& config, const PlanInputs& inputs);
 
 std::string render_plan_text(const MemoryPlan& plan, const Config& config);
 nlohmann::json plan_to_json(const MemoryPlan& plan, const Config& config);

@@ -3,9 +3,7 @@
 #include <fcntl.h>
 
 #include <array>
-#include <chrono>
 #include <cstdio>
-#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -22,6 +20,7 @@
 #include "io/striped_file.hpp"
 #include "runtime/byte_size.hpp"
 #include "runtime/cli/commands.hpp"
+#include "runtime/tune/io_probe.hpp"
 
 namespace strata::cli {
 
@@ -60,41 +59,14 @@ std::uint64_t parse_size_option(const std::string& name, const std::string& text
   return *bytes;
 }
 
-// Sequential I/O over the striped file, one block per request, queue_depth * rings requests in
-// flight, waited for in submission order (as they complete, near enough, for equal sequential
-// blocks).
+// Sequential I/O over the striped file: the loop `strata tune` runs too (runtime/tune/io_probe).
 BenchIoResult run_sequential(io::StripedFile& striped, io::BufferPool& pool, bool use_fixed_buffers,
                              io::IoOp op, std::uint64_t size_bytes, std::uint64_t block_bytes) {
-  struct InFlight {
-    io::Ticket ticket;
-    io::BufferPool::Lease buffer;
-  };
-  const std::size_t depth = pool.buffer_count();
-  std::deque<InFlight> in_flight;
-  const auto started = std::chrono::steady_clock::now();
-  std::uint64_t operations = 0;
-  auto retire_oldest = [&] {
-    in_flight.front().ticket.get();
-    in_flight.pop_front();
-  };
-  for (std::uint64_t offset = 0; offset < size_bytes; offset += block_bytes) {
-    if (in_flight.size() == depth) {
-      retire_oldest();
-    }
-    io::BufferPool::Lease buffer = pool.acquire();
-    const std::span<std::byte> bytes = buffer.span().first(block_bytes);
-    const std::optional<std::uint32_t> fixed =
-        use_fixed_buffers ? std::optional(buffer.index()) : std::nullopt;
-    io::Ticket ticket = op == io::IoOp::kRead ? striped.read(offset, bytes, fixed)
-                                              : striped.write(offset, bytes, fixed);
-    in_flight.push_back({std::move(ticket), std::move(buffer)});
-    ++operations;
-  }
-  while (!in_flight.empty()) {
-    retire_oldest();
-  }
-  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - started;
-  return {elapsed.count(), size_bytes, operations};
+  const runtime::tune::IoRunResult run = runtime::tune::run_io_pattern(
+      striped, pool, use_fixed_buffers,
+      op == io::IoOp::kRead ? runtime::tune::IoPattern::kRead : runtime::tune::IoPattern::kWrite,
+      size_bytes, block_bytes);
+  return {run.seconds, run.bytes, run.operations};
 }
 
 // A read run reads what a write run with the same options left; the marker says one did.

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "runtime/config.hpp"
 
@@ -24,7 +25,13 @@ std::optional<runtime::Config> load_config_or_report(const std::string& path,
 // A whole count written as a number ("7.5e9", "1000000") between 1 and `max`; nullopt otherwise.
 std::optional<std::uint64_t> parse_whole_count(const std::string& text, double max);
 
+// [model] from a Hugging Face folder's config.json (examples/llm), described for the output; on a
+// bad folder prints "<command>: --model: <why>" and returns false.
+bool apply_hf_model(const std::string& model_dir, runtime::Config& config,
+                    nlohmann::json& described, std::string_view command);
+
 void add_plan_command(CLI::App& app);
+void add_tune_command(CLI::App& app);
 void add_bench_device_command(CLI::App& bench);
 void add_bench_step_command(CLI::App& bench);
 void add_bench_comm_command(CLI::App& bench);

@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "strata 0.1.0");
 
   strata::cli::add_plan_command(app);
+  strata::cli::add_tune_command(app);
 
   CLI::App* bench = app.add_subcommand("bench", "throughput benchmarks (print figures and bounds)");
   bench->require_subcommand(1);

@@ -15,18 +15,9 @@
 #include "runtime/memory_plan.hpp"
 
 namespace strata::cli {
-namespace {
 
-struct PlanOptions {
-  std::string config_path;  // empty: the defaults (only with --model)
-  std::string model_dir;
-  std::string params;  // text, so that "7.5e9" is accepted
-  std::uint32_t ranks = 0;
-  bool json = false;
-};
-
-// [model] from a Hugging Face folder's config.json; prints the error and returns false on a bad one.
-bool apply_model(const std::string& model_dir, runtime::Config& config, nlohmann::json& described) {
+bool apply_hf_model(const std::string& model_dir, runtime::Config& config,
+                    nlohmann::json& described, std::string_view command) {
   try {
     const llm::HfConfig hf = llm::read_hf_config(std::filesystem::path(model_dir) / "config.json");
     llm::describe_model_for_plan(hf, config);
@@ -38,10 +29,20 @@ bool apply_model(const std::string& model_dir, runtime::Config& config, nlohmann
                  {"largest_unit_params", llm::largest_unit_numel(hf)}};
     return true;
   } catch (const std::exception& error) {
-    std::cerr << "strata plan: --model: " << error.what() << "\n";
+    std::cerr << command << ": --model: " << error.what() << "\n";
     return false;
   }
 }
+
+namespace {
+
+struct PlanOptions {
+  std::string config_path;  // empty: the defaults (only with --model)
+  std::string model_dir;
+  std::string params;  // text, so that "7.5e9" is accepted
+  std::uint32_t ranks = 0;
+  bool json = false;
+};
 
 int run_plan(const PlanOptions& options) {
   if (options.config_path.empty() && options.model_dir.empty()) {
@@ -55,7 +56,7 @@ int run_plan(const PlanOptions& options) {
   if (!loaded) return kExitBadInput;
   runtime::Config& config = *loaded;
   nlohmann::json described;
-  if (!options.model_dir.empty() && !apply_model(options.model_dir, config, described)) {
+  if (!options.model_dir.empty() && !apply_hf_model(options.model_dir, config, described, "strata plan")) {
     return kExitBadInput;
   }
   runtime::PlanInputs inputs;

@@ -110,6 +110,39 @@ INSTANTIATE_TEST_SUITE_P(
                          std::get<4>(param_info.param));
     });
 
+// [zero] optimizer_host_fraction keeps the longest run of whole units within the share on the
+// host, and the plan still equals what the Engine allocates.
+TEST(BufferPlan, OptimizerHostFractionKeepsWholeUnitsOnTheHost) {
+  io::testing::ScratchDir dir;
+  Config config = testing::engine_test_config(dir.path().string());
+  config.zero.optimizer = Tier::kNvme;
+  BufferPlanInputs inputs;
+  inputs.unit_numels = {1800, 2920, 328};  // shards of 2048, 4096 and 2048 elements
+  const std::uint64_t nvme_all = make_buffer_plan(config, inputs).nvme_state_bytes;
+  for (const auto& [fraction, units, numel] :
+       {std::tuple{0.25, 1u, 2048u}, std::tuple{0.5, 1u, 2048u}, std::tuple{0.75, 2u, 6144u},
+        std::tuple{1.0, 3u, 8192u}}) {
+    config.zero.optimizer_host_fraction = fraction;
+    const BufferPlan plan = make_buffer_plan(config, inputs);
+    EXPECT_EQ(plan.optimizer_host_units, units) << fraction;
+    EXPECT_EQ(plan.optimizer_host_numel, numel) << fraction;
+    EXPECT_EQ(plan.tier_of(ShardKind::kMaster, 0), Tier::kHost);
+    EXPECT_EQ(plan.tier_of(ShardKind::kMaster, 2), units == 3 ? Tier::kHost : Tier::kNvme);
+    EXPECT_EQ(plan.tier_of(ShardKind::kParam, 0), Tier::kDevice);  // only the optimizer moves
+    // 12 bytes per element on the host; both NVMe slots of them gone.
+    EXPECT_EQ(plan.host_state_bytes, numel * 12u) << fraction;
+    EXPECT_EQ(plan.nvme_state_bytes, nvme_all - 2 * numel * 12u) << fraction;
+    EXPECT_EQ(plan.any_nvme, units < 3) << fraction;
+  }
+  if (nvme_forced()) return;  // the knob zeroes the fraction behind the plan's back
+  config.zero.optimizer_host_fraction = 0.75;
+  config.zero.buffer_count = 3;
+  const nlohmann::json printed = printed_plan(config, Access::kAuto);
+  EXPECT_EQ(train_and_measure(config, Access::kAuto).host,
+            printed["tiers"]["host"]["total_bytes"].get<std::uint64_t>())
+      << printed.dump(1);
+}
+
 // The plan counts what finalize checks: a budget one byte short of the plan's need is refused.
 TEST(BufferPlan, TheDeviceBudgetCheckIsThePlansNeed) {
   if (nvme_forced()) GTEST_SKIP() << "STRATA_FORCE_NVME changes the placement under test";

@@ -226,6 +226,20 @@ TEST(Config, GradsOnNvmeNeedStage2) {
   EXPECT_THAT(error.message(), HasSubstr("needs stage 2 or 3"));
 }
 
+TEST(Config, OptimizerHostFractionNeedsTheOptimizerOnNvme) {
+  const ConfigError error = expect_error("[zero]\noptimizer_host_fraction = 0.5\n");
+  EXPECT_EQ(error.key_path(), "zero.optimizer_host_fraction");
+  EXPECT_THAT(error.message(), HasSubstr("has no effect unless optimizer = \"nvme\""));
+  EXPECT_THAT(expect_error("[tiers.nvme]\npaths = [\"/x\"]\n[zero]\noptimizer = \"nvme\"\n"
+                           "optimizer_host_fraction = 1.5\n")
+                  .key_path(),
+              "zero.optimizer_host_fraction");
+  EXPECT_EQ(parse_config("[tiers.nvme]\npaths = [\"/x\"]\n[zero]\noptimizer = \"nvme\"\n"
+                         "optimizer_host_fraction = 0.5\n")
+                .zero.optimizer_host_fraction,
+            0.5);
+}
+
 TEST(Config, DirectIoNeedsAlignedBlockSize) {
   const ConfigError error = expect_error("[tiers.nvme]\nblock_size = 2000\n");
   EXPECT_THAT(error.message(), HasSubstr("is too small: it must be at least 4.00 KiB"));

@@ -147,6 +147,37 @@ INSTANTIATE_TEST_SUITE_P(
           access_name(std::get<3>(param_info.param)));
     });
 
+// [zero] optimizer_host_fraction keeps part of the NVMe-homed optimizer state in host memory:
+// bitwise the same as all on the device for every fraction, and the NVMe traffic is gone when all
+// of it stays on the host.
+class EngineOptimizerHostFraction : public ::testing::TestWithParam<double> {};
+
+TEST_P(EngineOptimizerHostFraction, IsBitwiseIdenticalToAllOnDevice) {
+  ScratchDir reference_dir;
+  const RunResult reference = train(base_config(reference_dir));
+  ScratchDir dir;
+  Config config = base_config(dir);
+  config.zero.optimizer = Tier::kNvme;
+  config.zero.optimizer_host_fraction = GetParam();
+  const RunResult result = train(config);
+  expect_bitwise_equal(reference, result,
+                       fmt::format("optimizer_host_fraction {}", GetParam()));
+  if (nvme_forced()) return;
+  ScratchDir all_nvme_dir;
+  Config all_nvme = base_config(all_nvme_dir);
+  all_nvme.zero.optimizer = Tier::kNvme;
+  const std::uint64_t all_nvme_bytes = train(all_nvme).nvme_bytes;
+  EXPECT_LE(result.nvme_bytes, all_nvme_bytes);
+  EXPECT_EQ(result.nvme_bytes == 0, GetParam() == 1.0) << result.nvme_bytes;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fractions, EngineOptimizerHostFraction,
+                         ::testing::Values(0.25, 0.5, 0.75, 1.0),
+                         [](const auto& param_info) {
+                           return fmt::format("percent_{}",
+                                              static_cast<int>(param_info.param * 100));
+                         });
+
 // Prefetch depth, buffer count, sub-group size, persistence and thread count change nothing.
 TEST(Engine, KnobsDoNotChangeTheResult) {
   ScratchDir reference_dir;

@@ -1,0 +1,92 @@
+#include "runtime/cli/step_runner.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <span>
+
+#include <fmt/format.h>
+#include <tbb/task_arena.h>
+
+#include "cpu_adam/optimizer.hpp"
+
+namespace strata::cli {
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// One Engine over `params` parameters in units of `unit_params`; steps alternate between the I/O
+// pipeline alone and the real step, so both see the same files and the same machine noise.
+Timings run_steps(const runtime::Config& config, tiers::Device& device,
+                  runtime::comm::Communicator& comm, std::uint64_t params,
+                  std::uint64_t unit_params, std::uint32_t steps,
+                  const runtime::EngineOptions& engine_options) {
+  runtime::Engine engine(config, device, comm, engine_options);
+  std::vector<runtime::UnitId> units;
+  for (std::uint64_t begin = 0, index = 0; begin < params; begin += unit_params, ++index) {
+    const std::uint64_t count = std::min(unit_params, params - begin);
+    units.push_back(engine.add_unit(
+        {fmt::format("unit{}", index), {{"w", {count}, runtime::TensorInit::zeros()}}}));
+  }
+  // Gradients as a model would hand them over: in the device's memory (taken from the budget
+  // before finalize, which gives the gathered units what is left).
+  tiers::DeviceBuffer grads = device.allocate(std::min(unit_params, params) * sizeof(float));
+  {
+    tiers::Stream stream = device.create_stream();
+    stream.fill(grads.span(), 1e-3f);
+    stream.synchronize();
+  }
+  engine.finalize();
+  Timings timings;
+  using Compute = runtime::EngineOptions::OptimizerCompute;
+  for (std::uint32_t step = 0; step < 2 * steps; ++step) {
+    const bool real = step % 2 == 1;
+    engine.set_optimizer_compute(real ? Compute::kRun : Compute::kSkip);
+    for (runtime::UnitId unit : units) {
+      engine.reduce_grads(
+          unit, std::span<const float>(grads.span().as<float>(), engine.unit_numel(unit)));
+    }
+    const runtime::StepStats stats = engine.step();
+    (real ? timings.step_s : timings.io_s).push_back(stats.step_s);
+    if (real) {
+      timings.step_nvme_bytes = stats.nvme_in_step.read_bytes + stats.nvme_in_step.written_bytes;
+    }
+  }
+  return timings;
+}
+
+// Adam over sub-group-sized state in memory, as many elements as the step updates.
+double time_adam(const runtime::Config& config, std::uint64_t params, std::uint32_t steps) {
+  const std::uint64_t group = std::min<std::uint64_t>(config.zero.sub_group_size, params);
+  std::vector<float> master(group, 0.1f), exp_avg(group), exp_avg_sq(group);
+  std::vector<Bf16> grad(group, to_bf16(1e-3f)), param_out(group);
+  cpu_adam::ParamSpans spans;
+  spans.master = master;
+  spans.exp_avg = exp_avg;
+  spans.exp_avg_sq = exp_avg_sq;
+  spans.grad = std::span<const Bf16>(grad);
+  spans.param_out = std::span<Bf16>(param_out);
+  cpu_adam::Hyperparams hyper;
+  const int threads = config.optimizer.threads == 0 ? tbb::task_arena::automatic
+                                                    : static_cast<int>(config.optimizer.threads);
+  tbb::task_arena arena(threads);
+  cpu_adam::step(hyper, spans, {}, arena);  // warm the pages
+  const auto start = std::chrono::steady_clock::now();
+  for (std::uint32_t step = 0; step < steps; ++step) {
+    for (std::uint64_t done = 0; done < params; done += group) {
+      const std::uint64_t count = std::min(group, params - done);
+      cpu_adam::ParamSpans part = spans;
+      part.master = spans.master.first(count);
+      part.exp_avg = spans.exp_avg.first(count);
+      part.exp_avg_sq = spans.exp_avg_sq.first(count);
+      part.grad = cpu_adam::ConstTypedSpan(grad.data(), count, DType::kBf16);
+      part.param_out = cpu_adam::TypedSpan(param_out.data(), count, DType::kBf16);
+      cpu_adam::step(hyper, part, {}, arena);
+    }
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,34 @@
+// The optimizer steps `strata bench step` times, shared with `strata tune --validate`: one Engine
+// over synthetic units with the state where the config puts it, steps alternating between the I/O
+// pipeline alone and the real step, and CPU Adam over the same elements in memory.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/comm/communicator.hpp"
+#include "runtime/config.hpp"
+#include "runtime/engine.hpp"
+#include "tiers/device/device.hpp"
+
+namespace strata::cli {
+
+struct Timings {
+  std::vector<double> io_s;           // steps with the arithmetic off
+  std::vector<double> step_s;         // real steps
+  std::uint64_t step_nvme_bytes = 0;  // moved within one real step
+};
+
+double median(std::vector<double> values);
+
+// One Engine over `params` parameters in units of `unit_params`; `steps` steps of each kind,
+// alternating, so both see the same files and the same machine noise.
+Timings run_steps(const runtime::Config& config, tiers::Device& device,
+                  runtime::comm::Communicator& comm, std::uint64_t params,
+                  std::uint64_t unit_params, std::uint32_t steps,
+                  const runtime::EngineOptions& engine_options);
+
+// Seconds of `steps` passes of Adam over `params` elements in sub-groups held in memory.
+double time_adam(const runtime::Config& config, std::uint64_t params, std::uint32_t steps);
+
+}  // namespace strata::cli

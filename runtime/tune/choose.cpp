@@ -1,0 +1,160 @@
+#include "runtime/tune/choose.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "runtime/byte_size.hpp"
+
+namespace strata::runtime::tune {
+namespace {
+
+constexpr double kNearBest = 0.98;  // "as good as the best" for the I/O point and thread count
+
+// The homes a kind may take: the ZeRO stage and the drives decide which (docs/config.md).
+std::vector<Tier> allowed_homes(const Config& base, StateKind kind, bool nvme_measured) {
+  std::vector<Tier> homes = {Tier::kDevice, Tier::kHost};
+  const bool nvme_ok = nvme_measured && !base.tiers.nvme.paths.empty() &&
+                       (kind == StateKind::kOptimizer ||
+                        (kind == StateKind::kGrads && base.zero.stage >= 2) ||
+                        (kind == StateKind::kParams && base.zero.stage >= 3));
+  if (nvme_ok) homes.push_back(Tier::kNvme);
+  return homes;
+}
+
+// Powers of two from 2^30 down to 2^16 elements: the sub-group sizes tried when state streams
+// from NVMe (larger first, so a tie keeps fewer, larger requests).
+std::vector<std::uint64_t> sub_group_candidates(const Config& config) {
+  const bool streams = config.zero.params == Tier::kNvme || config.zero.grads == Tier::kNvme ||
+                       config.zero.optimizer == Tier::kNvme;
+  if (!streams) return {config.zero.sub_group_size};
+  std::vector<std::uint64_t> out;
+  for (std::uint64_t group = std::uint64_t{1} << 30; group >= (std::uint64_t{1} << 16); group /= 2) {
+    out.push_back(group);
+  }
+  return out;
+}
+
+// [zero] optimizer_host_fraction when the optimizer streams from NVMe: as much on the host as
+// the budget allows is tried first (a tie keeps more in memory, less NVMe wear).
+std::vector<double> host_fraction_candidates(const Config& config) {
+  if (config.zero.optimizer != Tier::kNvme) return {0.0};
+  return {0.75, 0.5, 0.25, 0.0};
+}
+
+void add_reasons(TuneChoice& choice, const MachineProfile& profile) {
+  const Config& c = choice.config;
+  const StepPrediction& p = choice.prediction;
+  auto reason = [&](std::string key, std::string why) { choice.reasons.emplace_back(std::move(key), std::move(why)); };
+  if (!profile.io.empty()) {
+    const IoPoint& io = nearest_io_point(profile, c.tiers.nvme);
+    const std::string point = fmt::format("measured {:.0f} MB/s mixed, {:.0f} read, {:.0f} write",
+                                          io.mixed_mb_per_s, io.read_mb_per_s, io.write_mb_per_s);
+    reason("tiers.nvme.block_size", point + " (best mixed point of the grid)");
+    reason("tiers.nvme.queue_depth", point);
+    reason("tiers.nvme.rings", point);
+  }
+  reason("optimizer.threads", fmt::format("Adam {:.3g} params/s with {} threads (the fewest within "
+                                          "2% of the best measured)",
+                                          adam_params_per_s(profile, c.optimizer.threads), c.optimizer.threads));
+  const std::string placement = fmt::format(
+      "the fastest predicted placement that fits: step {:.3f} s (forward+backward {:.3f} s, "
+      "optimizer {:.3f} s)",
+      p.step_s, p.forward_backward_s, p.optimizer_s);
+  reason("zero.params", placement);
+  reason("zero.grads", placement);
+  reason("zero.optimizer", placement);
+  const bool streams = p.plan.nvme_read_bytes_per_step + p.plan.nvme_write_bytes_per_step > 0;
+  reason("zero.sub_group_size",
+         streams ? fmt::format("{} sub-groups per step; their I/O fills {:.0f}% of the engine's "
+                               "queues",
+                               p.sub_groups, 100 * p.io_fill)
+                 : std::string("as given: nothing streams from NVMe"));
+  reason("zero.optimizer_host_fraction",
+         "the largest share of the optimizer state the host budget keeps in memory, if faster");
+  reason("zero.buffer_count", "predicted no slower than fewer buffers, and fits the host budget");
+  reason("zero.prefetch_depth", "predicted no slower than less prefetch, and fits the device budget");
+}
+
+// buffer_count x prefetch_depth for one placement and sub-group size; keeps the strictly faster.
+void search_pipeline(Config c, const PlanInputs& inputs, const MachineProfile& profile,
+                     std::optional<TuneChoice>& best, std::uint64_t& candidates,
+                     std::uint64_t& fitting) {
+  for (std::uint32_t buffers : {4u, 3u, 2u}) {
+    for (std::uint32_t prefetch : {2u, 1u, 0u}) {
+      c.zero.buffer_count = buffers;
+      c.zero.prefetch_depth = prefetch;
+      ++candidates;
+      StepPrediction prediction = predict_step(c, inputs, profile);
+      if (!prediction.plan.fits() || !std::isfinite(prediction.step_s)) continue;
+      ++fitting;
+      if (best && !(prediction.step_s < best->prediction.step_s)) continue;
+      best = TuneChoice{c, std::move(prediction), 0, 0, {}};
+    }
+  }
+}
+
+}  // namespace
+
+std::optional<IoPoint> choose_io_point(const MachineProfile& profile) {
+  if (profile.io.empty()) return std::nullopt;
+  double best_rate = 0;
+  for (const IoPoint& point : profile.io) best_rate = std::max(best_rate, point.mixed_mb_per_s);
+  const IoPoint* chosen = nullptr;
+  for (const IoPoint& point : profile.io) {
+    if (point.mixed_mb_per_s < kNearBest * best_rate) continue;
+    if (chosen == nullptr || point.in_flight_bytes() < chosen->in_flight_bytes()) chosen = &point;
+  }
+  return *chosen;
+}
+
+std::uint32_t choose_adam_threads(const MachineProfile& profile) {
+  double best_rate = 0;
+  for (const AdamPoint& point : profile.adam) best_rate = std::max(best_rate, point.params_per_s);
+  std::uint32_t chosen = 0;
+  for (const AdamPoint& point : profile.adam) {
+    if (point.params_per_s < kNearBest * best_rate) continue;
+    if (chosen == 0 || point.threads < chosen) chosen = point.threads;
+  }
+  return chosen;
+}
+
+std::optional<TuneChoice> choose_config(const Config& base, const PlanInputs& inputs,
+                                        const MachineProfile& profile) {
+  Config tuned = base;
+  if (const std::optional<IoPoint> io = choose_io_point(profile)) {
+    tuned.tiers.nvme.block_size = io->block_bytes;
+    tuned.tiers.nvme.queue_depth = io->queue_depth;
+    tuned.tiers.nvme.rings = io->rings;
+  }
+  if (!profile.adam.empty()) tuned.optimizer.threads = choose_adam_threads(profile);
+
+  const bool nvme_measured = !profile.io.empty();
+  std::optional<TuneChoice> best;
+  std::uint64_t candidates = 0, fitting = 0;
+  for (Tier params : allowed_homes(base, StateKind::kParams, nvme_measured)) {
+    for (Tier grads : allowed_homes(base, StateKind::kGrads, nvme_measured)) {
+      for (Tier optimizer : allowed_homes(base, StateKind::kOptimizer, nvme_measured)) {
+        Config c = tuned;
+        c.zero.params = params;
+        c.zero.grads = grads;
+        c.zero.optimizer = optimizer;
+        for (std::uint64_t group : sub_group_candidates(c)) {
+          for (double host_fraction : host_fraction_candidates(c)) {
+            c.zero.sub_group_size = group;
+            c.zero.optimizer_host_fraction = host_fraction;
+            search_pipeline(c, inputs, profile, best, candidates, fitting);
+          }
+        }
+      }
+    }
+  }
+  if (!best) return std::nullopt;
+  best->candidates = candidates;
+  best->fitting = fitting;
+  add_reasons(*best, profile);
+  return best;
+}
+
+}  // namespace strata::runtime::tune

@@ -1,0 +1,49 @@
+// The cost model of one training step: bytes per tier per step (runtime/memory_plan.hpp, the same
+// arithmetic `strata plan` prints) over the bandwidths a MachineProfile measured, plus CPU Adam
+// time and a compute estimate. Pure arithmetic: same inputs, same prediction.
+//
+//   forward + backward = max(compute, NVMe parameter reads and gradient writes + host<->device
+//                            copies)             (prefetch_depth 0: their sum, nothing overlaps)
+//   optimizer          = max(t_io, t_adam) + min(t_io, t_adam) / sub-groups
+//                                                 (buffer_count 2: t_io + t_adam, no read ahead)
+//   step               = forward + backward + optimizer
+//
+// t_io moves the optimizer phase's NVMe bytes at the mixed (read + write) bandwidth, slowed when
+// the sub-groups in flight (buffer_count - 1 of them) hold fewer bytes than the engine's queues
+// (block x depth x rings): then the rate measured at the depth those bytes amount to applies.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/config.hpp"
+#include "runtime/memory_plan.hpp"
+#include "runtime/tune/machine_profile.hpp"
+
+namespace strata::runtime::tune {
+
+struct StepPrediction {
+  MemoryPlan plan;
+  double nvme_forward_backward_s = 0;  // parameter reads (two gathers) and gradient writes
+  double transfer_s = 0;               // host <-> device copies of shards not homed on the device
+  double compute_s = 0;                // 6 Ψ tokens / compute_flops; 0 when not modelled
+  double forward_backward_s = 0;
+  double nvme_optimizer_s = 0;  // the optimizer phase's reads and writes
+  double adam_s = 0;
+  double optimizer_s = 0;
+  std::uint64_t sub_groups = 0;  // per step, over every unit
+  double io_fill = 1;            // fraction of the engine's queues a sub-group's I/O fills
+  double step_s = 0;
+};
+
+// The measured point nearest the config's (block_size, queue_depth, rings), by log2 distance.
+// The profile must hold at least one point.
+const IoPoint& nearest_io_point(const MachineProfile& profile, const NvmeTierConfig& nvme);
+
+// Adam rate at `threads` (0: every hardware thread, the best measured); the nearest thread count
+// measured otherwise.
+double adam_params_per_s(const MachineProfile& profile, std::uint32_t threads);
+
+StepPrediction predict_step(const Config& config, const PlanInputs& inputs,
+                            const MachineProfile& profile);
+
+}  // namespace strata::runtime::tune

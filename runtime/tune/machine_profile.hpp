@@ -1,0 +1,49 @@
+// What `strata tune` measured on this machine: the figures the cost model (cost_model.hpp) turns
+// into a predicted step time. Filled by measure.hpp, or by hand in tests (synthetic machines).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace strata::runtime::tune {
+
+// One point of the NVMe grid, over the config's paths striped. MB/s are 1e6 bytes per second.
+struct IoPoint {
+  std::uint64_t block_bytes = 0;
+  std::uint32_t queue_depth = 0;
+  std::uint32_t rings = 0;
+  double read_mb_per_s = 0;
+  double write_mb_per_s = 0;
+  double mixed_mb_per_s = 0;  // reads and writes in flight together, half each
+  std::uint64_t in_flight_bytes() const { return block_bytes * queue_depth * rings; }
+};
+
+// One NVMe path on its own, at the config's block size and depth.
+struct PathPoint {
+  std::string path;
+  double read_mb_per_s = 0;
+  double write_mb_per_s = 0;
+};
+
+// CPU Adam (cpu_adam::step) over state in memory with `threads` threads.
+struct AdamPoint {
+  std::uint32_t threads = 0;
+  double params_per_s = 0;
+};
+
+struct MachineProfile {
+  std::vector<IoPoint> io;  // empty: no NVMe path to measure
+  std::vector<PathPoint> paths;
+  double host_memory_gb_per_s = 0;  // parallel memcpy, 1e9 bytes per second each way
+  std::vector<AdamPoint> adam;      // at least one point
+  // Pinned host <-> GPU copies; nullopt without a CUDA device (gpu_note says why).
+  std::optional<double> h2d_gb_per_s;
+  std::optional<double> d2h_gb_per_s;
+  std::string gpu_note;
+  // Forward + backward arithmetic rate (FLOP/s) for the compute estimate; 0 leaves compute out.
+  double compute_flops = 0;
+};
+
+}  // namespace strata::runtime::tune

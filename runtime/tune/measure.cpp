@@ -1,0 +1,274 @@
+#include "runtime/tune/measure.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include "base/float16.hpp"
+#include "base/units.hpp"
+#include "cpu_adam/optimizer.hpp"
+#include "runtime/tune/io_probe.hpp"
+#include "tiers/device/device.hpp"
+#include "tiers/pinned_pool.hpp"
+
+namespace strata::runtime::tune {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Shares of the budget: the drives first (the grid has the most points), then Adam.
+constexpr double kIoShare = 0.6;
+constexpr double kAdamShare = 0.25;
+constexpr double kMemoryShare = 0.05;
+// The rest (0.1) is for the GPU copies and the slack of a point that runs past its deadline.
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void say(const MeasureOptions& options, const std::string& line) {
+  if (options.log != nullptr) *options.log << line << "\n" << std::flush;
+}
+
+struct GridPoint {
+  std::uint64_t block_bytes;
+  std::uint32_t queue_depth;
+  std::uint32_t rings;
+};
+
+// The grids, largest first; the first whose smallest honest run fits the share is measured.
+std::vector<std::vector<GridPoint>> io_grids() {
+  std::vector<GridPoint> full, medium;
+  for (std::uint64_t block : {256 * kKiB, kMiB, 4 * kMiB}) {
+    for (std::uint32_t depth : {4u, 16u, 64u}) {
+      for (std::uint32_t rings : {1u, 2u}) full.push_back({block, depth, rings});
+    }
+  }
+  for (std::uint64_t block : {kMiB, 4 * kMiB}) {
+    for (std::uint32_t depth : {16u, 64u}) {
+      for (std::uint32_t rings : {1u, 2u}) medium.push_back({block, depth, rings});
+    }
+  }
+  const std::vector<GridPoint> small = {{kMiB, 4, 1}, {kMiB, 16, 1}, {kMiB, 64, 1}};
+  return {full, medium, small, {{kMiB, 16, 1}}};
+}
+
+// Bytes a point moves per pattern at the least: two rounds of its buffers, and 4 MiB.
+std::uint64_t min_point_bytes(const GridPoint& point) {
+  return std::max(4 * kMiB, 2 * 2 * point.block_bytes * point.queue_depth * point.rings);
+}
+
+IoPointSpec spec_for(const NvmeTierConfig& nvme, const std::vector<std::filesystem::path>& dirs,
+                     const GridPoint& point, std::uint64_t size) {
+  IoPointSpec spec;
+  spec.dirs = dirs;
+  spec.size_bytes = size;
+  spec.block_bytes = point.block_bytes;
+  spec.queue_depth = point.queue_depth;
+  spec.rings = point.rings;
+  spec.direct = nvme.direct ? io::DirectIo::kOn : io::DirectIo::kOff;
+  spec.engine = nvme.engine == IoEngineKind::kPosix     ? io::IoEngineKind::kPosix
+                : nvme.engine == IoEngineKind::kIoUring ? io::IoEngineKind::kIoUring
+                                                        : io::IoEngineKind::kAuto;
+  return spec;
+}
+
+void measure_io(const MeasureOptions& options, MachineProfile& profile) {
+  const NvmeTierConfig& nvme = options.nvme;
+  if (nvme.paths.empty()) {
+    say(options, "nvme: no [tiers.nvme] paths: nothing to measure (NVMe placements left out)");
+    return;
+  }
+  const Clock::time_point start = Clock::now();
+  const double share = kIoShare * options.budget_s;
+  std::vector<std::filesystem::path> dirs(nvme.paths.begin(), nvme.paths.end());
+  // No point may take more of the drives than the NVMe budget allows (both slots of a step).
+  const std::uint64_t cap = std::max(4 * kMiB, std::min<std::uint64_t>(kGiB, nvme.budget_bytes / 2));
+
+  // Calibrate: the rate of a small middle point says how many bytes the share can move.
+  const GridPoint middle{kMiB, 16, 1};
+  const std::uint64_t calibration_bytes = std::min(cap, 16 * kMiB);
+  const IoPointResult calibration = measure_io_point(spec_for(nvme, dirs, middle, calibration_bytes));
+  const double calibration_s = seconds_since(start);
+  const double bytes_per_s = 3.0 * static_cast<double>(calibration_bytes) / calibration_s;
+  const double left_s = share - calibration_s;
+
+  std::vector<GridPoint> grid;
+  for (const std::vector<GridPoint>& candidate : io_grids()) {
+    double need_s = 0;
+    for (const GridPoint& point : candidate) {
+      need_s += 3.0 * static_cast<double>(std::min(cap, min_point_bytes(point))) / bytes_per_s;
+    }
+    if (need_s <= left_s) {
+      grid = candidate;
+      break;
+    }
+  }
+  if (grid.empty()) {
+    profile.io.push_back({middle.block_bytes, middle.queue_depth, middle.rings,
+                          calibration.read_mb_per_s, calibration.write_mb_per_s,
+                          calibration.mixed_mb_per_s});
+    say(options, fmt::format("nvme: budget allows only the calibration point ({} engine)",
+                             calibration.engine_name));
+  } else {
+    const double per_point_s = left_s / static_cast<double>(grid.size());
+    const Clock::time_point grid_start = Clock::now();
+    for (std::size_t i = 0; i < grid.size(); ++i) {
+      const GridPoint& point = grid[i];
+      if (seconds_since(start) > share && !profile.io.empty()) {
+        say(options, fmt::format("nvme: time budget reached: {} of {} grid points measured", i,
+                                 grid.size()));
+        break;
+      }
+      const auto scaled = static_cast<std::uint64_t>(per_point_s * bytes_per_s / 3.0);
+      const std::uint64_t size = std::min(cap, std::max(min_point_bytes(point), scaled));
+      const IoPointResult r = measure_io_point(spec_for(nvme, dirs, point, size));
+      profile.io.push_back({point.block_bytes, point.queue_depth, point.rings, r.read_mb_per_s,
+                            r.write_mb_per_s, r.mixed_mb_per_s});
+    }
+    say(options, fmt::format("nvme: {} grid points over {} path(s) in {:.1f} s ({} engine)",
+                             profile.io.size(), dirs.size(), seconds_since(grid_start),
+                             calibration.engine_name));
+  }
+  if (dirs.size() > 1) {
+    for (const std::filesystem::path& dir : dirs) {
+      const IoPointResult r = measure_io_point(spec_for(nvme, {dir}, middle, calibration_bytes));
+      profile.paths.push_back({dir.string(), r.read_mb_per_s, r.write_mb_per_s});
+    }
+  }
+}
+
+void measure_memory(const MeasureOptions& options, MachineProfile& profile) {
+  const std::size_t bytes = 64 * kMiB;
+  std::vector<std::byte> a(bytes, std::byte{1}), b(bytes);
+  tbb::task_arena arena;
+  auto copy = [&] {
+    arena.execute([&] {
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, bytes, kMiB), [&](const auto& range) {
+        std::memcpy(b.data() + range.begin(), a.data() + range.begin(), range.size());
+      });
+    });
+  };
+  copy();  // first touch
+  const Clock::time_point start = Clock::now();
+  double best_s = 1e300;
+  int runs = 0;
+  do {
+    const Clock::time_point run = Clock::now();
+    copy();
+    best_s = std::min(best_s, seconds_since(run));
+    ++runs;
+  } while (runs < 3 || (runs < 20 && seconds_since(start) < kMemoryShare * options.budget_s));
+  profile.host_memory_gb_per_s = static_cast<double>(bytes) / best_s / 1e9;
+  say(options, fmt::format("memory: parallel memcpy {:.1f} GB/s (best of {})",
+                           profile.host_memory_gb_per_s, runs));
+}
+
+// Adam over `count` elements held in memory (bf16 gradients and copy-out, as a training step).
+double adam_seconds(std::size_t count, std::uint32_t threads) {
+  std::vector<float> master(count, 0.1f), exp_avg(count), exp_avg_sq(count);
+  std::vector<Bf16> grad(count, to_bf16(1e-3f)), param_out(count);
+  cpu_adam::ParamSpans spans;
+  spans.master = master;
+  spans.exp_avg = exp_avg;
+  spans.exp_avg_sq = exp_avg_sq;
+  spans.grad = std::span<const Bf16>(grad);
+  spans.param_out = std::span<Bf16>(param_out);
+  cpu_adam::Hyperparams hyper;
+  tbb::task_arena arena(static_cast<int>(threads));
+  cpu_adam::step(hyper, spans, {}, arena);  // warm the pages
+  double best_s = 1e300;
+  for (int run = 0; run < 3; ++run) {
+    const Clock::time_point start = Clock::now();
+    cpu_adam::step(hyper, spans, {}, arena);
+    best_s = std::min(best_s, seconds_since(start));
+  }
+  return best_s;
+}
+
+void measure_adam(const MeasureOptions& options, MachineProfile& profile) {
+  const std::uint32_t hardware = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::uint32_t> counts;
+  for (std::uint32_t t = 1; t < hardware; t *= 2) counts.push_back(t);
+  counts.push_back(hardware);
+  // Calibrate with every thread, then size the state so all points fit the share (each point
+  // costs about eight steps: allocation and first touch, warm-up, three timed), between 1 Mi and
+  // 4 Mi elements (64 MiB of fp32 state: past the caches, as the real state is).
+  const Clock::time_point start = Clock::now();
+  const std::size_t probe = std::size_t{1} << 20;
+  const double probe_rate = static_cast<double>(probe) / adam_seconds(probe, hardware);
+  const double left_s = kAdamShare * options.budget_s - seconds_since(start);
+  // One thread runs about `hardware` times slower: weigh each point by hardware / threads.
+  double weight = 0;
+  for (std::uint32_t t : counts) weight += 8.0 * hardware / t;
+  const double fit = std::max(0.0, left_s) * probe_rate / weight;
+  const std::size_t count =
+      std::clamp<std::size_t>(static_cast<std::size_t>(fit), probe, std::size_t{1} << 22);
+  for (std::uint32_t threads : counts) {
+    profile.adam.push_back({threads, static_cast<double>(count) / adam_seconds(count, threads)});
+  }
+  say(options, fmt::format("adam: {} thread counts over {} elements in {:.1f} s", counts.size(),
+                           count, seconds_since(start)));
+}
+
+void measure_gpu(const MeasureOptions& options, MachineProfile& profile) {
+  if (options.device == DeviceKind::kHost) {
+    profile.gpu_note = "skipped: [tiers.device] kind = \"host\"";
+    return;
+  }
+  const std::string why = tiers::cuda_unavailable_reason();
+  if (!why.empty()) {
+    profile.gpu_note = "skipped: " + why;
+    return;
+  }
+  const std::uint64_t bytes = 64 * kMiB;
+  tiers::DeviceOptions device_options;
+  device_options.kind = tiers::DeviceKind::kCuda;
+  device_options.budget_bytes = 2 * bytes;
+  std::unique_ptr<tiers::Device> device = tiers::make_device(device_options);
+  tiers::PinnedPool pool(device->pinned_allocator(), bytes);
+  tiers::PinnedBuffer host = pool.allocate(bytes);
+  std::memset(host.data(), 0x3c, bytes);
+  tiers::DeviceBuffer on_device = device->allocate(bytes);
+  tiers::Stream stream = device->create_stream();
+  auto rate = [&](auto enqueue) {
+    enqueue();
+    stream.synchronize();
+    double best_s = 1e300;
+    for (int run = 0; run < 5; ++run) {
+      const Clock::time_point start = Clock::now();
+      enqueue();
+      stream.synchronize();
+      best_s = std::min(best_s, seconds_since(start));
+    }
+    return static_cast<double>(bytes) / best_s / 1e9;
+  };
+  profile.h2d_gb_per_s = rate([&] { stream.copy_to_device(on_device.span(), host.data()); });
+  profile.d2h_gb_per_s = rate([&] { stream.copy_to_host(host.data(), on_device.span()); });
+  profile.gpu_note = device->name();
+}
+
+}  // namespace
+
+MachineProfile measure_machine(const MeasureOptions& options) {
+  MachineProfile profile;
+  measure_io(options, profile);
+  measure_memory(options, profile);
+  measure_adam(options, profile);
+  measure_gpu(options, profile);
+  if (profile.h2d_gb_per_s) {
+    say(options, fmt::format("gpu: pinned h2d {:.1f} GB/s, d2h {:.1f} GB/s ({})",
+                             *profile.h2d_gb_per_s, *profile.d2h_gb_per_s, profile.gpu_note));
+  } else {
+    say(options, "gpu: " + profile.gpu_note);
+  }
+  return profile;
+}
+
+}  // namespace strata::runtime::tune

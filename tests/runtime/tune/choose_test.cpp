@@ -1,0 +1,110 @@
+// Proves the tune choice on synthetic machines: the I/O point and thread count it keeps, the
+// fastest predicted placement among those that fit (ties to the higher tier), the budgets
+// respected, nothing when nothing fits, and the same answer every time.
+#include <gtest/gtest.h>
+
+#include "runtime/tune/choose.hpp"
+
+namespace strata::runtime::tune {
+namespace {
+
+MachineProfile synthetic_machine() {
+  MachineProfile m;
+  m.io = {{1 << 20, 16, 1, 2000, 1000, 1500},
+          {4 << 20, 64, 2, 3000, 2000, 2500},
+          {1 << 20, 64, 1, 2950, 1950, 2480}};
+  m.host_memory_gb_per_s = 20;
+  m.adam = {{1, 1e8}, {2, 1.99e8}, {4, 2e8}};
+  return m;
+}
+
+Config config_with(const std::string& budgets) {
+  return parse_config("[tiers.nvme]\npaths = [\"/tmp\"]\n[tiers.device]\nkind = \"host\"\n" +
+                      budgets);
+}
+
+TEST(TuneChoice, KeepsTheFewestBytesInFlightNearTheBestMixedRate) {
+  const std::optional<IoPoint> io = choose_io_point(synthetic_machine());
+  ASSERT_TRUE(io.has_value());
+  // 2480 MB/s is within 2% of 2500 with 64 MiB in flight instead of 512 MiB.
+  EXPECT_EQ(io->block_bytes, 1u << 20);
+  EXPECT_EQ(io->queue_depth, 64u);
+  EXPECT_EQ(io->rings, 1u);
+  EXPECT_FALSE(choose_io_point(MachineProfile{}).has_value());
+}
+
+TEST(TuneChoice, KeepsTheFewestThreadsNearTheBestAdamRate) {
+  EXPECT_EQ(choose_adam_threads(synthetic_machine()), 2u);
+  MachineProfile m = synthetic_machine();
+  m.adam[1].params_per_s = 1.5e8;
+  EXPECT_EQ(choose_adam_threads(m), 4u);
+}
+
+TEST(TuneChoice, GenerousBudgetsKeepEverythingOnTheDevice) {
+  const Config base = config_with("budget = \"1TiB\"\n[tiers.host]\nbudget = \"1TiB\"\n");
+  const std::optional<TuneChoice> choice =
+      choose_config(base, PlanInputs(100'000'000, 1), synthetic_machine());
+  ASSERT_TRUE(choice.has_value());
+  EXPECT_EQ(choice->config.zero.params, Tier::kDevice);
+  EXPECT_EQ(choice->config.zero.grads, Tier::kDevice);
+  EXPECT_EQ(choice->config.zero.optimizer, Tier::kDevice);
+  EXPECT_EQ(choice->config.optimizer.threads, 2u);
+  EXPECT_EQ(choice->config.tiers.nvme.queue_depth, 64u);
+  EXPECT_TRUE(choice->prediction.plan.fits());
+  EXPECT_GT(choice->fitting, 0u);
+  EXPECT_LE(choice->fitting, choice->candidates);
+}
+
+TEST(TuneChoice, TightBudgetsStreamTheOptimizerAndTheChoiceIsTheFastestThatFits) {
+  // 100 M parameters: 1.2 GB of optimizer state, more than the host and device budgets hold.
+  const Config base =
+      config_with("budget = \"512MiB\"\n[tiers.host]\nbudget = \"256MiB\"\n");
+  const PlanInputs inputs(100'000'000, 1);
+  const MachineProfile machine = synthetic_machine();
+  const std::optional<TuneChoice> choice = choose_config(base, inputs, machine);
+  ASSERT_TRUE(choice.has_value());
+  EXPECT_EQ(choice->config.zero.optimizer, Tier::kNvme);
+  EXPECT_TRUE(choice->prediction.plan.fits());
+  EXPECT_EQ(choice->prediction.step_s, predict_step(choice->config, inputs, machine).step_s);
+  // No neighbour one knob away that fits is predicted faster.
+  for (std::uint64_t group : {choice->config.zero.sub_group_size / 2,
+                              choice->config.zero.sub_group_size * 2}) {
+    for (std::uint32_t buffers : {2u, 3u, 4u}) {
+      Config other = choice->config;
+      other.zero.sub_group_size = std::max<std::uint64_t>(1 << 16, group);
+      other.zero.buffer_count = buffers;
+      const StepPrediction p = predict_step(other, inputs, machine);
+      if (p.plan.fits()) {
+        EXPECT_GE(p.step_s, choice->prediction.step_s);
+      }
+    }
+  }
+}
+
+TEST(TuneChoice, NothingWhenNoPlacementFits) {
+  Config base = parse_config("[tiers.device]\nbudget = \"1MiB\"\n[tiers.host]\nbudget = \"1MiB\"\n");
+  EXPECT_FALSE(choose_config(base, PlanInputs(100'000'000, 1), synthetic_machine()).has_value());
+}
+
+TEST(TuneChoice, NoNvmePlacementWithoutMeasuredDrives) {
+  const Config base = config_with("budget = \"1TiB\"\n[tiers.host]\nbudget = \"1GiB\"\n");
+  MachineProfile m = synthetic_machine();
+  m.io.clear();
+  const std::optional<TuneChoice> choice = choose_config(base, PlanInputs(100'000'000, 1), m);
+  ASSERT_TRUE(choice.has_value());
+  EXPECT_NE(choice->config.zero.optimizer, Tier::kNvme);
+  EXPECT_NE(choice->config.zero.params, Tier::kNvme);
+  EXPECT_NE(choice->config.zero.grads, Tier::kNvme);
+}
+
+TEST(TuneChoice, SameInputsSameChoice) {
+  const Config base = config_with("budget = \"512MiB\"\n[tiers.host]\nbudget = \"256MiB\"\n");
+  const auto a = choose_config(base, PlanInputs(100'000'000, 1), synthetic_machine());
+  const auto b = choose_config(base, PlanInputs(100'000'000, 1), synthetic_machine());
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->config, b->config);
+  EXPECT_EQ(a->prediction.step_s, b->prediction.step_s);
+}
+
+}  // namespace
+}  // namespace strata::runtime::tune

@@ -1,0 +1,152 @@
+// Proves the tune cost model's arithmetic on synthetic machines: Adam alone when nothing streams,
+// NVMe bytes from strata plan over the measured bandwidths, overlap by buffer_count and
+// prefetch_depth, copies on a GPU, and no prediction for NVMe state on unmeasured drives.
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "runtime/tune/cost_model.hpp"
+
+namespace strata::runtime::tune {
+namespace {
+
+MachineProfile synthetic_machine() {
+  MachineProfile m;
+  m.io = {{1 << 20, 16, 1, 2000, 1000, 1500}, {4 << 20, 64, 2, 3000, 2000, 2500}};
+  m.host_memory_gb_per_s = 20;
+  m.adam = {{1, 1e8}, {2, 2e8}, {4, 3e8}};
+  return m;
+}
+
+Config base_config() {
+  Config c = parse_config("[tiers.nvme]\npaths = [\"/tmp\"]\n[tiers.device]\nkind = \"host\"\n");
+  c.optimizer.threads = 2;
+  return c;
+}
+
+const StateRow& row(const MemoryPlan& plan, StateKind kind) {
+  for (const StateRow& r : plan.states) {
+    if (r.kind == kind) return r;
+  }
+  throw std::logic_error("no row");
+}
+
+TEST(CostModel, NothingStreamedIsAdamAlone) {
+  Config c = base_config();
+  c.zero.optimizer = Tier::kHost;
+  const StepPrediction p = predict_step(c, PlanInputs(1'000'000'000, 1), synthetic_machine());
+  const double elements = static_cast<double>(row(p.plan, StateKind::kOptimizer).elements_per_rank);
+  EXPECT_DOUBLE_EQ(p.adam_s, elements / 2e8);
+  EXPECT_EQ(p.nvme_optimizer_s, 0);
+  EXPECT_EQ(p.forward_backward_s, 0);
+  EXPECT_DOUBLE_EQ(p.step_s, p.adam_s);
+}
+
+TEST(CostModel, OptimizerOnNvmeMovesThePlansBytesAtTheMixedRate) {
+  Config c = base_config();
+  c.zero.optimizer = Tier::kNvme;
+  c.zero.sub_group_size = 1 << 24;  // fills the engine's 16 MiB in flight
+  const StepPrediction p = predict_step(c, PlanInputs(1'000'000'000, 1), synthetic_machine());
+  const NvmeTraffic& t = p.plan.traffic(StateKind::kOptimizer);
+  EXPECT_GT(t.read_bytes, 0u);
+  EXPECT_EQ(p.io_fill, 1.0);
+  EXPECT_DOUBLE_EQ(p.nvme_optimizer_s, static_cast<double>(t.read_bytes + t.write_bytes) / 1500e6);
+  const double longer = std::max(p.nvme_optimizer_s, p.adam_s);
+  const double shorter = std::min(p.nvme_optimizer_s, p.adam_s);
+  EXPECT_DOUBLE_EQ(p.optimizer_s, longer + shorter / static_cast<double>(p.sub_groups));
+}
+
+TEST(CostModel, TwoBuffersCannotOverlapReadsWithAdam) {
+  Config c = base_config();
+  c.zero.optimizer = Tier::kNvme;
+  c.zero.buffer_count = 2;
+  const StepPrediction p = predict_step(c, PlanInputs(1'000'000'000, 1), synthetic_machine());
+  EXPECT_DOUBLE_EQ(p.optimizer_s, p.nvme_optimizer_s + p.adam_s);
+}
+
+TEST(CostModel, SmallSubGroupsCannotFillTheQueues) {
+  Config c = base_config();
+  c.zero.optimizer = Tier::kNvme;
+  c.zero.sub_group_size = 1 << 16;  // 3 groups x 64 Ki x 12 B in flight, against 16 MiB
+  const StepPrediction small = predict_step(c, PlanInputs(1'000'000'000, 1), synthetic_machine());
+  c.zero.sub_group_size = 1 << 24;
+  const StepPrediction large = predict_step(c, PlanInputs(1'000'000'000, 1), synthetic_machine());
+  EXPECT_LT(small.io_fill, 1.0);
+  EXPECT_NEAR(small.io_fill, 3.0 * (1 << 16) * 12 / (16.0 * (1 << 20)), 1e-12);
+  EXPECT_GT(small.nvme_optimizer_s, large.nvme_optimizer_s);
+}
+
+TEST(CostModel, ShallowInFlightTakesTheRateMeasuredAtThatDepth) {
+  Config c = base_config();
+  c.zero.optimizer = Tier::kNvme;
+  MachineProfile m = synthetic_machine();
+  m.io.push_back({1 << 20, 4, 1, 1500, 800, 1200});  // the same block and rings at depth 4
+  // 3 groups of 2^18 elements x 12 B in flight = 9 MiB: depth 9, between the measured 4 and 16.
+  c.zero.sub_group_size = 1 << 18;
+  const double t = (std::log2(9.0) - 2.0) / 2.0;
+  EXPECT_NEAR(predict_step(c, PlanInputs(1'000'000'000, 1), m).io_fill,
+              (1200 + t * (1500 - 1200)) / 1500, 1e-12);
+  // 2^16 elements: depth 2.25, below every depth measured: proportional to the shallowest.
+  c.zero.sub_group_size = 1 << 16;
+  EXPECT_NEAR(predict_step(c, PlanInputs(1'000'000'000, 1), m).io_fill,
+              1200 * (2.25 / 4) / 1500, 1e-12);
+}
+
+TEST(CostModel, PrefetchOverlapsParameterReadsWithCompute) {
+  Config c = base_config();
+  c.zero.params = Tier::kNvme;
+  MachineProfile m = synthetic_machine();
+  m.compute_flops = 1e12;
+  c.zero.prefetch_depth = 2;
+  const StepPrediction overlapped = predict_step(c, PlanInputs(1'000'000'000, 1), m);
+  c.zero.prefetch_depth = 0;
+  const StepPrediction serial = predict_step(c, PlanInputs(1'000'000'000, 1), m);
+  const double reads = static_cast<double>(overlapped.plan.traffic(StateKind::kParams).read_bytes);
+  EXPECT_DOUBLE_EQ(overlapped.nvme_forward_backward_s, reads / 2000e6);  // the read rate
+  const double tokens = 8.0 * 128;  // [model] micro_batch x seq_len
+  EXPECT_DOUBLE_EQ(overlapped.compute_s, 6.0 * 1e9 * tokens / 1e12);
+  EXPECT_DOUBLE_EQ(overlapped.forward_backward_s,
+                   std::max(overlapped.compute_s, overlapped.nvme_forward_backward_s));
+  EXPECT_DOUBLE_EQ(serial.forward_backward_s, serial.compute_s + serial.nvme_forward_backward_s);
+}
+
+TEST(CostModel, GpuCopiesCountOnlyOnARealDevice) {
+  Config c = base_config();
+  c.zero.params = Tier::kHost;
+  MachineProfile m = synthetic_machine();
+  m.h2d_gb_per_s = 20;
+  m.d2h_gb_per_s = 10;
+  const StepPrediction host = predict_step(c, PlanInputs(1'000'000'000, 1), m);
+  EXPECT_EQ(host.transfer_s, 0);  // the host device addresses every home
+  c.tiers.device.kind = DeviceKind::kCuda;
+  const StepPrediction cuda = predict_step(c, PlanInputs(1'000'000'000, 1), m);
+  const double params_bytes = static_cast<double>(row(cuda.plan, StateKind::kParams).bytes_per_rank);
+  EXPECT_DOUBLE_EQ(cuda.transfer_s, 2 * params_bytes / 20e9);  // two gathers at stage 3
+}
+
+TEST(CostModel, NvmeStateOnUnmeasuredDrivesIsNotPredicted) {
+  Config c = base_config();
+  c.zero.optimizer = Tier::kNvme;
+  MachineProfile m = synthetic_machine();
+  m.io.clear();
+  EXPECT_TRUE(std::isinf(predict_step(c, PlanInputs(1'000'000, 1), m).step_s));
+}
+
+TEST(CostModel, LooksUpTheNearestMeasuredPoints) {
+  const MachineProfile m = synthetic_machine();
+  NvmeTierConfig nvme;
+  nvme.block_size = 8 << 20;
+  nvme.queue_depth = 32;
+  nvme.rings = 2;
+  EXPECT_EQ(nearest_io_point(m, nvme).block_bytes, 4u << 20);
+  nvme.block_size = 512 << 10;
+  nvme.queue_depth = 8;
+  nvme.rings = 1;
+  EXPECT_EQ(nearest_io_point(m, nvme).block_bytes, 1u << 20);
+  EXPECT_EQ(adam_params_per_s(m, 0), 3e8);  // every thread: the best measured
+  EXPECT_EQ(adam_params_per_s(m, 3), 3e8);  // log2(3) is nearer 4 than 2
+  EXPECT_EQ(adam_params_per_s(m, 1), 1e8);
+}
+
+}  // namespace
+}  // namespace strata::runtime::tune
