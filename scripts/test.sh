@@ -3,7 +3,8 @@
 # compiled when nvcc is found) and runs the whole CTest suite; then the reliability passes
 # (docs/reliability.md):
 #   ASan+UBSan  the GoogleTest suites of base/, io/, cpu_adam/, tiers/, comm/, runtime/ (Engine,
-#               checkpoints, faults, the crash harness), the fuzz regressions and the tokenizers
+#               compressed state, tune, checkpoints, faults, the crash harness), the fuzz
+#               regressions and the tokenizers
 #               (parsers of tokenizer.json / tokenizer.model files a user hands in)
 #   TSan        the concurrency suites: io/, tiers/ (pinned pool, NVMe store, residency) and
 #               runtime/ (the Engine's pipelined optimizer step)
@@ -27,8 +28,8 @@ fi
 labels() { local IFS='|'; echo "^($*)\$"; }
 
 asan_suites=(strata_base_tests strata_io_tests strata_cpu_adam_tests strata_tiers_tests strata_comm_tests
-             strata_runtime_tests strata_reliability_tests strata_fuzz_regression_tests
-             strata_llm_tokenizer_tests)
+             strata_runtime_tests strata_compressed_state_tests strata_tune_tests
+             strata_reliability_tests strata_fuzz_regression_tests strata_llm_tokenizer_tests)
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$jobs" --target "${asan_suites[@]}" strata_crash_child strata
 ctest --preset asan -j "$jobs" -L "$(labels "${asan_suites[@]}")"
@@ -57,7 +58,7 @@ for target in "${fuzz_targets[@]}"; do
 done
 
 STRATA_FORCE_NVME=1 ctest --preset ci -j "$jobs" --output-on-failure \
-  -R '^(Engine\.|Checkpoint\.|OptimizerSchedule\.|AllTiers/EnginePlacement|Paths/EngineAccess|Finetune\.|engine_mpi)' |
+  -R '^(Engine\.|Checkpoint\.|OptimizerSchedule\.|AllTiers/EnginePlacement|Paths/EngineAccess|Finetune\.|engine_mpi|CompressedState\.|.*CompressedPlacement|.*EngineOptimizerHostFraction)' |
   tail -n 3
 
 ctest --preset ci -j "$jobs"
