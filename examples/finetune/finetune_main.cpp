@@ -176,24 +176,11 @@ int run(const Options& options) {
   }
 
   strata::gpt::set_blas_threads(options.blas_threads);
-  // Each rank's GPU (its local rank's, or [tiers.device] index) and its communicator ([comm]).
-  config.tiers.device.kind = device_kind(options.device);
-  std::unique_ptr<strata::tiers::Device> device;
-  std::unique_ptr<runtime::comm::Communicator> device_comm;
-  try {
-    const runtime::RankPlacement placement = runtime::select_rank_placement(
-        config, runtime::detect_placement_environment(config.run.ranks));
-    device = strata::tiers::make_device(runtime::placed_device_options(placement, config));
-    device_comm = runtime::make_placed_device_comm(placement, *comm);
-  } catch (const runtime::PlacementError& error) {
-    std::cerr << "strata-finetune: " << error.what() << "\n";
-    return 2;
-  }
-  runtime::comm::Communicator& engine_comm = device_comm ? *device_comm : *comm;
-  if (lead) {
-    std::cout << fmt::format("  device: {}, collectives over {}\n", device->name(),
-                             engine_comm.backend_name());
-  }
+  std::optional<strata::examples::PlacedDevice> placed =
+      strata::examples::place_device(config, device_kind(options.device), *comm, lead);
+  if (!placed) return 2;
+  strata::tiers::Device* device = placed->device.get();
+  runtime::comm::Communicator& engine_comm = *placed->engine_comm;
 
   runtime::Tracer tracer;
   const std::string trace = trace_path(options, config);

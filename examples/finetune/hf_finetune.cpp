@@ -13,7 +13,6 @@
 #include "runtime/byte_size.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/memory_plan.hpp"
-#include "runtime/rank_placement.hpp"
 #include "runtime/trace.hpp"
 #include "tiers/device/device.hpp"
 
@@ -73,25 +72,9 @@ int run_hf_finetune(runtime::Config config, const HfFinetuneOptions& options) {
     return 3;
   }
   llm::set_blas_threads(options.blas_threads);
-  // Each rank's GPU (its local rank's, or [tiers.device] index) and its communicator ([comm]).
-  config.tiers.device.kind = options.device;
-  std::unique_ptr<tiers::Device> device;
-  std::unique_ptr<runtime::comm::Communicator> device_comm;
-  try {
-    const runtime::RankPlacement placement = runtime::select_rank_placement(
-        config, runtime::detect_placement_environment(config.run.ranks));
-    device = tiers::make_device(runtime::placed_device_options(placement, config));
-    device_comm = runtime::make_placed_device_comm(placement, *comm);
-  } catch (const runtime::PlacementError& error) {
-    std::cerr << "strata-finetune: " << error.what() << "\n";
-    return 2;
-  }
-  runtime::comm::Communicator& engine_comm = device_comm ? *device_comm : *comm;
-  if (lead) {
-    std::cout << fmt::format("  device: {}, collectives over {}\n", device->name(),
-                             engine_comm.backend_name());
-  }
-  llm::LlmTrainer trainer(config, *device, engine_comm, trainer_opts);
+  std::optional<PlacedDevice> placed = place_device(config, options.device, *comm, lead);
+  if (!placed) return 2;
+  llm::LlmTrainer trainer(config, *placed->device, *placed->engine_comm, trainer_opts);
   if (!options.resume_from.empty()) {
     // The training order is a function of the step (llm_trainer.hpp): loading the step is enough.
     trainer.engine().load(options.resume_from);

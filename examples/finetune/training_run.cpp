@@ -1,4 +1,5 @@
 #include "examples/finetune/training_run.hpp"
+#include "runtime/rank_placement.hpp"
 
 #include <sys/resource.h>
 
@@ -14,6 +15,27 @@ std::uint64_t peak_rss_bytes() {
 }
 
 }  // namespace
+
+std::optional<PlacedDevice> place_device(runtime::Config& config, runtime::DeviceKind kind,
+                                         runtime::comm::Communicator& comm, bool lead) {
+  config.tiers.device.kind = kind;
+  PlacedDevice placed;
+  try {
+    const runtime::RankPlacement placement = runtime::select_rank_placement(
+        config, runtime::detect_placement_environment(config.run.ranks));
+    placed.device = tiers::make_device(runtime::placed_device_options(placement, config));
+    placed.device_comm = runtime::make_placed_device_comm(placement, comm);
+  } catch (const runtime::PlacementError& error) {
+    std::cerr << "strata-finetune: " << error.what() << "\n";
+    return std::nullopt;
+  }
+  placed.engine_comm = placed.device_comm ? placed.device_comm.get() : &comm;
+  if (lead) {
+    std::cout << fmt::format("  device: {}, collectives over {}\n", placed.device->name(),
+                             placed.engine_comm->backend_name());
+  }
+  return placed;
+}
 
 std::string describe_optimizer(const runtime::OptimizerConfig& optimizer) {
   std::string text =

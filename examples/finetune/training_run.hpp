@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -18,9 +19,11 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/byte_size.hpp"
+#include "runtime/comm/communicator.hpp"
 #include "runtime/config.hpp"
 #include "runtime/engine.hpp"
 #include "runtime/periodic_checkpoints.hpp"
+#include "tiers/device/device.hpp"
 
 namespace strata::examples {
 
@@ -53,6 +56,18 @@ struct RunTotals {
 
   double tokens_per_s() const { return train_s > 0 ? static_cast<double>(tokens) / train_s : 0; }
 };
+
+// Each rank's device (its local rank's GPU, or [tiers.device] index, for `kind`) and the
+// communicator its Engine uses ([comm]: NcclComm on GPUs, else `comm` itself). The lead prints
+// "device: ..., collectives over ...". On a PlacementError it prints "strata-finetune: <why>" and
+// returns nullopt (the caller exits 2).
+struct PlacedDevice {
+  std::unique_ptr<tiers::Device> device;
+  std::unique_ptr<runtime::comm::Communicator> device_comm;  // null: the Engine uses `comm`
+  runtime::comm::Communicator* engine_comm = nullptr;
+};
+std::optional<PlacedDevice> place_device(runtime::Config& config, runtime::DeviceKind kind,
+                                         runtime::comm::Communicator& comm, bool lead);
 
 // "adamw, lr 0.0003, weight decay 0.1 (...), warm-up 10 steps, cosine decay to 3e-05 at step 100".
 std::string describe_optimizer(const runtime::OptimizerConfig& optimizer);

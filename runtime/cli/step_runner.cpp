@@ -8,6 +8,7 @@
 #include <tbb/task_arena.h>
 
 #include "cpu_adam/optimizer.hpp"
+#include "runtime/tune/measure.hpp"
 
 namespace strata::cli {
 
@@ -60,14 +61,8 @@ Timings run_steps(const runtime::Config& config, tiers::Device& device,
 // Adam over sub-group-sized state in memory, as many elements as the step updates.
 double time_adam(const runtime::Config& config, std::uint64_t params, std::uint32_t steps) {
   const std::uint64_t group = std::min<std::uint64_t>(config.zero.sub_group_size, params);
-  std::vector<float> master(group, 0.1f), exp_avg(group), exp_avg_sq(group);
-  std::vector<Bf16> grad(group, to_bf16(1e-3f)), param_out(group);
-  cpu_adam::ParamSpans spans;
-  spans.master = master;
-  spans.exp_avg = exp_avg;
-  spans.exp_avg_sq = exp_avg_sq;
-  spans.grad = std::span<const Bf16>(grad);
-  spans.param_out = std::span<Bf16>(param_out);
+  const runtime::tune::SyntheticAdamState state(group);
+  const cpu_adam::ParamSpans spans = state.spans(group);
   cpu_adam::Hyperparams hyper;
   const int threads = config.optimizer.threads == 0 ? tbb::task_arena::automatic
                                                     : static_cast<int>(config.optimizer.threads);
@@ -77,13 +72,7 @@ double time_adam(const runtime::Config& config, std::uint64_t params, std::uint3
   for (std::uint32_t step = 0; step < steps; ++step) {
     for (std::uint64_t done = 0; done < params; done += group) {
       const std::uint64_t count = std::min(group, params - done);
-      cpu_adam::ParamSpans part = spans;
-      part.master = spans.master.first(count);
-      part.exp_avg = spans.exp_avg.first(count);
-      part.exp_avg_sq = spans.exp_avg_sq.first(count);
-      part.grad = cpu_adam::ConstTypedSpan(grad.data(), count, DType::kBf16);
-      part.param_out = cpu_adam::TypedSpan(param_out.data(), count, DType::kBf16);
-      cpu_adam::step(hyper, part, {}, arena);
+      cpu_adam::step(hyper, state.spans(count), {}, arena);
     }
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -172,14 +172,8 @@ void measure_memory(const MeasureOptions& options, MachineProfile& profile) {
 
 // Adam over `count` elements held in memory (bf16 gradients and copy-out, as a training step).
 double adam_seconds(std::size_t count, std::uint32_t threads) {
-  std::vector<float> master(count, 0.1f), exp_avg(count), exp_avg_sq(count);
-  std::vector<Bf16> grad(count, to_bf16(1e-3f)), param_out(count);
-  cpu_adam::ParamSpans spans;
-  spans.master = master;
-  spans.exp_avg = exp_avg;
-  spans.exp_avg_sq = exp_avg_sq;
-  spans.grad = std::span<const Bf16>(grad);
-  spans.param_out = std::span<Bf16>(param_out);
+  const SyntheticAdamState state(count);
+  const cpu_adam::ParamSpans spans = state.spans(count);
   cpu_adam::Hyperparams hyper;
   tbb::task_arena arena(static_cast<int>(threads));
   cpu_adam::step(hyper, spans, {}, arena);  // warm the pages
@@ -255,6 +249,23 @@ void measure_gpu(const MeasureOptions& options, MachineProfile& profile) {
 }
 
 }  // namespace
+
+SyntheticAdamState::SyntheticAdamState(std::size_t count)
+    : master_(count, 0.1f),
+      exp_avg_(count),
+      exp_avg_sq_(count),
+      grad_(count, to_bf16(1e-3f)),
+      param_out_(count) {}
+
+cpu_adam::ParamSpans SyntheticAdamState::spans(std::size_t count) const {
+  cpu_adam::ParamSpans spans;
+  spans.master = std::span(master_).first(count);
+  spans.exp_avg = std::span(exp_avg_).first(count);
+  spans.exp_avg_sq = std::span(exp_avg_sq_).first(count);
+  spans.grad = cpu_adam::ConstTypedSpan(grad_.data(), count, DType::kBf16);
+  spans.param_out = cpu_adam::TypedSpan(param_out_.data(), count, DType::kBf16);
+  return spans;
+}
 
 MachineProfile measure_machine(const MeasureOptions& options) {
   MachineProfile profile;

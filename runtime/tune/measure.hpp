@@ -6,11 +6,14 @@
 // past its deadline stops and says so.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "base/float16.hpp"
+#include "cpu_adam/optimizer.hpp"
 #include "runtime/config.hpp"
 #include "runtime/tune/machine_profile.hpp"
 
@@ -26,5 +29,18 @@ struct MeasureOptions {
 
 // Throws io::IoError when a path cannot be written.
 MachineProfile measure_machine(const MeasureOptions& options);
+
+// Adam state of `count` elements in memory (fp32 master and moments, bf16 gradients and copy-out,
+// as a training step): what `strata tune` and `strata bench step` time CPU Adam on.
+class SyntheticAdamState {
+ public:
+  explicit SyntheticAdamState(std::size_t count);
+  // Spans over the first `count` elements (at most the constructor's).
+  cpu_adam::ParamSpans spans(std::size_t count) const;
+
+ private:
+  mutable std::vector<float> master_, exp_avg_, exp_avg_sq_;
+  mutable std::vector<Bf16> grad_, param_out_;
+};
 
 }  // namespace strata::runtime::tune
