@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "base/assert.hpp"
+#include "examples/gpt/cuda_backend.hpp"
 #include "examples/gpt/cuda_kernels.hpp"
 #include "examples/gpt/gpt_spec.hpp"
 #include "tiers/device/cuda_device.hpp"
@@ -34,20 +35,11 @@ int to_int(std::size_t value) {
   return static_cast<int>(value);
 }
 
-class CudaGptImpl final : public CudaGpt {
+class CudaGptImpl final : public CudaGpt, private examples::CudaBackend {
  public:
   CudaGptImpl(const runtime::ModelConfig& config, tiers::Device& device)
-      : config_(config), device_(device), device_index_(device.options().index) {
+      : CudaBackend(device, "GPT model"), config_(config) {
     STRATA_ASSERT(device.kind() == tiers::DeviceKind::kCuda);
-    set_device();
-    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-    owned_stream_.reset(stream_);
-    check_blas(cublasCreate(&blas_), "cublasCreate");
-    owned_blas_.reset(blas_);
-    check_blas(cublasSetStream(blas_, stream_), "cublasSetStream");
-    check_blas(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
-    check_blas(cublasSetAtomicsMode(blas_, CUBLAS_ATOMICS_NOT_ALLOWED), "cublasSetAtomicsMode");
-
     const std::size_t rows = std::size_t{config.micro_batch} * config.seq_len;
     const std::size_t d = config.d_model;
     const std::size_t prob =
@@ -88,14 +80,11 @@ class CudaGptImpl final : public CudaGpt {
     if (config.tied_head) tied_wte_grad_ = allocate<float>(std::size_t{config.vocab} * d);
   }
 
-  ~CudaGptImpl() override {
-    // The buffers go back to the device only once the stream's work is done.
-    cudaStreamSynchronize(stream_);
-  }
+  ~CudaGptImpl() override = default;
   CudaGptImpl(const CudaGptImpl&) = delete;
   CudaGptImpl& operator=(const CudaGptImpl&) = delete;
 
-  std::size_t activation_bytes() const override { return activation_bytes_; }
+  std::size_t activation_bytes() const override { return allocated_bytes(); }
 
   void set_batch(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets,
                  std::size_t sequences) override {
@@ -256,39 +245,6 @@ class CudaGptImpl final : public CudaGpt {
     float *resid_mid, *ln2_out, *ln2_mean, *ln2_rstd, *fc_pre, *fc_tanh, *fc_act;
   };
 
-  template <typename T>
-  T* allocate(std::size_t count) {
-    tiers::DeviceBuffer buffer = device_.allocate(count * sizeof(T));
-    activation_bytes_ += count * sizeof(T);
-    T* data = buffer.span().as<T>();
-    buffers_.push_back(std::move(buffer));
-    return data;
-  }
-
-  template <typename T>
-  void copy_in(T* device_dst, const T* host_src, std::size_t count) {
-    if (count == 0) return;
-    check(cudaMemcpyAsync(device_dst, host_src, count * sizeof(T), cudaMemcpyHostToDevice, stream_),
-          "cudaMemcpyAsync");
-  }
-
-  void set_device() const { check(cudaSetDevice(device_index_), "cudaSetDevice"); }
-  // Waits for the stream: the caller may then release parameters and read gradients.
-  void finish() const { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
-
-  void check(cudaError_t result, const char* call) const {
-    if (result != cudaSuccess) {
-      throw tiers::CudaError(std::string("GPT model: ") + call, device_index_,
-                             static_cast<int>(result), cudaGetErrorString(result));
-    }
-  }
-  void check_blas(cublasStatus_t status, const char* call) const {
-    if (status != CUBLAS_STATUS_SUCCESS) {
-      throw tiers::CudaError(std::string("GPT model: ") + call, device_index_,
-                             static_cast<int>(status), cublasGetStatusString(status));
-    }
-  }
-
   // Row-major C[m×n] = alpha·op(A)·op(B) + beta·C (see the top of the file).
   void gemm(Op op_a, Op op_b, std::size_t m, std::size_t n, std::size_t k, float alpha,
             const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
@@ -385,22 +341,6 @@ class CudaGptImpl final : public CudaGpt {
   }
 
   runtime::ModelConfig config_;
-  tiers::Device& device_;
-  int device_index_;
-  struct StreamDeleter {
-    void operator()(cudaStream_t stream) const { cudaStreamDestroy(stream); }
-  };
-  struct BlasDeleter {
-    void operator()(cublasHandle_t handle) const { cublasDestroy(handle); }
-  };
-  cudaStream_t stream_ = nullptr;
-  cublasHandle_t blas_ = nullptr;
-  // Destroyed in reverse: the buffers first (after the destructor's synchronize), then cuBLAS,
-  // then the stream.
-  std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDeleter> owned_stream_;
-  std::unique_ptr<std::remove_pointer_t<cublasHandle_t>, BlasDeleter> owned_blas_;
-  std::vector<tiers::DeviceBuffer> buffers_;
-  std::size_t activation_bytes_ = 0;
   std::size_t sequences_ = 0;
   std::size_t rows_ = 0;
 

@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "base/assert.hpp"
+#include "examples/gpt/cuda_backend.hpp"
 #include "examples/llm/decoder_cuda_kernels.hpp"
 #include "examples/llm/decoder_impl.hpp"
 #include "examples/llm/linear.hpp"
@@ -59,41 +60,30 @@ struct MutView {
   std::size_t ld;
 };
 
-class CudaDecoderImpl final : public CudaDecoder {
+class CudaDecoderImpl final : public CudaDecoder, private examples::CudaBackend {
  public:
   CudaDecoderImpl(const HfConfig& config, const DecoderOptions& options, tiers::Device& device)
-      : config_(config),
+      : CudaBackend(device, "decoder"),
+        config_(config),
         options_(options),
         units_(decoder_units(config)),
         dims_(config),
         layout_(layer_layout(units_[1])),
-        head_(head_layout(units_.back())),
-        device_(device),
-        device_index_(device.options().index) {
+        head_(head_layout(units_.back())) {
     STRATA_ASSERT(device.kind() == tiers::DeviceKind::kCuda);
     if (dims_.head_dim > cuda::kMaxAttentionHeadDim) {
       throw std::invalid_argument(
           config.source.string() + ": head_dim " + std::to_string(dims_.head_dim) +
           " exceeds the CUDA attention kernels' " + std::to_string(cuda::kMaxAttentionHeadDim));
     }
-    set_device();
-    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-    owned_stream_.reset(stream_);
-    check_blas(cublasCreate(&blas_), "cublasCreate");
-    owned_blas_.reset(blas_);
-    check_blas(cublasSetStream(blas_, stream_), "cublasSetStream");
-    check_blas(cublasSetAtomicsMode(blas_, CUBLAS_ATOMICS_NOT_ALLOWED), "cublasSetAtomicsMode");
-    check_blas(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");  // no TF32
     allocate_buffers();
   }
 
-  ~CudaDecoderImpl() override {
-    cudaStreamSynchronize(stream_);  // the buffers go back only once the stream's work is done
-  }
+  ~CudaDecoderImpl() override = default;
   CudaDecoderImpl(const CudaDecoderImpl&) = delete;
   CudaDecoderImpl& operator=(const CudaDecoderImpl&) = delete;
 
-  std::size_t activation_bytes() const override { return activation_bytes_; }
+  std::size_t activation_bytes() const override { return allocated_bytes(); }
 
   void set_batch(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets,
                  std::span<const float> weights, std::span<const std::uint32_t> row_positions,
@@ -545,61 +535,12 @@ class CudaDecoderImpl final : public CudaDecoder {
                "cublasGemmEx");
   }
 
-  template <typename T>
-  T* allocate(std::size_t count) {
-    tiers::DeviceBuffer buffer = device_.allocate(std::max<std::size_t>(1, count) * sizeof(T));
-    activation_bytes_ += count * sizeof(T);
-    T* data = buffer.span().as<T>();
-    buffers_.push_back(std::move(buffer));
-    return data;
-  }
-
-  template <typename T>
-  void copy_in(T* device_dst, const T* host_src, std::size_t count) {
-    if (count == 0) return;
-    check(cudaMemcpyAsync(device_dst, host_src, count * sizeof(T), cudaMemcpyHostToDevice, stream_),
-          "cudaMemcpyAsync");
-  }
-
-  void set_device() const { check(cudaSetDevice(device_index_), "cudaSetDevice"); }
-  // Waits for the stream: the caller may then release parameters and read gradients.
-  void finish() const { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
-
-  void check(cudaError_t result, const char* call) const {
-    if (result != cudaSuccess) {
-      throw tiers::CudaError(std::string("decoder: ") + call, device_index_,
-                             static_cast<int>(result), cudaGetErrorString(result));
-    }
-  }
-  void check_blas(cublasStatus_t status, const char* call) const {
-    if (status != CUBLAS_STATUS_SUCCESS) {
-      throw tiers::CudaError(std::string("decoder: ") + call, device_index_,
-                             static_cast<int>(status), cublasGetStatusString(status));
-    }
-  }
-
   HfConfig config_;
   DecoderOptions options_;
   std::vector<UnitSpec> units_;
   Dims dims_;
   LayerLayout layout_;
   HeadLayout head_;
-  tiers::Device& device_;
-  int device_index_;
-  struct StreamDeleter {
-    void operator()(cudaStream_t stream) const { cudaStreamDestroy(stream); }
-  };
-  struct BlasDeleter {
-    void operator()(cublasHandle_t handle) const { cublasDestroy(handle); }
-  };
-  cudaStream_t stream_ = nullptr;
-  cublasHandle_t blas_ = nullptr;
-  // Destroyed in reverse: the buffers first (after the destructor's synchronize), then cuBLAS,
-  // then the stream.
-  std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDeleter> owned_stream_;
-  std::unique_ptr<std::remove_pointer_t<cublasHandle_t>, BlasDeleter> owned_blas_;
-  std::vector<tiers::DeviceBuffer> buffers_;
-  std::size_t activation_bytes_ = 0;
   std::size_t sequences_ = 0, positions_ = 0, rows_ = 0;
 
   std::int32_t *inputs_ = nullptr, *targets_ = nullptr, *token_offsets_ = nullptr,
