@@ -368,32 +368,44 @@ __device__ float row_dot(const float* a, const float* b, std::size_t head_dim) {
   return sum;
 }
 
-// Grid: (query blocks of 8, heads, sequences). Warp w holds query i = 8·block + w.
+// The rows of a query block: grid (query blocks of 8, heads, sequences); warp w holds query
+// i = 8·block + w of head blockIdx.y (kv head: its group's) in sequence blockIdx.z.
+struct QueryBlock {
+  std::size_t sequence, head, kv_head, first_query, last_query, query;
+  bool active;  // query < positions (the last block may be partial)
+
+  __device__ explicit QueryBlock(const AttentionDims& dims)
+      : sequence(blockIdx.z),
+        head(blockIdx.y),
+        kv_head(head / (dims.heads / dims.kv_heads)),
+        first_query(static_cast<std::size_t>(blockIdx.x) * kWarpsPerBlock),
+        last_query(min(first_query + kWarpsPerBlock, dims.positions) - 1),
+        query(first_query + warp_id()),
+        active(query < dims.positions) {}
+};
+
+// Grid and warps: QueryBlock.
 __global__ void attention_forward_kernel(AttentionDims dims, const float* q, const float* k,
                                          const float* v, std::size_t ld_qkv, float* out,
                                          std::size_t ld_out, float* lse, float scale) {
   __shared__ float keys[kTile][kPad];
   __shared__ float values[kTile][kPad];
   __shared__ float queries[kWarpsPerBlock][kPad];
+  const QueryBlock block(dims);
   const std::size_t hd = dims.head_dim;
-  const std::size_t b = blockIdx.z;
-  const std::size_t h = blockIdx.y;
-  const std::size_t g = h / (dims.heads / dims.kv_heads);
-  const std::size_t first_query = static_cast<std::size_t>(blockIdx.x) * kWarpsPerBlock;
-  const std::size_t last_query = min(first_query + kWarpsPerBlock, dims.positions) - 1;
-  const std::size_t i = first_query + warp_id();
-  const bool active = i < dims.positions;
+  const std::size_t b = block.sequence, h = block.head, i = block.query;
+  const bool active = block.active;
   const unsigned lane = lane_id();
   const float* q_b = q + b * dims.positions * ld_qkv + h * hd;
-  const float* k_b = k + b * dims.positions * ld_qkv + g * hd;
-  const float* v_b = v + b * dims.positions * ld_qkv + g * hd;
+  const float* k_b = k + b * dims.positions * ld_qkv + block.kv_head * hd;
+  const float* v_b = v + b * dims.positions * ld_qkv + block.kv_head * hd;
   for (std::size_t c = lane; c < hd; c += kWarp) {
     queries[warp_id()][c] = active ? q_b[i * ld_qkv + c] : 0.0f;
   }
   float running_max = -INFINITY;
   float running_sum = 0.0f;
   float acc[kDimsPerLane] = {};
-  for (std::size_t tile = first_key(first_query, dims.window); tile <= last_query;
+  for (std::size_t tile = first_key(block.first_query, dims.window); tile <= block.last_query;
        tile += kTile) {
     __syncthreads();  // the previous tile is consumed
     load_tile(keys, k_b, ld_qkv, tile, dims.positions, hd);
@@ -458,18 +470,14 @@ __global__ void attention_dq_kernel(AttentionDims dims, const float* dout, std::
   __shared__ float values[kTile][kPad];
   __shared__ float queries[kWarpsPerBlock][kPad];
   __shared__ float grads[kWarpsPerBlock][kPad];
+  const QueryBlock block(dims);
   const std::size_t hd = dims.head_dim;
-  const std::size_t b = blockIdx.z;
-  const std::size_t h = blockIdx.y;
-  const std::size_t g = h / (dims.heads / dims.kv_heads);
-  const std::size_t first_query = static_cast<std::size_t>(blockIdx.x) * kWarpsPerBlock;
-  const std::size_t last_query = min(first_query + kWarpsPerBlock, dims.positions) - 1;
-  const std::size_t i = first_query + warp_id();
-  const bool active = i < dims.positions;
+  const std::size_t b = block.sequence, h = block.head, i = block.query;
+  const bool active = block.active;
   const unsigned lane = lane_id();
   const float* q_b = q + b * dims.positions * ld_qkv + h * hd;
-  const float* k_b = k + b * dims.positions * ld_qkv + g * hd;
-  const float* v_b = v + b * dims.positions * ld_qkv + g * hd;
+  const float* k_b = k + b * dims.positions * ld_qkv + block.kv_head * hd;
+  const float* v_b = v + b * dims.positions * ld_qkv + block.kv_head * hd;
   const float* dout_b = dout + b * dims.positions * ld_out + h * hd;
   for (std::size_t c = lane; c < hd; c += kWarp) {
     queries[warp_id()][c] = active ? q_b[i * ld_qkv + c] : 0.0f;
@@ -479,7 +487,7 @@ __global__ void attention_dq_kernel(AttentionDims dims, const float* dout, std::
   const float row_lse = active ? lse[row] : 0.0f;
   const float row_delta = active ? delta[row] : 0.0f;
   float acc[kDimsPerLane] = {};
-  for (std::size_t tile = first_key(first_query, dims.window); tile <= last_query;
+  for (std::size_t tile = first_key(block.first_query, dims.window); tile <= block.last_query;
        tile += kTile) {
     __syncthreads();
     load_tile(keys, k_b, ld_qkv, tile, dims.positions, hd);
