@@ -43,6 +43,8 @@ struct Hyperparams {
   double weight_decay = 0.0;
   BiasCorrection bias_correction = BiasCorrection::kOn;  // Adam, AdamW
   std::int64_t step = 1;  // 1-based index of this update (bias correction uses beta^step)
+
+  bool operator==(const Hyperparams&) const = default;
 };
 
 // One sub-group's state. exp_avg is unused by Adagrad, exp_avg_sq unused by Lion (pass empty).

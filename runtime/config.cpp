@@ -79,6 +79,7 @@ void read_zero(TableReader& root, ZeroConfig& zero) {
   section->read_enum("optimizer", zero.optimizer, tiers);
   section->read_count("sub_group_size", zero.sub_group_size, 1024, kMaxElements);
   section->read_double("optimizer_host_fraction", zero.optimizer_host_fraction, 0.0, 1.0);
+  section->read_bool("overlap_optimizer", zero.overlap_optimizer);
   section->read_uint32("prefetch_depth", zero.prefetch_depth, 0, 64);
   section->read_uint32("buffer_count", zero.buffer_count, 2, 64);
   section->read_count("persistence_threshold", zero.persistence_threshold, 0, kMaxElements);

@@ -92,6 +92,10 @@ struct ZeroConfig {
   // optimizer = kNvme only: the share of the optimizer state (whole units, in registration order)
   // kept in host memory instead; the rest streams from NVMe. 0: all on NVMe.
   double optimizer_host_fraction = 0.0;
+  // Each unit's optimizer update starts as soon as its gradient is complete, during the rest of
+  // the backward, and is confirmed or redone at step() (runtime/speculation.hpp). false: the
+  // whole update runs in step(), after the last gradient. Bitwise the same either way.
+  bool overlap_optimizer = true;
   std::uint32_t prefetch_depth = 2;            // units gathered ahead of use
   std::uint32_t buffer_count = 4;              // host staging buffers for NVMe sub-groups
   std::uint64_t persistence_threshold = 100'000;  // units smaller than this stay gathered

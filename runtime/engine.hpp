@@ -106,6 +106,11 @@ struct StepStats {
   double adam_s = 0;         // time in the CPU optimizer
   double step_s = 0;         // wall time of step()
   std::uint64_t comm_bytes = 0;  // payload bytes of collectives since the previous step
+  // [zero] overlap_optimizer (runtime/speculation.hpp): sub-groups updated during the backward,
+  // of which the step confirmed these and undid and updated again (or, skipped, undid) these.
+  std::uint64_t speculated_groups = 0;
+  std::uint64_t confirmed_groups = 0;
+  std::uint64_t redone_groups = 0;
 };
 
 // The full tensors of one unit, gathered for compute. Views are fp32 in device memory (host memory

@@ -65,6 +65,7 @@ void EngineState::finalize() {
     initialise_fresh();
   }
   build_residency();
+  start_speculation();
   finalized_ = true;
 }
 

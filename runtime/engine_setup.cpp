@@ -78,6 +78,7 @@ EngineState::EngineState(const Config& config, tiers::Device& device, comm::Comm
 }
 
 EngineState::~EngineState() {
+  worker_.reset();  // finishes any speculative update before what it uses goes
   // Gathered units and reads in flight go before the store and the I/O engine.
   residency_.reset();
   for (UnitState& unit : units_) {
@@ -166,6 +167,7 @@ void EngineState::drain_gradient_writes() {
 }
 
 void EngineState::begin_replace() {
+  cancel_speculation();
   drain_gradient_writes();
   residency_->invalidate();
   norm_.reset();

@@ -9,14 +9,22 @@
 //   gather.cpp           the ResidencyClient: units gathered on the device for compute
 //   reduce_grads.cpp     gradients reduce-scattered into their home; the contracts of step()
 //   optimizer_step.cpp   the pipelined optimizer step
+//   speculation.cpp      the optimizer during the backward: updates started by reduce_grads,
+//                        confirmed or undone by step() (runtime/speculation.hpp)
 //   device_lanes.cpp     the staged path to device memory: streams, events, pinned staging
 // checkpoint.cpp (save, load, export, import) sees only the public part of EngineState.
 //
 // The private state is grouped by the stage that changes it; another stage may read it.
-// Threading: one thread owns the Engine and calls everything.
+// Threading: one thread owns the Engine and calls everything, except the speculative updates,
+// which run on the UpdateWorker's thread during the backward: the NVMe store is then reached
+// under store_mutex_, and the units being updated are not touched by the owner until step()
+// or an undo has waited for them.
 #pragma once
 
 #include <array>
+#include <atomic>
+#include <functional>
+#include <mutex>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -37,6 +45,7 @@
 #include "runtime/engine.hpp"
 #include "runtime/partition.hpp"
 #include "runtime/shard_home.hpp"
+#include "runtime/speculation.hpp"
 #include "runtime/stream_staging.hpp"
 #include "tiers/device/device.hpp"
 #include "tiers/nvme_store.hpp"
@@ -65,6 +74,12 @@ struct GatheredCopy {
     param_buffer.reset();
   }
 };
+
+// What an optimizer update reads and what it writes, per sub-group.
+inline constexpr std::array<Kind, 4> kUpdateReadKinds = {Kind::kMaster, Kind::kExpAvg,
+                                                         Kind::kExpAvgSq, Kind::kGrad};
+inline constexpr std::array<Kind, 4> kUpdateWriteKinds = {Kind::kMaster, Kind::kExpAvg,
+                                                          Kind::kExpAvgSq, Kind::kParam};
 
 struct UnitState {
   UnitSpec spec;
@@ -218,7 +233,16 @@ class EngineState final : public tiers::ResidencyClient {
   double global_sum_of_squares();
   void skip_step(StepStats& stats);
   void drain_backward_writes();
-  double run_optimizer(const cpu_adam::Hyperparams& hyper, const cpu_adam::GradScaling& scaling);
+  cpu_adam::Hyperparams next_step_hyperparams() const;  // the global ones of the next step
+  cpu_adam::Hyperparams unit_step_hyper(const UnitState& unit,
+                                        const cpu_adam::Hyperparams& hyper) const;
+  double run_optimizer(std::span<const UnitId> units, const cpu_adam::Hyperparams& hyper,
+                       const cpu_adam::GradScaling& scaling);
+  // The pipeline over every sub-group of `units`; before_update (if set) sees each sub-group
+  // just before its update. Returns the seconds spent in the CPU optimizer.
+  double run_pipeline(std::span<const UnitId> units, const cpu_adam::GradScaling& scaling,
+                      const std::function<cpu_adam::Hyperparams(UnitId)>& hyper_of,
+                      const std::function<void(UnitId, std::size_t)>& before_update = {});
   void update_sub_group(UnitState& unit, std::size_t group, const cpu_adam::ParamSpans& spans,
                         std::byte* param_out, const cpu_adam::Hyperparams& hyper,
                         const cpu_adam::GradScaling& scaling);
@@ -229,6 +253,23 @@ class EngineState final : public tiers::ResidencyClient {
     return static_cast<std::uint64_t>(&unit - units_.data());
   }
   void finish_step(StepStats& stats, const StepMarks& marks);
+
+  // speculation.cpp: the optimizer during the backward.
+  void start_speculation();            // end of finalize: the worker, when the data path allows
+  void speculate(UnitId unit);          // reduce_grads, once the unit's gradient is complete
+  bool may_speculate(const UnitState& unit);
+  std::uint64_t kept_bytes(const UnitState& unit) const;  // in-memory state an undo restores
+  void run_speculated(std::span<const UnitId> units);     // on the worker's thread
+  void keep_for_undo(UnitId unit, std::size_t group);     // on the worker's thread
+  void undo_speculated(UnitId unit);                      // owner thread, worker idle
+  double finish_speculation();  // waits for the worker; its Adam seconds since the last step
+  // After the norm: confirms the speculated units `check` allows (nullptr: none), undoes the
+  // others, counts both in `stats`; returns the units step() must still update.
+  std::vector<UnitId> settle_speculation(const SpeculationCheck* check, StepStats& stats);
+  // Undoes every speculated update (they run again in step()): before state is read or
+  // replaced outside the step, and before a speculated unit is gathered again.
+  void cancel_speculation();
+  void cancel_speculation(UnitId unit);
 
   // device_lanes.cpp: device memory access. Each returns once the bytes have arrived: a memcpy or
   // CPU loop when device memory is addressable, else stream work waited on.
@@ -269,7 +310,8 @@ class EngineState final : public tiers::ResidencyClient {
   // NVMe staging outside the step.
   TrainingProgress progress_;
   std::vector<tiers::PinnedBuffer> pipeline_buffers_;  // fixed buffers 0 .. n-1 when registered
-  double io_wait_s_ = 0;  // since the last step (shard_io.cpp adds to it)
+  std::atomic<double> io_wait_s_ = 0;  // since the last step (shard_io.cpp adds to it)
+  std::mutex store_mutex_;  // store_ calls while the UpdateWorker runs
   std::vector<cpu_adam::DecayRun> decay_runs_;  // one sub-group's, reused (update_compressed)
   std::uint64_t nvme_read_mark_ = 0;
   std::uint64_t nvme_written_mark_ = 0;
@@ -297,6 +339,15 @@ class EngineState final : public tiers::ResidencyClient {
 
   // Checkpoint streaming's host staging outside the budget (checkpoint.cpp).
   StagingMeter staging_meter_;
+
+  // The speculative updates' (speculation.cpp). The worker is the last member, so it stops
+  // before anything it uses is destroyed.
+  std::vector<SpeculatedUnit> speculated_;  // one per unit
+  bool speculation_stopped_ = false;  // this step: the norm passed the clip threshold, or overflowed
+  std::uint64_t undo_limit_bytes_ = 0;  // in-memory copies for undo: half the spare host budget
+  std::uint64_t undo_bytes_ = 0;
+  double speculated_adam_s_ = 0;  // the worker's, since the last step
+  std::unique_ptr<UpdateWorker> worker_;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start);

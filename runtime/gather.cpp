@@ -32,6 +32,9 @@ void EngineState::release(UnitId id) {
 }
 
 void EngineState::start_load(tiers::UnitId id) {
+  // A unit gathered again after its update started during the backward (a prefetch of the next
+  // iteration, or a model that uses it twice) must see the parameters from before the update.
+  cancel_speculation(id);
   UnitState& unit = units_[id];
   GatheredCopy& gathered = unit.gathered;
   const std::uint64_t padded = unit.layout.padded_numel;
@@ -59,6 +62,7 @@ void EngineState::start_load(tiers::UnitId id) {
     }
     shard = gathered.param_staging();
   }
+  const std::lock_guard lock(store_mutex_);
   for (std::size_t g = 0; g < unit.groups.size(); ++g) {
     const SubGroup& sub = unit.groups[g];
     gathered.reads.push_back(store_->read(

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include <fmt/format.h>
 
@@ -21,10 +22,8 @@
 namespace strata::runtime::detail {
 namespace {
 
-constexpr std::array<Kind, 4> kReadKinds = {Kind::kMaster, Kind::kExpAvg, Kind::kExpAvgSq,
-                                            Kind::kGrad};
-constexpr std::array<Kind, 4> kWriteKinds = {Kind::kMaster, Kind::kExpAvg, Kind::kExpAvgSq,
-                                             Kind::kParam};
+constexpr auto& kReadKinds = kUpdateReadKinds;
+constexpr auto& kWriteKinds = kUpdateWriteKinds;
 
 cpu_adam::Algorithm algorithm_of(OptimizerType type) {
   switch (type) {
@@ -89,8 +88,9 @@ struct EngineState::StepMarks {
 // buffer (item i uses buffer i % buffer_count, and device staging slot i % 2).
 class EngineState::OptimizerPipeline {
  public:
-  explicit OptimizerPipeline(EngineState& engine) : engine_(engine) {
-    for (UnitId u = 0; u < engine.units_.size(); ++u) {
+  // Every sub-group of `units`, in order.
+  OptimizerPipeline(EngineState& engine, std::span<const UnitId> units) : engine_(engine) {
+    for (UnitId u : units) {
       for (std::size_t g = 0; g < engine.units_[u].groups.size(); ++g) items_.push_back({u, g});
     }
     buffers_ = engine.pipeline_buffers_.size();
@@ -102,6 +102,7 @@ class EngineState::OptimizerPipeline {
   // Reads run ahead of the update by this many items: one buffer computes, one drains.
   std::size_t lookahead() const { return buffers_ >= 2 ? buffers_ - 2 : 0; }
   UnitState& unit(std::size_t i) const { return engine_.units_[items_[i].unit]; }
+  UnitId unit_id(std::size_t i) const { return items_[i].unit; }
   std::size_t group(std::size_t i) const { return items_[i].group; }
 
   // Where `kind` of item i lives during its update.
@@ -169,6 +170,7 @@ class EngineState::OptimizerPipeline {
     for (Kind kind : kReadKinds) {
       if (!on_nvme(i, kind)) continue;
       const ShardHome& home = unit(i).home(kind);
+      const std::lock_guard lock(engine_.store_mutex_);
       reads_[i].push_back(engine_.store_->read(
           home.extents[group(i)], std::span(location(i, kind), home.bytes(numel(i))),
           fixed_buffer(i)));
@@ -190,6 +192,7 @@ class EngineState::OptimizerPipeline {
     for (Kind kind : kWriteKinds) {
       if (!on_nvme(i, kind)) continue;
       const ShardHome& home = unit(i).home(kind);
+      const std::lock_guard lock(engine_.store_mutex_);
       writes_[i % buffers_].push_back(engine_.store_->write(
           home.extents[group(i)],
           std::span<const std::byte>(location(i, kind), home.bytes(numel(i))),
@@ -228,9 +231,10 @@ class EngineState::OptimizerPipeline {
 void EngineState::optimizer_step(StepStats& stats) {
   STRATA_ASSERT(finalized_, "step before finalize");
   check_step_contracts();
-  const StepMarks marks{std::chrono::steady_clock::now(), io_wait_s_,
+  const StepMarks marks{std::chrono::steady_clock::now(), io_wait_s_.load(),
                         store_ ? store_->bytes_read() : 0, store_ ? store_->bytes_written() : 0};
-  residency_->end_iteration();  // the gathers so far are one iteration of the schedule
+  // The updates started during the backward (speculation.cpp) end before anything is decided.
+  const double speculated_adam_s = finish_speculation();
 
   const double sum_of_squares = global_sum_of_squares();
   // The schedule is a function of the step alone, so a resumed run continues it.
@@ -239,6 +243,8 @@ void EngineState::optimizer_step(StepStats& stats) {
   stats.grad_norm = grad_norm;
   for (UnitState& unit : units_) unit.grad_calls = 0;
   if (!std::isfinite(sum_of_squares)) {
+    settle_speculation(nullptr, stats);  // every speculated update undone
+    residency_->end_iteration();
     skip_step(stats);
     stats.step_s = seconds_since(marks.start);
     return;
@@ -247,16 +253,34 @@ void EngineState::optimizer_step(StepStats& stats) {
   const double clip = config_.optimizer.grad_clip > 0
                           ? cpu_adam::clip_coefficient(grad_norm, config_.optimizer.grad_clip)
                           : 1.0;
-  const cpu_adam::Hyperparams hyper =
-      hyperparams_of(config_.optimizer, stats.lr, progress_.step + 1);
+  const cpu_adam::Hyperparams hyper = next_step_hyperparams();
   cpu_adam::GradScaling scaling;
   scaling.loss_scale = progress_.loss_scale;
   scaling.clip_coef = clip;
   cpu_adam::validate(hyper, scaling);
 
   drain_backward_writes();
-  stats.adam_s = run_optimizer(hyper, scaling);
+  const SpeculationCheck check{hyper, scaling};
+  const std::vector<UnitId> remaining = settle_speculation(&check, stats);
+  // The gathers so far are one iteration of the schedule; its prefetch of the next iteration's
+  // first units reads parameters no speculated update is still changing.
+  residency_->end_iteration();
+  stats.adam_s = speculated_adam_s + run_optimizer(remaining, hyper, scaling);
   finish_step(stats, marks);
+}
+
+cpu_adam::Hyperparams EngineState::next_step_hyperparams() const {
+  return hyperparams_of(config_.optimizer, scheduled_lr(config_.optimizer, progress_.step + 1),
+                        progress_.step + 1);
+}
+
+// A unit without overrides gets `hyper` itself (validated by the step); one with them, its own
+// (validated by set_unit_hyperparams, and again by cpu_adam::step).
+cpu_adam::Hyperparams EngineState::unit_step_hyper(const UnitState& unit,
+                                                   const cpu_adam::Hyperparams& hyper) const {
+  return unit.hyper.any() ? unit_step_hyperparams(hyper, unit.hyper, config_.optimizer,
+                                                  static_cast<std::uint64_t>(hyper.step))
+                          : hyper;
 }
 
 // This rank's sum of squares, then every rank's, added in rank order (the same on every rank).
@@ -293,10 +317,19 @@ void EngineState::drain_backward_writes() {
   }
 }
 
-// Returns the seconds spent in the CPU optimizer.
-double EngineState::run_optimizer(const cpu_adam::Hyperparams& hyper,
+// Every sub-group of `units` through the pipeline; returns the seconds spent in the CPU optimizer.
+double EngineState::run_optimizer(std::span<const UnitId> units,
+                                  const cpu_adam::Hyperparams& hyper,
                                   const cpu_adam::GradScaling& scaling) {
-  OptimizerPipeline pipeline(*this);
+  return run_pipeline(units, scaling,
+                      [&](UnitId unit) { return unit_step_hyper(units_[unit], hyper); });
+}
+
+double EngineState::run_pipeline(std::span<const UnitId> units,
+                                 const cpu_adam::GradScaling& scaling,
+                                 const std::function<cpu_adam::Hyperparams(UnitId)>& hyper_of,
+                                 const std::function<void(UnitId, std::size_t)>& before_update) {
+  OptimizerPipeline pipeline(*this, units);
   const std::size_t count = pipeline.size();
   double adam_s = 0;
   std::size_t next_read = 0;
@@ -311,13 +344,9 @@ double EngineState::run_optimizer(const cpu_adam::Hyperparams& hyper,
     if (i == 0) stage_in(unit, pipeline.group(i), 0, kReadKinds);
     wait_staged_in(i % 2);
     if (i + 1 < count) stage_in(pipeline.unit(i + 1), pipeline.group(i + 1), (i + 1) % 2, kReadKinds);
+    if (before_update) before_update(pipeline.unit_id(i), pipeline.group(i));
     const auto adam_start = std::chrono::steady_clock::now();
-    // A unit without overrides gets `hyper` itself (validated above); one with them, its own
-    // (validated by set_unit_hyperparams, and again by cpu_adam::step).
-    const cpu_adam::Hyperparams unit_hyper =
-        unit.hyper.any() ? unit_step_hyperparams(hyper, unit.hyper, config_.optimizer,
-                                                 static_cast<std::uint64_t>(hyper.step))
-                         : hyper;
+    const cpu_adam::Hyperparams unit_hyper = hyper_of(pipeline.unit_id(i));
     if (compressed_state(config_)) {
       update_compressed(unit, pipeline.group(i), pipeline.compressed_spans(i),
                         pipeline.location(i, Kind::kParam), unit_hyper, scaling);
@@ -404,7 +433,7 @@ void EngineState::finish_step(StepStats& stats, const StepMarks& marks) {
   }
   stats.step = progress_.step;
   stats.loss_scale = progress_.loss_scale;
-  stats.io_wait_s = io_wait_s_ - marks.io_wait_s;
+  stats.io_wait_s = io_wait_s_.load() - marks.io_wait_s;
   io_wait_s_ = 0;
   if (store_) {
     stats.nvme.read_bytes = store_->bytes_read() - nvme_read_mark_;

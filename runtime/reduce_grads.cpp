@@ -49,6 +49,7 @@ void EngineState::reduce_grads(UnitId id, std::span<const float> full_grads) {
     host_shard = reinterpret_cast<const float*>(shard_staging_.data());
   }
   store_grad_in_host(unit, host_shard, accumulate, last);
+  if (last) speculate(id);  // the unit's update may start while the backward goes on
 }
 
 // The reduced fp32 shard: returned when it is in host memory, else left in `device_shard`.
@@ -163,6 +164,7 @@ void EngineState::store_grad_in_host(UnitState& unit, const float* host_shard, b
           : std::nullopt;
   for (std::size_t g = 0; on_nvme && g < unit.groups.size(); ++g) {
     const SubGroup& sub = unit.groups[g];
+    const std::lock_guard lock(store_mutex_);
     grad_buffer_writes_[index].push_back(store_->write(
         home.extents[g],
         std::span<const std::byte>(stored + sub.begin * element_bytes, sub.numel * element_bytes),

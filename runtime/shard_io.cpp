@@ -49,8 +49,11 @@ void EngineState::fill(UnitState& unit, Kind kind, std::size_t group, std::byte*
       copy_to_host(window, home.group_span(group));
       return;
     case Residence::kNvme: {
-      tiers::StoreRead read = store_->read(home.extents[group],
-                                           std::span(window, home.bytes(sub.numel)));
+      tiers::StoreRead read;
+      {
+        const std::lock_guard lock(store_mutex_);
+        read = store_->read(home.extents[group], std::span(window, home.bytes(sub.numel)));
+      }
       wait_timed(read);
       return;
     }
@@ -66,10 +69,15 @@ void EngineState::flush(UnitState& unit, Kind kind, std::size_t group, const std
     case Residence::kStagedDevice:
       copy_to_device(home.group_span(group), window);
       return;
-    case Residence::kNvme:
-      wait_timed(store_->write(home.extents[group],
-                               std::span(window, home.bytes(sub.numel))));
+    case Residence::kNvme: {
+      io::Ticket written;
+      {
+        const std::lock_guard lock(store_mutex_);
+        written = store_->write(home.extents[group], std::span(window, home.bytes(sub.numel)));
+      }
+      wait_timed(written);
       return;
+    }
   }
 }
 
@@ -124,6 +132,7 @@ void EngineState::write_shard(UnitId id, Kind kind, std::span<const float> value
 // The window is the home itself, or staging free outside the step: the conversion reads from or
 // writes into it directly, so a sub-group costs no buffer of its own.
 void EngineState::read_group_fp32(UnitId id, Kind kind, std::size_t group, std::span<float> out) {
+  cancel_speculation();  // state read between the backward and step() is the committed state
   UnitState& unit = units_.at(id);
   const SubGroup& sub = unit.groups.at(group);
   STRATA_ASSERT(out.size() == sub.numel, "group size mismatch");
@@ -140,6 +149,7 @@ void EngineState::read_group_fp32(UnitId id, Kind kind, std::size_t group, std::
 
 void EngineState::write_group_fp32(UnitId id, Kind kind, std::size_t group,
                                    std::span<const float> values) {
+  cancel_speculation();
   UnitState& unit = units_.at(id);
   if (!unit.has(kind)) return;
   const SubGroup& sub = unit.groups.at(group);

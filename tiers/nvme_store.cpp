@@ -402,6 +402,17 @@ bool NvmeStore::has_data(ExtentId id) const {
   return extent.committed.has_data || extent.pending.has_value();
 }
 
+bool NvmeStore::has_pending(ExtentId id) const { return extents_[id].pending.has_value(); }
+
+void NvmeStore::discard(ExtentId id) {
+  Extent& extent = extents_[id];
+  // The slot may be written again at once: the discarded write must not still be landing there.
+  if (extent.pending_write.valid()) extent.pending_write.wait();
+  extent.pending.reset();
+  extent.pending_write = io::Ticket();
+  extent.pending_checksum.reset();
+}
+
 std::optional<ExtentId> NvmeStore::find(std::string_view name) const {
   for (std::size_t i = 0; i < extents_.size(); ++i) {
     if (extents_[i].spec.name == name) return static_cast<ExtentId>(i);

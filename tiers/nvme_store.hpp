@@ -123,6 +123,8 @@ class NvmeStore {
   // The last committed step; nullopt before the first commit.
   std::optional<std::uint64_t> committed_step() const { return committed_step_; }
   bool has_data(ExtentId extent) const;
+  // Whether the extent has a write since the last commit (its newest bytes are uncommitted).
+  bool has_pending(ExtentId extent) const;
 
   std::size_t extent_count() const { return extents_.size(); }
   const ExtentSpec& extent(ExtentId extent) const { return extents_[extent].spec; }
@@ -139,6 +141,11 @@ class NvmeStore {
   // Reads the extent's newest bytes (written this step, else committed) into `buffer`.
   StoreRead read(ExtentId extent, std::span<std::byte> buffer,
                  std::optional<std::uint32_t> fixed_buffer_index = std::nullopt);
+
+  // Drops the extent's write since the last commit (waiting for it first): its newest bytes are
+  // the committed ones again, and the next write goes to the same free slot. What undoes a
+  // speculative optimizer update (runtime/speculation.hpp) exactly; a no-op without a write.
+  void discard(ExtentId extent);
 
   // Makes every write since the last commit the committed state of `step`. On failure (a write
   // or the manifest failed) throws, and the previous commit stays the committed state.

@@ -34,6 +34,7 @@ StepTimeline traced_step(std::uint32_t buffer_count) {
   config.zero.optimizer = Tier::kNvme;
   config.zero.buffer_count = buffer_count;
   config.zero.sub_group_size = 1024;  // several sub-groups per unit
+  config.zero.overlap_optimizer = false;  // the pipeline inside step() (speculative_step_test.cpp)
   Tracer tracer;
   EngineOptions options;
   options.tracer = &tracer;

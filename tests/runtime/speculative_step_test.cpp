@@ -1,0 +1,219 @@
+// Proves the optimizer runs during the backward ([zero] overlap_optimizer) and that this changes
+// no bit: each unit's update starts once its gradient is complete, before the backward of the
+// first unit ends (structural, from the tracer's events, for NVMe, host and device placements;
+// the serial step is shown to fail the same check), and the parameters, moments and losses are
+// bitwise the serial step's whether the speculated updates are confirmed, undone because the
+// global norm clips, or undone because a gradient overflowed and the step is skipped.
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "runtime/comm/local_comm.hpp"
+#include "runtime/engine.hpp"
+#include "runtime/trace.hpp"
+#include "tests/io/io_test_support.hpp"
+#include "tests/runtime/engine_test_config.hpp"
+#include "tests/runtime/engine_test_model.hpp"
+
+namespace strata::runtime {
+namespace {
+
+using io::testing::ScratchDir;
+using testing::host_device;
+using testing::kEngineTestWidths;
+using testing::TinyMlp;
+
+struct TrainedRun {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> state;  // master, exp_avg, exp_avg_sq of every unit
+  std::uint64_t speculated = 0, confirmed = 0, redone = 0, skipped = 0;
+};
+
+Config config_for(const ScratchDir& dir, Tier params, Tier optimizer, bool overlap) {
+  Config config = testing::engine_test_config(dir.path().string());
+  config.zero.params = params;
+  config.zero.grads = optimizer == Tier::kNvme ? Tier::kNvme : Tier::kHost;
+  config.zero.optimizer = optimizer;
+  config.zero.sub_group_size = 1024;  // several sub-groups per unit
+  config.zero.overlap_optimizer = overlap;
+  return config;
+}
+
+// Trains `steps` steps; `before_reduce` may change each gradient (e.g. make one overflow).
+TrainedRun train(const Config& config, int steps,
+          const std::function<void(int step, std::vector<float>&)>& before_reduce = {}) {
+  auto device = host_device(config);
+  comm::LocalComm comm;
+  Engine engine(config, *device, comm);
+  TinyMlp model(kEngineTestWidths, 16, /*data_seed=*/7);
+  model.add_units(engine);
+  engine.finalize();
+  TrainedRun run;
+  for (int step = 0; step < steps; ++step) {
+    const auto hook = [&](std::vector<float>& grads) {
+      if (before_reduce) before_reduce(step, grads);
+    };
+    run.losses.push_back(model.train_step(engine, 1.0, nullptr, hook));
+    const StepStats stats = engine.step();
+    run.speculated += stats.speculated_groups;
+    run.confirmed += stats.confirmed_groups;
+    run.redone += stats.redone_groups;
+    run.skipped += stats.skipped ? 1 : 0;
+  }
+  for (UnitId unit : model.units()) {
+    run.state.push_back(engine.master_shard(unit));
+    run.state.push_back(engine.state_shard(unit, OptimizerState::kExpAvg));
+    run.state.push_back(engine.state_shard(unit, OptimizerState::kExpAvgSq));
+  }
+  return run;
+}
+
+void expect_bitwise(const TrainedRun& a, const TrainedRun& b, const std::string& what) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  EXPECT_EQ(std::memcmp(a.losses.data(), b.losses.data(), a.losses.size() * sizeof(float)), 0)
+      << what << ": losses differ";
+  ASSERT_EQ(a.state.size(), b.state.size());
+  for (std::size_t i = 0; i < a.state.size(); ++i) {
+    ASSERT_EQ(a.state[i].size(), b.state[i].size());
+    EXPECT_EQ(std::memcmp(a.state[i].data(), b.state[i].data(), a.state[i].size() * sizeof(float)),
+              0)
+        << what << ": state array " << i << " (unit " << i / 3 << ") differs";
+  }
+}
+
+const std::vector<std::pair<Tier, Tier>> kPlacements = {
+    {Tier::kNvme, Tier::kNvme}, {Tier::kHost, Tier::kHost}, {Tier::kDevice, Tier::kDevice},
+    {Tier::kDevice, Tier::kNvme}};
+
+std::string name_of(Tier params, Tier optimizer) {
+  return "params " + std::string(to_string(params)) + ", optimizer " +
+         std::string(to_string(optimizer));
+}
+
+TEST(SpeculativeStep, ConfirmedUpdatesAreBitwiseTheSerialStep) {
+  for (const auto& [params, optimizer] : kPlacements) {
+    ScratchDir serial_dir, overlap_dir;
+    Config serial = config_for(serial_dir, params, optimizer, false);
+    Config overlap = config_for(overlap_dir, params, optimizer, true);
+    serial.optimizer.grad_clip = overlap.optimizer.grad_clip = 1e6;  // never clips
+    const TrainedRun a = train(serial, 3);
+    const TrainedRun b = train(overlap, 3);
+    expect_bitwise(a, b, name_of(params, optimizer));
+    EXPECT_EQ(a.speculated, 0u);
+    EXPECT_GT(b.speculated, 0u) << name_of(params, optimizer);
+    EXPECT_EQ(b.confirmed, b.speculated) << name_of(params, optimizer);
+    EXPECT_EQ(b.redone, 0u);
+  }
+}
+
+// A clip threshold between the first step's gradient norm of the last unit alone (the first
+// reduced) and of the whole model, so speculation starts and the step then clips.
+double clip_between_last_unit_and_total(Config config) {
+  ScratchDir dir;
+  config.tiers.nvme.paths = {dir.path().string()};
+  auto device = host_device(config);
+  comm::LocalComm comm;
+  Engine engine(config, *device, comm);
+  TinyMlp model(kEngineTestWidths, 16, /*data_seed=*/7);
+  model.add_units(engine);
+  engine.finalize();
+  std::vector<std::vector<float>> grads;
+  model.train_step(engine, 1.0, &grads);
+  const auto squares = [](const std::vector<float>& values) {
+    double sum = 0;
+    for (float v : values) sum += static_cast<double>(v) * v;
+    return sum;
+  };
+  double total = 0;
+  for (const auto& unit : grads) total += squares(unit);
+  const double last = std::sqrt(squares(grads.back()));
+  return (last + std::sqrt(total)) / 2;
+}
+
+TEST(SpeculativeStep, ClippedStepsUndoAndRedoBitwise) {
+  for (const auto& [params, optimizer] : kPlacements) {
+    ScratchDir serial_dir, overlap_dir;
+    Config serial = config_for(serial_dir, params, optimizer, false);
+    Config overlap = config_for(overlap_dir, params, optimizer, true);
+    // Below the whole norm, above the last unit's alone: the first units speculate, then clip.
+    const double clip = clip_between_last_unit_and_total(serial);
+    serial.optimizer.grad_clip = overlap.optimizer.grad_clip = clip;
+    const TrainedRun a = train(serial, 3);
+    const TrainedRun b = train(overlap, 3);
+    expect_bitwise(a, b, name_of(params, optimizer));
+    EXPECT_GT(b.redone, 0u) << name_of(params, optimizer) << ": nothing was undone";
+    EXPECT_EQ(b.confirmed + b.redone, b.speculated);
+  }
+}
+
+TEST(SpeculativeStep, AnOverflowSkipsTheStepAndUndoesTheSpeculatedUnits) {
+  for (const auto& [params, optimizer] : kPlacements) {
+    ScratchDir serial_dir, overlap_dir;
+    Config serial = config_for(serial_dir, params, optimizer, false);
+    Config overlap = config_for(overlap_dir, params, optimizer, true);
+    serial.optimizer.grad_clip = overlap.optimizer.grad_clip = 1e6;
+    // Step 2's last gradient (the first unit's) overflows, after the others were speculated.
+    const auto overflow = [](int step, std::vector<float>& grads) {
+      static int calls = 0;
+      if (step == 1 && ++calls % 3 == 0) grads[0] = std::numeric_limits<float>::infinity();
+    };
+    const TrainedRun a = train(serial, 3, overflow);
+    const TrainedRun b = train(overlap, 3, overflow);
+    expect_bitwise(a, b, name_of(params, optimizer));
+    EXPECT_EQ(b.skipped, 1u);
+    EXPECT_GT(b.redone, 0u) << name_of(params, optimizer);
+  }
+}
+
+// Between the reduce_grads of the last unit and the backward of the first one, waits (up to 20 s)
+// for the last unit's Adam to have run; true when it did. The serial step never runs it there.
+bool last_units_update_runs_during_the_backward(Tier params, Tier optimizer, bool overlap) {
+  ScratchDir dir;
+  Config config = config_for(dir, params, optimizer, overlap);
+  config.optimizer.grad_clip = 1e6;
+  Tracer tracer;
+  EngineOptions options;
+  options.tracer = &tracer;
+  auto device = host_device(config);
+  comm::LocalComm comm;
+  Engine engine(config, *device, comm, options);
+  TinyMlp model(kEngineTestWidths, 16, /*data_seed=*/7);
+  model.add_units(engine);
+  engine.finalize();
+  const std::string last = "adam layer" + std::to_string(kEngineTestWidths.size() - 2) + " ";
+  int reduces = 0;
+  bool seen = false;
+  model.train_step(engine, 1.0, nullptr, [&](std::vector<float>&) {
+    if (++reduces != static_cast<int>(kEngineTestWidths.size()) - 1) return;  // not the first unit
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!seen && std::chrono::steady_clock::now() < deadline) {
+      for (const Tracer::Event& event : tracer.events()) {
+        if (event.track == TraceTrack::kOptimizer && event.name.rfind(last, 0) == 0) seen = true;
+      }
+      if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (!overlap) break;  // nothing can run it: no need to wait out the deadline
+    }
+  });
+  engine.step();
+  return seen;
+}
+
+TEST(SpeculativeStep, TheLastUnitsUpdateRunsBeforeTheBackwardOfTheFirstUnitEnds) {
+  for (const auto& [params, optimizer] : kPlacements) {
+    EXPECT_TRUE(last_units_update_runs_during_the_backward(params, optimizer, true))
+        << name_of(params, optimizer);
+  }
+}
+
+TEST(SpeculativeStep, TheSerialStepFailsTheSameCheck) {
+  EXPECT_FALSE(last_units_update_runs_during_the_backward(Tier::kNvme, Tier::kNvme, false));
+}
+
+}  // namespace
+}  // namespace strata::runtime
