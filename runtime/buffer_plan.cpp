@@ -131,6 +131,30 @@ void plan_staged_path(BufferPlan& plan, const Config& config, const BufferPlanIn
   }
 }
 
+// The speculative updates' undo copies (BufferPlan::undo_unit_bytes): only where the update can
+// run during the backward (the CPU addresses device memory), of the kinds it writes in memory.
+void plan_undo_copies(BufferPlan& plan, const Config& config, const BufferPlanInputs& inputs,
+                      const std::vector<UnitLayout>& layouts) {
+  plan.undo_unit_bytes.assign(layouts.size(), 0);
+  if (!config.zero.overlap_optimizer || !inputs.device_addressable) return;
+  const std::uint64_t need = plan.host_need_bytes();
+  const std::uint64_t budget = config.tiers.host.budget_bytes;
+  const std::uint64_t room = budget > need ? (budget - need) / 2 : 0;
+  for (std::size_t u = layouts.size(); u-- > 0;) {
+    const SubGroupCount groups = count_sub_groups(layouts[u].shard_numel, config.zero.sub_group_size);
+    std::uint64_t bytes = 0;
+    for (ShardKind kind : {ShardKind::kMaster, ShardKind::kExpAvg, ShardKind::kExpAvgSq,
+                           ShardKind::kParam}) {
+      const KindPlacement& placement = plan.kind(kind);
+      if (!placement.kept || plan.tier_of(kind, u) == Tier::kNvme) continue;
+      bytes += groups.full * placement.bytes(groups.size) + placement.bytes(groups.remainder);
+    }
+    if (bytes == 0 || plan.undo_bytes + aligned(bytes) > room) continue;
+    plan.undo_unit_bytes[u] = bytes;
+    plan.undo_bytes += aligned(bytes);
+  }
+}
+
 }  // namespace
 
 std::array<KindPlacement, kShardKindCount> place_kinds(const Config& config,
@@ -181,6 +205,7 @@ BufferPlan make_buffer_plan(const Config& config, const BufferPlanInputs& inputs
   plan.gather_send_bytes = plan.largest_shard_numel * param_bytes;
   plan_nvme_staging(plan, config);
   plan_staged_path(plan, config, inputs);
+  plan_undo_copies(plan, config, inputs, layouts);
   return plan;
 }
 

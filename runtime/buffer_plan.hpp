@@ -87,6 +87,14 @@ struct BufferPlan {
   std::uint32_t param_read_slots = 0;
   std::uint64_t param_read_slot_bytes = 0;
 
+  // [zero] overlap_optimizer (runtime/speculation.hpp): pinned copies of the in-memory state
+  // (master, moments, parameters homed on the host, or in device memory the CPU addresses) a
+  // speculative update changes, so step() can undo it. One allocation of undo_bytes, carved per
+  // unit (0: the unit is updated in step()), last units first (the backward's order), within half
+  // the host budget the rest of the plan leaves free.
+  std::vector<std::uint64_t> undo_unit_bytes;
+  std::uint64_t undo_bytes = 0;
+
   // NVMe: two slots (A/B) of every extent.
   std::uint64_t nvme_state_bytes = 0;
   bool any_nvme = false;
@@ -109,7 +117,9 @@ struct BufferPlan {
   std::uint64_t device_all_gathered_bytes() const;
   std::uint64_t nvme_staging_bytes() const;   // pipeline buffers and gradient write buffers
   std::uint64_t staged_path_bytes() const;    // the staged data path's pinned buffers
-  std::uint64_t host_buffer_bytes() const { return nvme_staging_bytes() + staged_path_bytes(); }
+  std::uint64_t host_buffer_bytes() const {
+    return nvme_staging_bytes() + staged_path_bytes() + undo_bytes;
+  }
   std::uint64_t host_need_bytes() const { return host_state_bytes + host_buffer_bytes(); }
 };
 

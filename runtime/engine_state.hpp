@@ -344,8 +344,7 @@ class EngineState final : public tiers::ResidencyClient {
   // before anything it uses is destroyed.
   std::vector<SpeculatedUnit> speculated_;  // one per unit
   bool speculation_stopped_ = false;  // this step: the norm passed the clip threshold, or overflowed
-  std::uint64_t undo_limit_bytes_ = 0;  // in-memory copies for undo: half the spare host budget
-  std::uint64_t undo_bytes_ = 0;
+  tiers::PinnedBuffer undo_copies_;  // BufferPlan::undo_bytes, carved per unit
   double speculated_adam_s_ = 0;  // the worker's, since the last step
   std::unique_ptr<UpdateWorker> worker_;
 };

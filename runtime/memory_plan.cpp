@@ -98,6 +98,15 @@ void add_buffer_rows(MemoryPlan& plan, const Config& config, const BufferPlan& b
     plan.buffers.push_back({"2 gradient shard write buffers", Tier::kHost,
                             2 * buffers.grad_staging_buffer_bytes});
   }
+  if (buffers.undo_bytes > 0) {
+    std::size_t units = 0;
+    for (std::uint64_t bytes : buffers.undo_unit_bytes) units += bytes > 0 ? 1 : 0;
+    plan.buffers.push_back(
+        {fmt::format("copies that undo the optimizer updates started during the backward ({} of "
+                     "{} units; [zero] overlap_optimizer)",
+                     units, buffers.undo_unit_bytes.size()),
+         Tier::kHost, buffers.undo_bytes});
+  }
   if (buffers.staged_path_bytes() > 0) {
     plan.buffers.push_back(
         {"pinned staging of the CUDA data path (device-homed sub-groups, a gradient shard, a "

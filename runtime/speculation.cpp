@@ -97,9 +97,15 @@ void EngineState::start_speculation() {
   speculated_.resize(units_.size());
   // The staged path's streams and staging slots belong to the owner thread.
   if (!config_.zero.overlap_optimizer || !device_addressable_ || lanes_) return;
-  const std::uint64_t budget = config_.tiers.host.budget_bytes;
-  const std::uint64_t used = host_pool_ ? host_pool_->in_use_bytes() : 0;
-  undo_limit_bytes_ = budget > used ? (budget - used) / 2 : 0;
+  if (plan_.undo_bytes > 0) undo_copies_ = host_pool_->allocate(plan_.undo_bytes);
+  std::uint64_t offset = 0;
+  for (std::size_t u = units_.size(); u-- > 0;) {  // the plan's order: last units first
+    const std::uint64_t bytes = plan_.undo_unit_bytes[u];
+    if (bytes == 0) continue;
+    STRATA_ASSERT(bytes == kept_bytes(units_[u]), "undo copy size differs from the plan");
+    speculated_[u].kept = undo_copies_.data() + offset;
+    offset += round_up(bytes, kDirectIoAlignment);
+  }
   worker_ = std::make_unique<UpdateWorker>(
       [this](std::span<const SpeculatedUnitId> units) { run_speculated(units); });
 }
@@ -148,18 +154,7 @@ void EngineState::speculate(UnitId id) {
   } catch (const std::invalid_argument&) {
     return;  // step() reports it
   }
-  const std::uint64_t kept = kept_bytes(unit);
-  if (kept > spec.kept.bytes()) {
-    if (undo_bytes_ - spec.kept.bytes() + kept > undo_limit_bytes_) return;
-    try {
-      undo_bytes_ -= spec.kept.bytes();
-      spec.kept.reset();
-      spec.kept = host_pool_->allocate(kept);
-      undo_bytes_ += kept;
-    } catch (const tiers::PinnedBudgetError&) {
-      return;
-    }
-  }
+  if (spec.kept == nullptr && kept_bytes(unit) > 0) return;  // no room to undo it
   spec.hyper = hyper;
   spec.loss_scale = progress_.loss_scale;
   spec.state = SpeculatedUnit::State::kStarted;
@@ -182,7 +177,7 @@ void EngineState::run_speculated(std::span<const SpeculatedUnitId> units) {
 
 void EngineState::keep_for_undo(UnitId id, std::size_t group) {
   const UnitState& unit = units_[id];
-  std::byte* kept = speculated_[id].kept.data();
+  std::byte* kept = speculated_[id].kept;
   for_each_kept_piece(unit, [&](Kind kind, std::size_t piece_group, std::uint64_t offset,
                                 std::uint64_t bytes) {
     if (piece_group == group) std::memcpy(kept + offset, unit.home(kind).group_at(group), bytes);
@@ -195,7 +190,7 @@ void EngineState::undo_speculated(UnitId id) {
   STRATA_ASSERT(spec.state == SpeculatedUnit::State::kStarted, "undo of a unit not speculated");
   for_each_kept_piece(unit, [&](Kind kind, std::size_t group, std::uint64_t offset,
                                 std::uint64_t bytes) {
-    std::memcpy(unit.home(kind).group_at(group), spec.kept.data() + offset, bytes);
+    std::memcpy(unit.home(kind).group_at(group), spec.kept + offset, bytes);
   });
   {
     const std::lock_guard lock(store_mutex_);

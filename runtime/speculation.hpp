@@ -29,7 +29,6 @@
 #include <thread>
 
 #include "cpu_adam/optimizer.hpp"
-#include "tiers/pinned_pool.hpp"
 
 namespace strata::runtime::detail {
 
@@ -43,7 +42,9 @@ struct SpeculatedUnit {
   State state = State::kNone;
   cpu_adam::Hyperparams hyper;   // what the update used
   double loss_scale = 1;         // what the update unscaled by
-  tiers::PinnedBuffer kept;      // in-memory state before the update (reused across steps)
+  // Where the in-memory state from before the update is kept: the unit's part of the planned undo
+  // copies (BufferPlan::undo_unit_bytes); null when the plan found it no room.
+  std::byte* kept = nullptr;
 };
 
 // What step() found after the last gradient: a speculated unit stands only if it agrees.

@@ -169,3 +169,44 @@ TEST(BufferPlan, TheDeviceBudgetCheckIsThePlansNeed) {
 
 }  // namespace
 }  // namespace strata::runtime
+
+namespace strata::runtime {
+namespace {
+
+// [zero] overlap_optimizer: the copies that undo speculative updates cover the in-memory state an
+// update writes (master, moments, parameters), unit by unit from the last, within half the host
+// budget the rest of the plan leaves; none without the overlap or on the staged path. The
+// placement tests above check the Engine allocates exactly this.
+TEST(BufferPlan, UndoCopiesFillHalfTheFreeHostBudgetFromTheLastUnit) {
+  io::testing::ScratchDir dir;
+  Config config = testing::engine_test_config(dir.path().string());
+  config.zero.params = config.zero.grads = Tier::kDevice;
+  config.zero.optimizer = Tier::kHost;
+  BufferPlanInputs inputs;
+  inputs.unit_numels = {1800, 2920, 328};  // shards of 2048, 4096 and 2048 elements
+  // bf16 parameters in device memory the CPU addresses, fp32 master and moments on the host.
+  const std::vector<std::uint64_t> updated = {2048u * 14, 4096u * 14, 2048u * 14};
+  BufferPlan plan = make_buffer_plan(config, inputs);
+  EXPECT_EQ(plan.undo_unit_bytes, updated);
+  EXPECT_EQ(plan.undo_bytes, 8192u * 14);
+
+  // Room for the last two units only: need + 2 x (their copies) + a little.
+  config.tiers.host.budget_bytes = plan.host_need_bytes() - plan.undo_bytes + 2 * 6144u * 14 + 100;
+  plan = make_buffer_plan(config, inputs);
+  EXPECT_EQ(plan.undo_unit_bytes, (std::vector<std::uint64_t>{0, 4096u * 14, 2048u * 14}));
+  EXPECT_LE(2 * plan.undo_bytes, config.tiers.host.budget_bytes - (plan.host_need_bytes() - plan.undo_bytes));
+
+  config.tiers.host.budget_bytes = 64ull << 20;
+  config.zero.optimizer = Tier::kNvme;  // nothing the update writes is in host memory but params
+  plan = make_buffer_plan(config, inputs);
+  EXPECT_EQ(plan.undo_unit_bytes, (std::vector<std::uint64_t>{2048u * 2, 4096u * 2, 2048u * 2}));
+
+  config.zero.overlap_optimizer = false;
+  EXPECT_EQ(make_buffer_plan(config, inputs).undo_bytes, 0u);
+  config.zero.overlap_optimizer = true;
+  inputs.device_addressable = false;  // the staged path updates in step()
+  EXPECT_EQ(make_buffer_plan(config, inputs).undo_bytes, 0u);
+}
+
+}  // namespace
+}  // namespace strata::runtime

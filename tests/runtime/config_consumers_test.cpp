@@ -50,6 +50,7 @@ const std::map<std::string, Consumer>& consumers() {
       // engine_test.cpp: EngineOptimizerHostFraction
       {"zero.optimizer_host_fraction",
        {"runtime/buffer_plan.cpp", "config.zero.optimizer_host_fraction"}},
+      {"zero.overlap_optimizer", {"runtime/speculation.cpp", "config_.zero.overlap_optimizer"}},
       {"zero.prefetch_depth", {"runtime/engine_finalize.cpp", "zero.prefetch_depth"}},
       {"zero.buffer_count", {"runtime/buffer_plan.cpp", "config.zero.buffer_count"}},
       {"zero.persistence_threshold", {"runtime/engine_finalize.cpp", "zero.persistence_threshold"}},

@@ -62,6 +62,7 @@ TEST(MemoryPlan, StateGoesToItsHomeTier) {
   config.zero.sub_group_size = 1000;
   config.zero.buffer_count = 3;
   config.zero.prefetch_depth = 1;
+  config.zero.overlap_optimizer = false;  // no undo copies (UndoCopiesFillHalfTheFreeHostBudget)
   const std::uint64_t psi = 4'000'000;
   const MemoryPlan plan = make_memory_plan(config, {psi, 4});
   const std::uint64_t shard = psi / 4;
