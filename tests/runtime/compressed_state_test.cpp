@@ -147,6 +147,60 @@ TEST(CompressedState, NvmeTrafficShrinksWithTheBytes) {
   EXPECT_DOUBLE_EQ(ratio, 0.5);
 }
 
+// Every unit gathered (its tensors concatenated: the flattened unit) after `steps` steps.
+std::vector<std::vector<float>> gathered_params(TrainedModel& run) {
+  std::vector<std::vector<float>> out;
+  for (UnitId unit : run.model->units()) {
+    const GatheredUnit gathered = run.engine->gather(unit);
+    std::vector<float> values;
+    for (std::size_t t = 0; t < gathered.tensor_count(); ++t) {
+      const std::span<const float> tensor = gathered.tensor(t);
+      values.insert(values.end(), tensor.begin(), tensor.end());
+    }
+    out.push_back(std::move(values));
+  }
+  return out;
+}
+
+// bf16 parameters and a bf16 master on the same tier share the master's bytes (no param16 copy):
+// what the forward gathers is bitwise what a separate copy, written by the optimizer as the
+// rounded master, holds (parameters on the device keep their own copy), is the master itself,
+// and the shared layout writes no parameter bytes to NVMe.
+TEST(CompressedState, ParamsInTheMasterAreTheSeparateCopyBitwise) {
+  if (force_nvme_knob()) GTEST_SKIP() << "STRATA_FORCE_NVME homes the params on NVMe too";
+  ScratchDir shared_dir, separate_dir;
+  TrainedModel shared(compressed(shared_dir, StateDType::kInt8, StateDType::kBf16, Tier::kNvme,
+                                 Tier::kNvme, Tier::kNvme));
+  TrainedModel separate(compressed(separate_dir, StateDType::kInt8, StateDType::kBf16,
+                                   Tier::kDevice, Tier::kNvme, Tier::kNvme));
+  for (int step = 0; step < 3; ++step) {
+    const StepStats shared_stats = shared.train(1);
+    const StepStats separate_stats = separate.train(1);
+    // The separate copy lives on the device: both runs write only grads, master and moments.
+    EXPECT_EQ(shared_stats.nvme.written_bytes, separate_stats.nvme.written_bytes)
+        << "step " << step;
+    EXPECT_GT(shared_stats.nvme.read_bytes, separate_stats.nvme.read_bytes)
+        << "step " << step << ": the shared run gathers its parameters from NVMe";
+    const std::vector<std::vector<float>> shared_params = gathered_params(shared);
+    const std::vector<std::vector<float>> separate_params = gathered_params(separate);
+    ASSERT_EQ(shared_params.size(), separate_params.size());
+    for (std::size_t u = 0; u < shared_params.size(); ++u) {
+      const std::vector<float> master = shared.engine->gather_master(shared.model->units()[u]);
+      ASSERT_EQ(shared_params[u].size(), master.size());
+      ASSERT_EQ(separate_params[u].size(), master.size());
+      EXPECT_EQ(std::memcmp(shared_params[u].data(), separate_params[u].data(),
+                            master.size() * sizeof(float)),
+                0)
+          << "unit " << u << " after step " << step + 1 << ": shared vs separate parameters";
+      EXPECT_EQ(std::memcmp(shared_params[u].data(), master.data(), master.size() * sizeof(float)),
+                0)
+          << "unit " << u << " after step " << step + 1 << ": parameters vs bf16 master";
+    }
+  }
+  expect_bitwise(Trained{shared.losses, shared.state(), 0},
+                 Trained{separate.losses, separate.state(), 0}, "shared vs separate parameters");
+}
+
 TEST(CompressedState, ResumesFromTheNvmeStoreBitwise) {
   ScratchDir straight_dir;
   const Config straight_config = compressed(straight_dir, StateDType::kInt8, StateDType::kBf16,
@@ -230,7 +284,13 @@ TEST(CompressedStatePlan, HugeTomlNvmeTrafficFollowsTheStateBytes) {
   EXPECT_DOUBLE_EQ(optimizer.bytes_per_param, 2.0 + 2.0 * 1024 / 1020);
   EXPECT_DOUBLE_EQ(fp32_plan.states.back().bytes_per_param, 12.0);
   // huge.toml keeps params (read twice, written once), grads (written, read) and the optimizer
-  // state (read, written) on NVMe: 2x3 + 2x2 + 2 x optimizer bytes per parameter.
+  // state (read, written) on NVMe: 2x3 + 2x2 + 2 x optimizer bytes per parameter. With a bf16
+  // master the bf16 params are the master's bytes: read twice, never written, stored nowhere else.
+  const StateRow& params = int8_plan.states.front();
+  ASSERT_EQ(params.kind, StateKind::kParams);
+  EXPECT_EQ(params.bytes_per_rank, 0u);
+  EXPECT_EQ(int8_plan.traffic(StateKind::kParams).write_bytes, 0u);
+  EXPECT_EQ(int8_plan.traffic(StateKind::kParams).read_bytes, 2 * 2 * params.elements_per_rank);
   const double ratio = static_cast<double>(nvme_bytes_per_step(int8_plan)) /
                        static_cast<double>(nvme_bytes_per_step(fp32_plan));
   const double optimizer_ratio = static_cast<double>(optimizer.bytes_per_rank) /
@@ -240,8 +300,21 @@ TEST(CompressedStatePlan, HugeTomlNvmeTrafficFollowsTheStateBytes) {
       "(ratio %.3f; optimizer state alone %.3f)\n",
       static_cast<double>(nvme_bytes_per_step(fp32_plan)) / 1e9,
       static_cast<double>(nvme_bytes_per_step(int8_plan)) / 1e9, ratio, optimizer_ratio);
-  EXPECT_NEAR(ratio, (6 + 4 + 2 * optimizer.bytes_per_param) / (6 + 4 + 2 * 12.0), 1e-3);
+  EXPECT_NEAR(ratio, (4 + 4 + 2 * optimizer.bytes_per_param) / (6 + 4 + 2 * 12.0), 1e-3);
   EXPECT_LE(optimizer_ratio, 0.45);
+}
+
+// fp16 parameters are a rounding of the master, not its bytes: they keep their own copy.
+TEST(CompressedStatePlan, Fp16ParamsKeepTheirOwnCopy) {
+  Config config = load_config(std::string(STRATA_SOURCE_DIR) + "/examples/configs/huge.toml");
+  config.optimizer.state_dtype = StateDType::kInt8;
+  config.optimizer.master_dtype = StateDType::kBf16;
+  config.precision.params = DType::kFp16;
+  const MemoryPlan plan = plan_of(config);
+  const StateRow& params = plan.states.front();
+  EXPECT_EQ(params.layout, "fp16");
+  EXPECT_EQ(params.bytes_per_rank, 2 * params.elements_per_rank);
+  EXPECT_EQ(plan.traffic(StateKind::kParams).write_bytes, params.bytes_per_rank);
 }
 
 TEST(CompressedStatePlan, Huge4bFitsSeventyGigabytesOfDisk) {
