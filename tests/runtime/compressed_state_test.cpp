@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "base/debug_knobs.hpp"
+#include "runtime/buffer_plan.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/comm/local_comm.hpp"
 #include "runtime/engine.hpp"
@@ -199,6 +200,46 @@ TEST(CompressedState, ParamsInTheMasterAreTheSeparateCopyBitwise) {
   }
   expect_bitwise(Trained{shared.losses, shared.state(), 0},
                  Trained{separate.losses, separate.state(), 0}, "shared vs separate parameters");
+}
+
+// optimizer_host_fraction keeps some units' master on the host: their parameters are gathered
+// from there, the rest from NVMe, still bitwise the all-on-device run.
+TEST(CompressedState, ParamsInAMasterSplitOverHostAndNvmeAreBitwise) {
+  ScratchDir reference_dir, dir;
+  const Trained reference =
+      train(compressed(reference_dir, StateDType::kInt8, StateDType::kBf16), 3);
+  Config config = compressed(dir, StateDType::kInt8, StateDType::kBf16, Tier::kNvme, Tier::kNvme,
+                             Tier::kNvme);
+  config.zero.optimizer_host_fraction = 0.5;
+  for (Access access : {Access::kAuto, Access::kStaged}) {
+    ScratchDir run_dir;
+    config.tiers.nvme.paths = {run_dir.path().string()};
+    expect_bitwise(train(config, 3, access), reference,
+                   access == Access::kStaged ? "half on host, staged" : "half on host, direct");
+  }
+}
+
+// The buffer plan of the shared layout: no parameter extents (both A/B slots of 2 bytes per
+// element gone), no parameter room in the optimizer's pipeline buffers.
+TEST(CompressedState, ParamsInTheMasterTakeNoNvmeOrPipelineBytes) {
+  ScratchDir dir;
+  BufferPlanInputs inputs;
+  inputs.unit_numels = {1800, 2920, 328};  // shards of 2048, 4096 and 2048 elements
+  const Config shared_config = compressed(dir, StateDType::kInt8, StateDType::kBf16, Tier::kNvme,
+                                          Tier::kNvme, Tier::kNvme);
+  Config separate_config = shared_config;
+  separate_config.precision.params = DType::kFp16;  // a rounding of the master: its own copy
+  const BufferPlan shared = make_buffer_plan(shared_config, inputs);
+  const BufferPlan separate = make_buffer_plan(separate_config, inputs);
+  EXPECT_TRUE(shared.kind(ShardKind::kParam).in_master);
+  EXPECT_FALSE(shared.kind(ShardKind::kParam).kept);
+  EXPECT_FALSE(separate.kind(ShardKind::kParam).in_master);
+  EXPECT_EQ(shared.nvme_state_bytes, separate.nvme_state_bytes - 2 * 8192u * 2);
+  EXPECT_EQ(shared.pipeline_buffer_bytes, separate.pipeline_buffer_bytes - 2048u * 2);
+  // Parameters on another tier than the master keep their copy.
+  Config other_tier = shared_config;
+  other_tier.zero.params = Tier::kDevice;
+  EXPECT_FALSE(make_buffer_plan(other_tier, inputs).kind(ShardKind::kParam).in_master);
 }
 
 TEST(CompressedState, ResumesFromTheNvmeStoreBitwise) {
