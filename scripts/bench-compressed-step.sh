@@ -2,8 +2,9 @@
 # Step time against bytes moved: `strata bench step` with fp32 optimizer state and with int8
 # moments + a bf16 master ([optimizer] state_dtype = "int8", master_dtype = "bf16"), params, grads
 # and optimizer on NVMe, alternated ROUNDS times in one session so both see the same machine
-# noise. Prints each run, then the medians and the two ratios (compressed / fp32): step time and
-# NVMe bytes per step. README's throughput section quotes its output.
+# noise. Prints each run, then the medians and the ratios (compressed / fp32) of step time, the
+# I/O-only step, Adam alone (the fused compressed update) and NVMe bytes per step. README's
+# throughput section quotes its output.
 #   STRATA=build/nocuda/runtime/strata PARAMS=3e7 STEPS=3 ROUNDS=3 scripts/bench-compressed-step.sh
 set -euo pipefail
 
@@ -65,18 +66,21 @@ runs = {kind: [json.load(open(f"{work}/{kind}.{r}.json")) for r in range(1, roun
         for kind in ("fp32", "int8")}
 for r in range(rounds):
     print("round {}: ".format(r + 1) + ", ".join(
-        "{} t_step {:.3f} s t_io {:.3f} s NVMe {:.3f} GB".format(
-            kind, runs[kind][r]["t_step_s"], runs[kind][r]["t_io_s"],
+        "{} t_step {:.3f} s t_io {:.3f} s t_adam {:.3f} s NVMe {:.3f} GB".format(
+            kind, runs[kind][r]["t_step_s"], runs[kind][r]["t_io_s"], runs[kind][r]["t_adam_s"],
             runs[kind][r]["nvme_bytes_per_step"] / 1e9) for kind in ("fp32", "int8")))
 med = {kind: {key: statistics.median(run[key] for run in runs[kind])
-              for key in ("t_step_s", "t_io_s", "nvme_bytes_per_step")} for kind in runs}
+              for key in ("t_step_s", "t_io_s", "t_adam_s", "nvme_bytes_per_step")}
+       for kind in runs}
 for kind in ("fp32", "int8"):
     m = med[kind]
-    print("{} state: median t_step {:.3f} s, t_io {:.3f} s, NVMe {:.3f} GB per step".format(
-        kind, m["t_step_s"], m["t_io_s"], m["nvme_bytes_per_step"] / 1e9))
+    print("{} state: median t_step {:.3f} s, t_io {:.3f} s, t_adam {:.3f} s, NVMe {:.3f} GB per "
+          "step".format(kind, m["t_step_s"], m["t_io_s"], m["t_adam_s"],
+                        m["nvme_bytes_per_step"] / 1e9))
 print("int8 moments + bf16 master / fp32, {} params: step time {:.3f}x, I/O-only step {:.3f}x, "
-      "NVMe bytes per step {:.3f}x".format(
+      "Adam alone {:.3f}x, NVMe bytes per step {:.3f}x".format(
           params, med["int8"]["t_step_s"] / med["fp32"]["t_step_s"],
           med["int8"]["t_io_s"] / med["fp32"]["t_io_s"],
+          med["int8"]["t_adam_s"] / med["fp32"]["t_adam_s"],
           med["int8"]["nvme_bytes_per_step"] / med["fp32"]["nvme_bytes_per_step"]))
 EOF
