@@ -1,7 +1,8 @@
 // Proves compressed optimizer state ([optimizer] state_dtype = "int8" / "bf16", master_dtype =
 // "bf16") keeps the Engine's invariants: every placement is bitwise the all-on-device run of the
-// same formats, the NVMe store's resume and checkpoint save/load continue bitwise, training still
-// lowers the loss, NVMe traffic shrinks with the bytes, and bad values are errors naming the key.
+// same formats, bf16 parameters kept in a bf16 master's bytes are bitwise their own copy, the
+// NVMe store's resume and checkpoint save/load continue bitwise, training still lowers the loss,
+// NVMe traffic shrinks with the bytes, and bad values are errors naming the key.
 #include <cstring>
 #include <tuple>
 
