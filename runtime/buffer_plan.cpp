@@ -178,6 +178,12 @@ std::array<KindPlacement, kShardKindCount> place_kinds(const Config& config,
                                                              : DType::kFp32;
     placement.quantized = placement.dtype == DType::kUint8;
   }
+  KindPlacement& param = kinds[static_cast<std::size_t>(ShardKind::kParam)];
+  const KindPlacement& master = kinds[static_cast<std::size_t>(ShardKind::kMaster)];
+  // fp16 parameters (or an fp32 master) are a rounding of the master: they keep their own copy.
+  param.in_master = param.dtype == DType::kBf16 && master.dtype == DType::kBf16 &&
+                    !master.quantized && param.tier == master.tier;
+  if (param.in_master) param.kept = false;
   return kinds;
 }
 

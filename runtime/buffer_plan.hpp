@@ -24,14 +24,21 @@ inline constexpr std::array<ShardKind, kShardKindCount> kAllShardKinds = {
     ShardKind::kExpAvgSq};
 
 // Where one kind lives and in which element type; `kept` is false for a moment the optimizer
-// does not keep (Adagrad has no exp_avg, Lion no exp_avg_sq). Moments in int8 are `quantized`:
-// blocks of cpu_adam/state_format.hpp (dtype kUint8 then only says "bytes"); every size of a kind
-// goes through bytes(), never numel * element size.
+// does not keep (Adagrad has no exp_avg, Lion no exp_avg_sq), and for parameters `in_master`.
+// Moments in int8 are `quantized`: blocks of cpu_adam/state_format.hpp (dtype kUint8 then only
+// says "bytes"); every size of a kind goes through bytes(), never numel * element size.
 struct KindPlacement {
   bool kept = false;
   Tier tier = Tier::kDevice;
   DType dtype = DType::kFp32;
   bool quantized = false;
+  // kParam only: the parameters are the master weights' own bytes, with no home of their own.
+  // So when both are bf16 and homed on the same tier ([optimizer] master_dtype = "bf16",
+  // [precision] params = "bf16", [zero] params = optimizer): converting a bf16 master to bf16
+  // parameters is the identity, so a separate copy would hold the same bits, cost its bytes on
+  // every tier and a write per step. Gathers read the master's home; the optimizer writes no
+  // parameters. `kept` is then false (nothing is allocated, staged or written for kParam).
+  bool in_master = false;
   cpu_adam::StateDType state_dtype() const {
     if (quantized) return cpu_adam::StateDType::kInt8;
     return dtype == DType::kBf16 ? cpu_adam::StateDType::kBf16 : cpu_adam::StateDType::kFp32;
@@ -123,7 +130,7 @@ struct BufferPlan {
   std::uint64_t host_need_bytes() const { return host_state_bytes + host_buffer_bytes(); }
 };
 
-// The tier and element type of each kind, from [zero] and [precision].
+// The tier and element type of each kind, from [zero] and [precision] (and kParam in_master).
 std::array<KindPlacement, kShardKindCount> place_kinds(const Config& config,
                                                        std::uint32_t grad_accumulation);
 

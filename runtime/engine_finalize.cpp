@@ -89,6 +89,7 @@ std::vector<tiers::ExtentSpec> EngineState::plan_homes() {
     UnitState& unit = units_[u];
     unit.layout = make_unit_layout(unit.spec, ranks_);
     unit.groups = make_sub_groups(unit.layout.shard_numel, config_.zero.sub_group_size);
+    unit.params_in_master = plan_.kind(Kind::kParam).in_master;
     for (Kind kind : kAllShardKinds) {
       const KindPlacement& placement = plan_.kind(kind);
       if (!placement.kept) continue;
@@ -276,6 +277,8 @@ bool EngineState::resume_decided() const {
 // Resumed: parameters homed in memory are derived from the committed master weights.
 void EngineState::rebuild_params_from_master() {
   for (UnitId id = 0; id < units_.size(); ++id) {
+    // Parameters in the master's home are rebuilt already, and NVMe-homed ones were committed.
+    if (!units_[id].has(Kind::kParam)) continue;
     if (units_[id].home(Kind::kParam).tier == Tier::kNvme) continue;
     write_shard(id, Kind::kParam, read_shard_fp32(id, Kind::kMaster));
   }

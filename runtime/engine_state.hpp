@@ -86,13 +86,22 @@ struct UnitState {
   UnitLayout layout;
   std::vector<SubGroup> groups;
   std::array<std::optional<ShardHome>, kKindCount> homes;
+  // KindPlacement::in_master: the parameters are read from the master's home (home(kParam) is
+  // it), while has(kParam) is false, so nothing writes parameters of their own.
+  bool params_in_master = false;
   std::uint32_t grad_calls = 0;  // reduce_grads calls since the last step (reduce_grads.cpp)
   UnitHyperparams hyper;         // optimizer overrides (set_unit_hyperparams; optimizer_step.cpp)
   GatheredCopy gathered;
 
-  ShardHome& home(Kind kind) { return *homes[static_cast<std::size_t>(kind)]; }
-  const ShardHome& home(Kind kind) const { return *homes[static_cast<std::size_t>(kind)]; }
+  ShardHome& home(Kind kind) { return *homes[home_index(kind)]; }
+  const ShardHome& home(Kind kind) const { return *homes[home_index(kind)]; }
   bool has(Kind kind) const { return homes[static_cast<std::size_t>(kind)].has_value(); }
+
+ private:
+  std::size_t home_index(Kind kind) const {
+    return static_cast<std::size_t>(kind == Kind::kParam && params_in_master ? Kind::kMaster
+                                                                             : kind);
+  }
 };
 
 // The streams and events of the staged data path (device memory not addressable by the CPU): one

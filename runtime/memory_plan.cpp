@@ -115,6 +115,17 @@ void add_buffer_rows(MemoryPlan& plan, const Config& config, const BufferPlan& b
   }
 }
 
+// Bytes of the parameter row that gathers read from NVMe when the parameters are the master's
+// bytes: the master's units homed on the host (optimizer_host_fraction) are read from there.
+std::uint64_t param_bytes_read_from_nvme(const StateRow& params, const BufferPlan& buffers) {
+  const std::uint64_t bytes =
+      params.elements_per_rank * dtype_bytes(buffers.kind(ShardKind::kParam).dtype);
+  if (buffers.optimizer_host_numel == 0 || buffers.optimizer_numel == 0) return bytes;
+  const double share = static_cast<double>(buffers.optimizer_host_numel) /
+                       static_cast<double>(buffers.optimizer_numel);
+  return static_cast<std::uint64_t>((1 - share) * static_cast<double>(bytes));
+}
+
 // [zero] optimizer_host_fraction: the buffer plan keeps whole units' optimizer state on the host;
 // the optimizer row moves that share from the NVMe tier (two slots) to the host tier.
 void keep_optimizer_share_on_host(MemoryPlan& plan, const BufferPlan& buffers) {
@@ -184,9 +195,13 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
     }
     return bytes;
   };
-  add_state(StateKind::kParams, std::string(to_string(param_dtype)),
-            [&](std::uint64_t elements) { return elements * param_bytes; }, plan.stage >= 3,
-            zero.params);
+  // Parameters in the master's bytes (KindPlacement::in_master) take no bytes of their own.
+  const bool params_in_master = buffers.kind(ShardKind::kParam).in_master;
+  add_state(StateKind::kParams,
+            params_in_master ? fmt::format("{} (the master's own bytes)", to_string(param_dtype))
+                             : std::string(to_string(param_dtype)),
+            [&](std::uint64_t elements) { return params_in_master ? 0 : elements * param_bytes; },
+            plan.stage >= 3, zero.params);
   add_state(StateKind::kGrads, std::string(to_string(grad_dtype)),
             [&](std::uint64_t elements) { return elements * grad_bytes; }, plan.stage >= 2,
             zero.grads);
@@ -219,7 +234,10 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
         traffic.read_bytes = state.bytes_per_rank;
         break;
       case StateKind::kParams:  // read for the forward and the backward gather, written by the step
-        traffic.read_bytes = 2 * state.bytes_per_rank;
+        // In the master's bytes: read from there (the share optimizer_host_fraction keeps on the
+        // host aside), written by no one but the optimizer (counted in its row).
+        traffic.read_bytes = params_in_master ? 2 * param_bytes_read_from_nvme(state, buffers)
+                                              : 2 * state.bytes_per_rank;
         traffic.write_bytes = state.bytes_per_rank;
         break;
     }

@@ -116,6 +116,11 @@ class EngineState::OptimizerPipeline {
     return engine_.window(unit(i), kind, group(i), staging);
   }
 
+  // Where the update writes the parameters of item i (none when they are the master's bytes).
+  std::byte* param_out(std::size_t i) const {
+    return unit(i).has(Kind::kParam) ? location(i, Kind::kParam) : nullptr;
+  }
+
   cpu_adam::ParamSpans spans(std::size_t i) const {
     UnitState& u = unit(i);
     const std::uint64_t numel = u.groups[group(i)].numel;
@@ -131,7 +136,7 @@ class EngineState::OptimizerPipeline {
         cpu_adam::ConstTypedSpan(location(i, Kind::kGrad), numel, u.home(Kind::kGrad).dtype);
     const DType param_dtype = engine_.param_dtype();
     if (param_dtype != DType::kFp32) {
-      spans.param_out = cpu_adam::TypedSpan(location(i, Kind::kParam), numel, param_dtype);
+      spans.param_out = cpu_adam::TypedSpan(param_out(i), numel, param_dtype);
     }
     return spans;
   }
@@ -154,9 +159,10 @@ class EngineState::OptimizerPipeline {
     }
     spans.grad =
         cpu_adam::ConstTypedSpan(location(i, Kind::kGrad), spans.numel, u.home(Kind::kGrad).dtype);
+    // Parameters in the master's home: the rounded master is the parameters, nothing to write.
     const DType param_dtype = engine_.param_dtype();
-    if (param_dtype != DType::kFp32) {
-      spans.param_out = cpu_adam::TypedSpan(location(i, Kind::kParam), spans.numel, param_dtype);
+    if (param_dtype != DType::kFp32 && u.has(Kind::kParam)) {
+      spans.param_out = cpu_adam::TypedSpan(param_out(i), spans.numel, param_dtype);
     }
     return spans;
   }
@@ -349,10 +355,10 @@ double EngineState::run_pipeline(std::span<const UnitId> units,
     const cpu_adam::Hyperparams unit_hyper = hyper_of(pipeline.unit_id(i));
     if (compressed_state(config_)) {
       update_compressed(unit, pipeline.group(i), pipeline.compressed_spans(i),
-                        pipeline.location(i, Kind::kParam), unit_hyper, scaling);
+                        pipeline.param_out(i), unit_hyper, scaling);
     } else {
-      update_sub_group(unit, pipeline.group(i), pipeline.spans(i),
-                       pipeline.location(i, Kind::kParam), unit_hyper, scaling);
+      update_sub_group(unit, pipeline.group(i), pipeline.spans(i), pipeline.param_out(i),
+                       unit_hyper, scaling);
     }
     adam_s += seconds_since(adam_start);
     stage_out(unit, pipeline.group(i), i % 2, kWriteKinds);

@@ -28,7 +28,8 @@ Timings run_steps(const runtime::Config& config, tiers::Device& device,
                   std::uint64_t unit_params, std::uint32_t steps,
                   const runtime::EngineOptions& engine_options);
 
-// Seconds of `steps` passes of Adam over `params` elements in sub-groups held in memory.
+// Seconds of `steps` passes of Adam over `params` elements in sub-groups held in memory, in the
+// formats of [optimizer] master_dtype / state_dtype (the fused compressed update when not fp32).
 double time_adam(const runtime::Config& config, std::uint64_t params, std::uint32_t steps);
 
 }  // namespace strata::cli

@@ -1,7 +1,8 @@
 // Proves compressed optimizer state ([optimizer] state_dtype = "int8" / "bf16", master_dtype =
 // "bf16") keeps the Engine's invariants: every placement is bitwise the all-on-device run of the
-// same formats, the NVMe store's resume and checkpoint save/load continue bitwise, training still
-// lowers the loss, NVMe traffic shrinks with the bytes, and bad values are errors naming the key.
+// same formats, bf16 parameters kept in a bf16 master's bytes are bitwise their own copy, the
+// NVMe store's resume and checkpoint save/load continue bitwise, training still lowers the loss,
+// NVMe traffic shrinks with the bytes, and bad values are errors naming the key.
 #include <cstring>
 #include <tuple>
 
@@ -10,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "base/debug_knobs.hpp"
+#include "runtime/buffer_plan.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/comm/local_comm.hpp"
 #include "runtime/engine.hpp"
@@ -147,6 +149,100 @@ TEST(CompressedState, NvmeTrafficShrinksWithTheBytes) {
   EXPECT_DOUBLE_EQ(ratio, 0.5);
 }
 
+// Every unit gathered (its tensors concatenated: the flattened unit) after `steps` steps.
+std::vector<std::vector<float>> gathered_params(TrainedModel& run) {
+  std::vector<std::vector<float>> out;
+  for (UnitId unit : run.model->units()) {
+    const GatheredUnit gathered = run.engine->gather(unit);
+    std::vector<float> values;
+    for (std::size_t t = 0; t < gathered.tensor_count(); ++t) {
+      const std::span<const float> tensor = gathered.tensor(t);
+      values.insert(values.end(), tensor.begin(), tensor.end());
+    }
+    out.push_back(std::move(values));
+  }
+  return out;
+}
+
+// bf16 parameters and a bf16 master on the same tier share the master's bytes (no param16 copy):
+// what the forward gathers is bitwise what a separate copy, written by the optimizer as the
+// rounded master, holds (parameters on the device keep their own copy), is the master itself,
+// and the shared layout writes no parameter bytes to NVMe.
+TEST(CompressedState, ParamsInTheMasterAreTheSeparateCopyBitwise) {
+  if (force_nvme_knob()) GTEST_SKIP() << "STRATA_FORCE_NVME homes the params on NVMe too";
+  ScratchDir shared_dir, separate_dir;
+  TrainedModel shared(compressed(shared_dir, StateDType::kInt8, StateDType::kBf16, Tier::kNvme,
+                                 Tier::kNvme, Tier::kNvme));
+  TrainedModel separate(compressed(separate_dir, StateDType::kInt8, StateDType::kBf16,
+                                   Tier::kDevice, Tier::kNvme, Tier::kNvme));
+  for (int step = 0; step < 3; ++step) {
+    const StepStats shared_stats = shared.train(1);
+    const StepStats separate_stats = separate.train(1);
+    // The separate copy lives on the device: both runs write only grads, master and moments.
+    EXPECT_EQ(shared_stats.nvme.written_bytes, separate_stats.nvme.written_bytes)
+        << "step " << step;
+    EXPECT_GT(shared_stats.nvme.read_bytes, separate_stats.nvme.read_bytes)
+        << "step " << step << ": the shared run gathers its parameters from NVMe";
+    const std::vector<std::vector<float>> shared_params = gathered_params(shared);
+    const std::vector<std::vector<float>> separate_params = gathered_params(separate);
+    ASSERT_EQ(shared_params.size(), separate_params.size());
+    for (std::size_t u = 0; u < shared_params.size(); ++u) {
+      const std::vector<float> master = shared.engine->gather_master(shared.model->units()[u]);
+      ASSERT_EQ(shared_params[u].size(), master.size());
+      ASSERT_EQ(separate_params[u].size(), master.size());
+      EXPECT_EQ(std::memcmp(shared_params[u].data(), separate_params[u].data(),
+                            master.size() * sizeof(float)),
+                0)
+          << "unit " << u << " after step " << step + 1 << ": shared vs separate parameters";
+      EXPECT_EQ(std::memcmp(shared_params[u].data(), master.data(), master.size() * sizeof(float)),
+                0)
+          << "unit " << u << " after step " << step + 1 << ": parameters vs bf16 master";
+    }
+  }
+  expect_bitwise(Trained{shared.losses, shared.state(), 0},
+                 Trained{separate.losses, separate.state(), 0}, "shared vs separate parameters");
+}
+
+// optimizer_host_fraction keeps some units' master on the host: their parameters are gathered
+// from there, the rest from NVMe, still bitwise the all-on-device run.
+TEST(CompressedState, ParamsInAMasterSplitOverHostAndNvmeAreBitwise) {
+  ScratchDir reference_dir, dir;
+  const Trained reference =
+      train(compressed(reference_dir, StateDType::kInt8, StateDType::kBf16), 3);
+  Config config = compressed(dir, StateDType::kInt8, StateDType::kBf16, Tier::kNvme, Tier::kNvme,
+                             Tier::kNvme);
+  config.zero.optimizer_host_fraction = 0.5;
+  for (Access access : {Access::kAuto, Access::kStaged}) {
+    ScratchDir run_dir;
+    config.tiers.nvme.paths = {run_dir.path().string()};
+    expect_bitwise(train(config, 3, access), reference,
+                   access == Access::kStaged ? "half on host, staged" : "half on host, direct");
+  }
+}
+
+// The buffer plan of the shared layout: no parameter extents (both A/B slots of 2 bytes per
+// element gone), no parameter room in the optimizer's pipeline buffers.
+TEST(CompressedState, ParamsInTheMasterTakeNoNvmeOrPipelineBytes) {
+  ScratchDir dir;
+  BufferPlanInputs inputs;
+  inputs.unit_numels = {1800, 2920, 328};  // shards of 2048, 4096 and 2048 elements
+  const Config shared_config = compressed(dir, StateDType::kInt8, StateDType::kBf16, Tier::kNvme,
+                                          Tier::kNvme, Tier::kNvme);
+  Config separate_config = shared_config;
+  separate_config.precision.params = DType::kFp16;  // a rounding of the master: its own copy
+  const BufferPlan shared = make_buffer_plan(shared_config, inputs);
+  const BufferPlan separate = make_buffer_plan(separate_config, inputs);
+  EXPECT_TRUE(shared.kind(ShardKind::kParam).in_master);
+  EXPECT_FALSE(shared.kind(ShardKind::kParam).kept);
+  EXPECT_FALSE(separate.kind(ShardKind::kParam).in_master);
+  EXPECT_EQ(shared.nvme_state_bytes, separate.nvme_state_bytes - 2 * 8192u * 2);
+  EXPECT_EQ(shared.pipeline_buffer_bytes, separate.pipeline_buffer_bytes - 2048u * 2);
+  // Parameters on another tier than the master keep their copy.
+  Config other_tier = shared_config;
+  other_tier.zero.params = Tier::kDevice;
+  EXPECT_FALSE(make_buffer_plan(other_tier, inputs).kind(ShardKind::kParam).in_master);
+}
+
 TEST(CompressedState, ResumesFromTheNvmeStoreBitwise) {
   ScratchDir straight_dir;
   const Config straight_config = compressed(straight_dir, StateDType::kInt8, StateDType::kBf16,
@@ -230,7 +326,13 @@ TEST(CompressedStatePlan, HugeTomlNvmeTrafficFollowsTheStateBytes) {
   EXPECT_DOUBLE_EQ(optimizer.bytes_per_param, 2.0 + 2.0 * 1024 / 1020);
   EXPECT_DOUBLE_EQ(fp32_plan.states.back().bytes_per_param, 12.0);
   // huge.toml keeps params (read twice, written once), grads (written, read) and the optimizer
-  // state (read, written) on NVMe: 2x3 + 2x2 + 2 x optimizer bytes per parameter.
+  // state (read, written) on NVMe: 2x3 + 2x2 + 2 x optimizer bytes per parameter. With a bf16
+  // master the bf16 params are the master's bytes: read twice, never written, stored nowhere else.
+  const StateRow& params = int8_plan.states.front();
+  ASSERT_EQ(params.kind, StateKind::kParams);
+  EXPECT_EQ(params.bytes_per_rank, 0u);
+  EXPECT_EQ(int8_plan.traffic(StateKind::kParams).write_bytes, 0u);
+  EXPECT_EQ(int8_plan.traffic(StateKind::kParams).read_bytes, 2 * 2 * params.elements_per_rank);
   const double ratio = static_cast<double>(nvme_bytes_per_step(int8_plan)) /
                        static_cast<double>(nvme_bytes_per_step(fp32_plan));
   const double optimizer_ratio = static_cast<double>(optimizer.bytes_per_rank) /
@@ -240,8 +342,21 @@ TEST(CompressedStatePlan, HugeTomlNvmeTrafficFollowsTheStateBytes) {
       "(ratio %.3f; optimizer state alone %.3f)\n",
       static_cast<double>(nvme_bytes_per_step(fp32_plan)) / 1e9,
       static_cast<double>(nvme_bytes_per_step(int8_plan)) / 1e9, ratio, optimizer_ratio);
-  EXPECT_NEAR(ratio, (6 + 4 + 2 * optimizer.bytes_per_param) / (6 + 4 + 2 * 12.0), 1e-3);
+  EXPECT_NEAR(ratio, (4 + 4 + 2 * optimizer.bytes_per_param) / (6 + 4 + 2 * 12.0), 1e-3);
   EXPECT_LE(optimizer_ratio, 0.45);
+}
+
+// fp16 parameters are a rounding of the master, not its bytes: they keep their own copy.
+TEST(CompressedStatePlan, Fp16ParamsKeepTheirOwnCopy) {
+  Config config = load_config(std::string(STRATA_SOURCE_DIR) + "/examples/configs/huge.toml");
+  config.optimizer.state_dtype = StateDType::kInt8;
+  config.optimizer.master_dtype = StateDType::kBf16;
+  config.precision.params = DType::kFp16;
+  const MemoryPlan plan = plan_of(config);
+  const StateRow& params = plan.states.front();
+  EXPECT_EQ(params.layout, "fp16");
+  EXPECT_EQ(params.bytes_per_rank, 2 * params.elements_per_rank);
+  EXPECT_EQ(plan.traffic(StateKind::kParams).write_bytes, params.bytes_per_rank);
 }
 
 TEST(CompressedStatePlan, Huge4bFitsSeventyGigabytesOfDisk) {

@@ -129,6 +129,47 @@ TEST(EngineMpi, EveryPlacementIsBitwiseIdentical) {
   }
 }
 
+// int8 moments + a bf16 master with bf16 parameters: where the parameters are the master's own
+// bytes (params and optimizer on one tier) each rank gathers its shard from the master's home;
+// that is bitwise the run where they keep their own copy (params on another tier).
+TEST(EngineMpi, ParamsInTheMasterAreBitwiseTheirOwnCopy) {
+  const auto compressed = [](const ScratchDir& dir, Tier params, Tier grads, Tier optimizer) {
+    Config config = make_config(dir);
+    config.precision.params = config.precision.grads = DType::kBf16;
+    config.optimizer.state_dtype = cpu_adam::StateDType::kInt8;
+    config.optimizer.master_dtype = cpu_adam::StateDType::kBf16;
+    config.zero.params = params;
+    config.zero.grads = grads;
+    config.zero.optimizer = optimizer;
+    return config;
+  };
+  ScratchDir reference_dir;
+  const std::vector<std::vector<float>> reference =
+      train_sharded(compressed(reference_dir, Tier::kDevice, Tier::kDevice, Tier::kHost), world());
+  struct Placement {
+    Tier params, grads, optimizer;
+  };
+  for (const auto& [params, grads, optimizer] :
+       {Placement{Tier::kNvme, Tier::kNvme, Tier::kNvme},
+        Placement{Tier::kHost, Tier::kNvme, Tier::kHost},
+        Placement{Tier::kDevice, Tier::kHost, Tier::kDevice}}) {
+    for (EngineOptions::DeviceAccess access :
+         {EngineOptions::DeviceAccess::kAuto, EngineOptions::DeviceAccess::kStaged}) {
+      ScratchDir dir;
+      const std::vector<std::vector<float>> result =
+          train_sharded(compressed(dir, params, grads, optimizer), world(), kWidths, nullptr,
+                        EngineOptions{.device_access = access});
+      for (std::size_t u = 0; u < reference.size(); ++u) {
+        EXPECT_EQ(std::memcmp(result[u].data(), reference[u].data(), reference[u].size() * 4), 0)
+            << fmt::format("unit {} differs with params {}, grads {}, optimizer {}, {} ranks{}", u,
+                           to_string(params), to_string(grads), to_string(optimizer),
+                           world().size(),
+                           access == EngineOptions::DeviceAccess::kStaged ? ", staged" : "");
+      }
+    }
+  }
+}
+
 // The staged data path (EngineOptions::DeviceAccess::kStaged) on placements that exercise each
 // staging: device-homed shards through streams, host and NVMe homes through pinned memory, the
 // all-gather and reduce-scatter on the host between d2h and h2d copies; in bf16 (cast kernels)
