@@ -92,6 +92,9 @@ struct ZeroConfig {
   // optimizer = kNvme only: the share of the optimizer state (whole units, in registration order)
   // kept in host memory instead; the rest streams from NVMe. 0: all on NVMe.
   double optimizer_host_fraction = 0.0;
+  // params = kNvme / grads = kNvme only: the same for the 16-bit parameters and the gradients.
+  double params_host_fraction = 0.0;
+  double grads_host_fraction = 0.0;
   std::uint32_t prefetch_depth = 2;            // units gathered ahead of use
   std::uint32_t buffer_count = 4;              // host staging buffers for NVMe sub-groups
   std::uint64_t persistence_threshold = 100'000;  // units smaller than this stay gathered

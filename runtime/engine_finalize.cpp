@@ -92,7 +92,7 @@ std::vector<tiers::ExtentSpec> EngineState::plan_homes() {
       const KindPlacement& placement = plan_.kind(kind);
       if (!placement.kept) continue;
       ShardHome home;
-      home.tier = plan_.tier_of(kind, u);  // [zero] optimizer_host_fraction splits the optimizer
+      home.tier = plan_.tier_of(kind, u);  // [zero] *_host_fraction split a kind by units
       home.dtype = placement.dtype;
       home.quantized = placement.quantized;
       home.numel = unit.layout.shard_numel;

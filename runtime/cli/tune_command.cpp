@@ -109,9 +109,11 @@ void print_choice(const runtime::tune::TuneChoice& choice) {
   std::cout << fmt::format("  [optimizer]  threads = {}\n", c.optimizer.threads);
   std::cout << fmt::format(
       "  [zero]       params = \"{}\", grads = \"{}\", optimizer = \"{}\", "
-      "optimizer_host_fraction = {}, sub_group_size = {}, buffer_count = {}, prefetch_depth = {}\n",
+      "params_host_fraction = {}, grads_host_fraction = {}, optimizer_host_fraction = {}, "
+      "sub_group_size = {}, buffer_count = {}, prefetch_depth = {}\n",
       runtime::to_string(c.zero.params), runtime::to_string(c.zero.grads),
-      runtime::to_string(c.zero.optimizer), c.zero.optimizer_host_fraction, c.zero.sub_group_size,
+      runtime::to_string(c.zero.optimizer), c.zero.params_host_fraction,
+      c.zero.grads_host_fraction, c.zero.optimizer_host_fraction, c.zero.sub_group_size,
       c.zero.buffer_count, c.zero.prefetch_depth);
   std::cout << "predicted step: " << describe_prediction(choice.prediction) << "\n";
 }

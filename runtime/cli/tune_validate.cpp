@@ -33,9 +33,10 @@ std::vector<HandConfig> grid(const runtime::Config& given, const runtime::Config
   });
   variant("sub_group_size x 4", [](runtime::ZeroConfig& z, auto&) { z.sub_group_size *= 4; });
   variant("buffer_count 2", [](runtime::ZeroConfig& z, auto&) { z.buffer_count = 2; });
-  if (tuned.zero.optimizer_host_fraction > 0) {
-    variant("all optimizer on NVMe", [](runtime::ZeroConfig& z, auto&) {
-      z.optimizer_host_fraction = 0;
+  const runtime::ZeroConfig& zero = tuned.zero;
+  if (zero.optimizer_host_fraction + zero.params_host_fraction + zero.grads_host_fraction > 0) {
+    variant("no host fractions", [](runtime::ZeroConfig& z, auto&) {
+      z.optimizer_host_fraction = z.params_host_fraction = z.grads_host_fraction = 0;
     });
   }
   variant("1 MiB x 16 x 1 ring", [](auto&, runtime::NvmeTierConfig& n) {
@@ -44,6 +45,11 @@ std::vector<HandConfig> grid(const runtime::Config& given, const runtime::Config
     n.rings = 1;
   });
   return out;
+}
+
+// " (0.5 on host)" for a kind a host fraction splits.
+std::string on_host(double fraction) {
+  return fraction > 0 ? fmt::format(" ({} on host)", fraction) : std::string();
 }
 
 // The validation's own store directories, so a training store in the paths is never touched.
@@ -77,12 +83,11 @@ void validate_choice(const runtime::Config& given, const runtime::Config& tuned,
     const runtime::tune::StepPrediction prediction = runtime::tune::predict_step(
         config, runtime::PlanInputs(params, 1, units), profile);
     const std::string placement = fmt::format(
-        "{}/{}/{}{}, {}, {}", runtime::to_string(config.zero.params),
-        runtime::to_string(config.zero.grads), runtime::to_string(config.zero.optimizer),
-        config.zero.optimizer_host_fraction > 0
-            ? fmt::format(" ({} on host)", config.zero.optimizer_host_fraction)
-            : std::string(),
-        config.zero.sub_group_size, config.zero.buffer_count);
+        "{}{}/{}{}/{}{}, {}, {}", runtime::to_string(config.zero.params),
+        on_host(config.zero.params_host_fraction), runtime::to_string(config.zero.grads),
+        on_host(config.zero.grads_host_fraction), runtime::to_string(config.zero.optimizer),
+        on_host(config.zero.optimizer_host_fraction), config.zero.sub_group_size,
+        config.zero.buffer_count);
     if (!prediction.plan.fits()) {
       std::cout << fmt::format("  {:<22} {:>9} {:>9} {:>9} {:>7}  {}\n", hand.name, "-", "-", "-",
                                "no", placement);

@@ -48,8 +48,10 @@ const std::map<std::string, Consumer>& consumers() {
       {"zero.optimizer", {"runtime/buffer_plan.cpp", "zero.optimizer"}},
       {"zero.sub_group_size", {"runtime/engine_finalize.cpp", "config_.zero.sub_group_size"}},
       // engine_test.cpp: EngineOptimizerHostFraction
-      {"zero.optimizer_host_fraction",
-       {"runtime/buffer_plan.cpp", "config.zero.optimizer_host_fraction"}},
+      {"zero.optimizer_host_fraction", {"runtime/buffer_plan.cpp", "zero.optimizer_host_fraction"}},
+      // engine_test.cpp: EngineParamsGradsHostFraction
+      {"zero.params_host_fraction", {"runtime/buffer_plan.cpp", "zero.params_host_fraction"}},
+      {"zero.grads_host_fraction", {"runtime/buffer_plan.cpp", "zero.grads_host_fraction"}},
       {"zero.prefetch_depth", {"runtime/engine_finalize.cpp", "zero.prefetch_depth"}},
       {"zero.buffer_count", {"runtime/buffer_plan.cpp", "config.zero.buffer_count"}},
       {"zero.persistence_threshold", {"runtime/engine_finalize.cpp", "zero.persistence_threshold"}},

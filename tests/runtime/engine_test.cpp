@@ -178,6 +178,53 @@ INSTANTIATE_TEST_SUITE_P(Fractions, EngineOptimizerHostFraction,
                                               static_cast<int>(param_info.param * 100));
                          });
 
+// [zero] params_host_fraction and grads_host_fraction do the same for the parameters and the
+// gradients (with the optimizer's share too in one case), on both data paths: bitwise the same as
+// all on the device, and no NVMe traffic when every kind stays on the host.
+struct HostFractions {
+  double params, grads, optimizer;
+  Access access;
+};
+
+class EngineParamsGradsHostFraction : public ::testing::TestWithParam<HostFractions> {};
+
+TEST_P(EngineParamsGradsHostFraction, IsBitwiseIdenticalToAllOnDevice) {
+  const HostFractions fractions = GetParam();
+  ScratchDir reference_dir;
+  const RunResult reference = train(base_config(reference_dir));
+  ScratchDir dir;
+  Config config = base_config(dir);
+  config.zero.params = config.zero.grads = config.zero.optimizer = Tier::kNvme;
+  config.zero.params_host_fraction = fractions.params;
+  config.zero.grads_host_fraction = fractions.grads;
+  config.zero.optimizer_host_fraction = fractions.optimizer;
+  const RunResult result = train(config, kSteps, with_access(fractions.access));
+  expect_bitwise_equal(reference, result,
+                       fmt::format("params_host_fraction {}, grads_host_fraction {}, "
+                                   "optimizer_host_fraction {}, {} path",
+                                   fractions.params, fractions.grads, fractions.optimizer,
+                                   access_name(fractions.access)));
+  if (nvme_forced()) return;
+  const bool all_on_host =
+      fractions.params == 1.0 && fractions.grads == 1.0 && fractions.optimizer == 1.0;
+  EXPECT_EQ(result.nvme_bytes == 0, all_on_host) << result.nvme_bytes;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fractions, EngineParamsGradsHostFraction,
+    ::testing::Values(HostFractions{0.25, 0.75, 0.0, Access::kAuto},
+                      HostFractions{0.5, 0.5, 0.5, Access::kStaged},
+                      HostFractions{0.75, 0.25, 0.0, Access::kStaged},
+                      HostFractions{1.0, 0.0, 0.0, Access::kAuto},
+                      HostFractions{0.0, 1.0, 0.0, Access::kAuto},
+                      HostFractions{1.0, 1.0, 1.0, Access::kStaged}),
+    [](const auto& param_info) {
+      const HostFractions& f = param_info.param;
+      return fmt::format("params_{}_grads_{}_optimizer_{}_{}", static_cast<int>(f.params * 100),
+                         static_cast<int>(f.grads * 100), static_cast<int>(f.optimizer * 100),
+                         access_name(f.access));
+    });
+
 // Prefetch depth, buffer count, sub-group size, persistence and thread count change nothing.
 TEST(Engine, KnobsDoNotChangeTheResult) {
   ScratchDir reference_dir;

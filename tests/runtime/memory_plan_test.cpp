@@ -98,6 +98,39 @@ TEST(MemoryPlan, ParamsAndGradsOnNvmeCountTheirTraffic) {
   EXPECT_EQ(plan.nvme_write_bytes_per_step, (12 + 2 + 2) * shard);
 }
 
+// [zero] params_host_fraction and grads_host_fraction: `strata plan` shows each kind's share on
+// the host, moves it from the NVMe tier (both slots) to the host tier, and drops its NVMe traffic.
+TEST(MemoryPlan, HostFractionsSplitParamsAndGrads) {
+  Config config = roomy_config();
+  config.zero.params = config.zero.grads = config.zero.optimizer = Tier::kNvme;
+  config.zero.sub_group_size = 2048;
+  // Four units of 2^20 elements on one rank: a fraction of 0.5 keeps two of them.
+  const std::vector<std::uint64_t> units(4, std::uint64_t{1} << 20);
+  const PlanInputs inputs(4u << 20, 1, units);
+  const MemoryPlan all_nvme = make_memory_plan(config, inputs);
+  config.zero.params_host_fraction = 0.5;
+  config.zero.grads_host_fraction = 0.25;
+  const MemoryPlan plan = make_memory_plan(config, inputs);
+  const std::uint64_t unit = 1u << 20;
+  // bf16 parameters and gradients: 2 bytes an element.
+  const std::uint64_t moved = 2 * unit * 2 + 1 * unit * 2;
+  EXPECT_EQ(plan.tier(Tier::kHost).state_bytes, all_nvme.tier(Tier::kHost).state_bytes + moved);
+  EXPECT_EQ(plan.tier(Tier::kNvme).state_bytes,
+            all_nvme.tier(Tier::kNvme).state_bytes - 2 * moved);
+  // Parameters: read twice and written once less per unit kept; gradients once each way.
+  EXPECT_EQ(plan.nvme_read_bytes_per_step,
+            all_nvme.nvme_read_bytes_per_step - 2 * (2 * unit * 2) - unit * 2);
+  EXPECT_EQ(plan.nvme_write_bytes_per_step,
+            all_nvme.nvme_write_bytes_per_step - 2 * unit * 2 - unit * 2);
+  EXPECT_EQ(plan.states[0].host_bytes_per_rank, 2 * unit * 2);
+  EXPECT_EQ(plan.states[1].host_bytes_per_rank, unit * 2);
+  const std::string text = render_plan_text(plan, config);
+  EXPECT_THAT(text, HasSubstr("bf16 (50% on host)"));
+  EXPECT_THAT(text, HasSubstr("bf16 (25% on host)"));
+  EXPECT_EQ(plan_to_json(plan, config)["states"][0]["host_bytes_per_rank"].get<std::uint64_t>(),
+            2 * unit * 2);
+}
+
 TEST(MemoryPlan, OverBudgetSaysWhichTierAndHowMuch) {
   Config config = roomy_config();
   config.zero.optimizer = Tier::kHost;
