@@ -15,6 +15,10 @@
 namespace strata::cli {
 namespace {
 
+// Real steps timed per config (as many I/O-only steps alternate with them): the median of three
+// keeps one disturbed step on a shared machine out of the figure.
+constexpr std::uint32_t kSteps = 3;
+
 struct HandConfig {
   std::string name;
   runtime::Config config;
@@ -74,8 +78,8 @@ void validate_choice(const runtime::Config& given, const runtime::Config& tuned,
   std::unique_ptr<runtime::comm::Communicator> comm = runtime::comm::make_communicator();
   std::cout << fmt::format(
       "validation: the optimizer step over {} parameters ({} units) on the host device, median of "
-      "2 real steps, against the predicted optimizer phase\n",
-      params, units.size());
+      "{} real steps, against the predicted optimizer phase\n",
+      params, units.size(), kSteps);
   std::cout << fmt::format("  {:<22} {:>9} {:>9} {:>9} {:>7}  {}\n", "config", "predicted", "measured",
                            "ratio", "fits", "placement (params/grads/optimizer), sub-group, buffers");
   for (const HandConfig& hand : grid(given, tuned)) {
@@ -97,7 +101,7 @@ void validate_choice(const runtime::Config& given, const runtime::Config& tuned,
     device_options.kind = tiers::DeviceKind::kHost;
     device_options.budget_bytes = config.tiers.device.budget_bytes;
     std::unique_ptr<tiers::Device> device = tiers::make_device(device_options);
-    const Timings timings = run_steps(config, *device, *comm, params, unit_params, 2,
+    const Timings timings = run_steps(config, *device, *comm, params, unit_params, kSteps,
                                       runtime::EngineOptions{.overwrite = true});
     const double measured = median(timings.step_s);
     std::cout << fmt::format("  {:<22} {:>8.3f}s {:>8.3f}s {:>9.2f} {:>7}  {}\n", hand.name,
