@@ -16,6 +16,7 @@
 #include "io/io_error.hpp"
 #include "runtime/byte_size.hpp"
 #include "runtime/cli/commands.hpp"
+#include "runtime/cli/tune_calibrate.hpp"
 #include "runtime/cli/tune_validate.hpp"
 #include "runtime/tune/choose.hpp"
 #include "runtime/tune/measure.hpp"
@@ -98,11 +99,12 @@ void print_profile(const MachineProfile& profile) {
 std::string describe_prediction(const runtime::tune::StepPrediction& p) {
   return fmt::format(
       "{:.3f} s (forward+backward {:.3f} s: NVMe {:.3f} s, copies {:.3f} s, compute {}; "
-      "optimizer {:.3f} s: NVMe {:.3f} s, checksums {:.3f} s, Adam {:.3f} s, {} sub-groups, "
-      "commit {:.3f} s)",
+      "optimizer {:.3f} s: NVMe {:.3f} s, checksums {:.3f} s, Adam {:.3f} s, {} sub-groups "
+      "{:.3f} s, commit {:.3f} s)",
       p.step_s, p.forward_backward_s, p.nvme_forward_backward_s, p.transfer_s,
       p.compute_s > 0 ? fmt::format("{:.3f} s", p.compute_s) : std::string("not modelled"),
-      p.optimizer_s, p.nvme_optimizer_s, p.checksum_s, p.adam_s, p.sub_groups, p.commit_s);
+      p.optimizer_s, p.nvme_optimizer_s, p.checksum_s, p.adam_s, p.sub_groups, p.overhead_s,
+      p.commit_s);
 }
 
 void print_choice(const runtime::tune::TuneChoice& choice) {
@@ -172,6 +174,7 @@ int run_tune(const TuneOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   MachineProfile profile = runtime::tune::measure_machine(measure);
   profile.compute_flops = options.compute_tflops * 1e12;
+  calibrate_sub_group_overhead(config, profile, std::cout);
 
   std::optional<runtime::tune::TuneChoice> choice =
       runtime::tune::choose_config(config, inputs, profile);
@@ -211,7 +214,8 @@ int run_tune(const TuneOptions& options) {
     const std::optional<std::uint64_t> params = parse_whole_count(options.validate_params, 1e12);
     if (!params) bad_input(fmt::format("--validate-params: \"{}\" is not a whole count",
                                        options.validate_params));
-    validate_choice(config, choice->config, profile, *params);
+    validate_choice(config, choice->config, profile, *params,
+                    choice->prediction.plan.unit_elements);
   }
   return 0;
 }

@@ -69,8 +69,12 @@ runtime::Config in_scratch(runtime::Config config) {
 }  // namespace
 
 void validate_choice(const runtime::Config& given, const runtime::Config& tuned,
-                     const runtime::tune::MachineProfile& profile, std::uint64_t params) {
-  const std::uint64_t unit_params = std::max<std::uint64_t>(1, std::min<std::uint64_t>(params, 4'000'000));
+                     const runtime::tune::MachineProfile& profile, std::uint64_t params,
+                     std::uint64_t model_unit_params) {
+  // Units of the model's size: the budgets were fitted to its largest unit (pipeline buffers,
+  // gathered units), so other units could make the tuned config not fit, or fit too easily.
+  const std::uint64_t unit_params =
+      std::max<std::uint64_t>(1, std::min<std::uint64_t>(params, model_unit_params));
   std::vector<std::uint64_t> units;
   for (std::uint64_t done = 0; done < params; done += unit_params) {
     units.push_back(std::min(unit_params, params - done));

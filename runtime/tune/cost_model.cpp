@@ -156,7 +156,11 @@ void predict_optimizer(const Config& config, const MachineProfile& profile, cons
     out.optimizer_s = std::max(io_s, out.adam_s) +
                       std::min(io_s, out.adam_s) / static_cast<double>(out.sub_groups);
   }
-  out.optimizer_s += out.commit_s;  // after the last write, before the manifest
+  // Each streamed sub-group's hand-offs sit on the critical path, whichever lane is the longer.
+  if (io != nullptr) {
+    out.overhead_s = static_cast<double>(out.sub_groups) * profile.sub_group_overhead_s;
+  }
+  out.optimizer_s += out.overhead_s + out.commit_s;  // the commit: after the last write
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 //
 //   forward + backward = max(compute, NVMe parameter reads and gradient writes + host<->device
 //                            copies)             (prefetch_depth 0: their sum, nothing overlaps)
-//   optimizer          = max(t_io, t_adam) + min(t_io, t_adam) / sub-groups + t_commit
+//   optimizer          = max(t_io, t_adam) + min(t_io, t_adam) / sub-groups
+//                        + sub-groups x t_sub_group + t_commit
 //                                                 (buffer_count 2: t_io + t_adam, no read ahead)
 //   step               = forward + backward + optimizer
 //
@@ -14,7 +15,8 @@
 // store's checksum thread hashes every byte read and written alongside: a lane of its own, so an
 // NVMe phase takes at least its bytes over the measured XXH3 rate. t_commit is the fsync that
 // makes the step durable ([tiers.nvme] fsync): every byte the step wrote over the measured flush
-// rate (flush_mb_per_s).
+// rate (flush_mb_per_s). t_sub_group is what each streamed sub-group costs beyond its bytes
+// (thread hand-offs), calibrated on the Engine by `strata tune` (MachineProfile).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +36,7 @@ struct StepPrediction {
   double nvme_optimizer_s = 0;  // the optimizer phase's reads and writes
   double checksum_s = 0;        // the checksum thread's hashing of those bytes
   double commit_s = 0;          // the fsync of the step's writes before the manifest names them
+  double overhead_s = 0;        // sub-groups x the profile's calibrated sub_group_overhead_s
   double adam_s = 0;
   double optimizer_s = 0;
   std::uint64_t sub_groups = 0;  // per step, over every unit

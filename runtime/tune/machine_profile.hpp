@@ -49,6 +49,9 @@ struct MachineProfile {
   std::optional<double> h2d_gb_per_s;
   std::optional<double> d2h_gb_per_s;
   std::string gpu_note;
+  // What each optimizer sub-group streamed from NVMe costs beyond its bytes (hand-offs between
+  // threads), calibrated on the Engine (runtime/cli/tune_calibrate.hpp); 0: left out.
+  double sub_group_overhead_s = 0;
   // Forward + backward arithmetic rate (FLOP/s) for the compute estimate; 0 leaves compute out.
   double compute_flops = 0;
 };
