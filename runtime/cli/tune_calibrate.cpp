@@ -1,6 +1,7 @@
 #include "runtime/cli/tune_calibrate.hpp"
 
 #include <algorithm>
+#include <exception>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -63,8 +64,16 @@ double calibrate_sub_group_overhead(const runtime::Config& given,
     path = (std::filesystem::path(path) / "strata-tune-calibrate").string();
     std::filesystem::create_directories(path);
   }
-  const Sample few = sample(config, kFewGroups, profile);
-  const Sample many = sample(config, kManyGroups, profile);
+  Sample few, many;
+  try {
+    few = sample(config, kFewGroups, profile);
+    many = sample(config, kManyGroups, profile);
+  } catch (const std::exception& error) {
+    // A drive too small or too full for 4 Mi parameters' state: the model goes without the term.
+    for (const std::string& path : config.tiers.nvme.paths) std::filesystem::remove_all(path);
+    log << "calibration: skipped (" << error.what() << "): no per-sub-group cost in the model\n";
+    return 0;
+  }
   for (const std::string& path : config.tiers.nvme.paths) std::filesystem::remove_all(path);
   // What the model misses at each size; the part that grows with the sub-groups is theirs.
   const double residual_few = few.measured_s - few.predicted_s;

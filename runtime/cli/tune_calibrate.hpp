@@ -14,7 +14,8 @@ namespace strata::cli {
 
 // Seconds per sub-group (>= 0) for `config`'s NVMe paths and knobs, on the host device; sets
 // profile.sub_group_overhead_s to it. Nothing to calibrate (0) without NVMe paths or drives
-// measured. One line of figures goes to `log`.
+// measured, or when the Engine cannot run there (a drive too small or full: the line says why).
+// One line of figures goes to `log`.
 double calibrate_sub_group_overhead(const runtime::Config& config,
                                     runtime::tune::MachineProfile& profile, std::ostream& log);
 
