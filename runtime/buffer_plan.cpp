@@ -185,6 +185,11 @@ BufferPlan make_buffer_plan(const Config& config, const BufferPlanInputs& inputs
   plan.gather_send_bytes = plan.largest_shard_numel * param_bytes;
   plan_nvme_staging(plan, config);
   plan_staged_path(plan, config, inputs);
+  if (config.tiers.host.nvme_read_cache && plan.any_nvme &&
+      config.tiers.host.budget_bytes > plan.host_need_bytes()) {
+    plan.nvme_read_cache_bytes = std::min(config.tiers.host.budget_bytes - plan.host_need_bytes(),
+                                          plan.nvme_state_bytes / 2);
+  }
   return plan;
 }
 

@@ -101,6 +101,9 @@ struct BufferPlan {
 
   // NVMe: two slots (A/B) of every extent.
   std::uint64_t nvme_state_bytes = 0;
+  // [tiers.host] nvme_read_cache: the host budget the rest of the plan leaves, at most one slot of
+  // every extent (what the store may copy); 0 when off or nothing is on NVMe.
+  std::uint64_t nvme_read_cache_bytes = 0;
   bool any_nvme = false;
 
   // [zero] params_host_fraction, grads_host_fraction, optimizer_host_fraction: the first

@@ -36,6 +36,7 @@ void read_tiers(TableReader& root, TiersConfig& tiers) {
   if (std::optional<TableReader> host = section->table("host")) {
     host->read_size("budget", tiers.host.budget_bytes, 1);
     host->read_bool("pinned", tiers.host.pinned);
+    host->read_bool("nvme_read_cache", tiers.host.nvme_read_cache);
     host->finish();
   }
   if (std::optional<TableReader> nvme = section->table("nvme")) {

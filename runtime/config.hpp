@@ -57,6 +57,9 @@ struct DeviceTierConfig {
 struct HostTierConfig {
   std::uint64_t budget_bytes = 16ull << 30;
   bool pinned = true;
+  // Host memory the plan leaves spare caches copies of NVMe-homed extents: reads are served from
+  // them, writes still go to the drives (tiers::NvmeStoreOptions::read_cache_bytes).
+  bool nvme_read_cache = false;
 
   bool operator==(const HostTierConfig&) const = default;
 };

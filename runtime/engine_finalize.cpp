@@ -211,6 +211,7 @@ bool EngineState::open_store(std::vector<tiers::ExtentSpec> extents) {
   store_options.rank = rank_;
   store_options.ranks = ranks_;
   store_options.durable = nvme.fsync;
+  if (config_.tiers.host.nvme_read_cache) store_options.read_cache_bytes = plan_.nvme_read_cache_bytes;
   store_options.mode = resume ? tiers::StoreOpenMode::kResume : tiers::StoreOpenMode::kCreate;
   record_or_check_store_model(*this, resume);  // runtime/checkpoint.hpp
   store_ = std::make_unique<tiers::NvmeStore>(*io_engine_, store_options, std::move(extents));

@@ -152,7 +152,9 @@ std::uint64_t EngineState::device_high_water_bytes() const {
 }
 
 std::uint64_t EngineState::host_high_water_bytes() const {
-  return host_pool_ ? host_pool_->high_water_bytes() : 0;
+  // The NVMe read cache's copies are the store's, outside the pool, within the plan's spare room.
+  return (host_pool_ ? host_pool_->high_water_bytes() : 0) +
+         (store_ ? store_->read_cache_bytes_used() : 0);
 }
 
 std::string_view EngineState::host_allocator_name() const {

@@ -98,6 +98,11 @@ void add_buffer_rows(MemoryPlan& plan, const Config& config, const BufferPlan& b
     plan.buffers.push_back({"2 gradient shard write buffers", Tier::kHost,
                             2 * buffers.grad_staging_buffer_bytes});
   }
+  if (buffers.nvme_read_cache_bytes > 0) {
+    plan.buffers.push_back({"NVMe read cache: copies of NVMe-homed extents in the spare host "
+                            "budget, reads served from them (at most)",
+                            Tier::kHost, buffers.nvme_read_cache_bytes});
+  }
   if (buffers.staged_path_bytes() > 0) {
     plan.buffers.push_back(
         {"pinned staging of the CUDA data path (device-homed sub-groups, a gradient shard, a "
@@ -219,6 +224,14 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
         traffic.read_bytes = 2 * streamed;
         traffic.write_bytes = streamed;
         break;
+    }
+    // [tiers.host] nvme_read_cache: the share of the extents the cache has room for is read from
+    // memory (the first written; counted as an even share of every kind).
+    if (buffers.nvme_read_cache_bytes > 0 && buffers.nvme_state_bytes > 0) {
+      const double covered = std::min(1.0, 2.0 * static_cast<double>(buffers.nvme_read_cache_bytes) /
+                                               static_cast<double>(buffers.nvme_state_bytes));
+      traffic.read_bytes = static_cast<std::uint64_t>(
+          std::llround((1.0 - covered) * static_cast<double>(traffic.read_bytes)));
     }
     plan.nvme_read_bytes_per_step += traffic.read_bytes;
     plan.nvme_write_bytes_per_step += traffic.write_bytes;

@@ -85,6 +85,7 @@ void write_tiers(Writer& w, const TiersConfig& tiers) {
   w.section("tiers.host");
   w.key("budget", size_value(tiers.host.budget_bytes));
   w.key("pinned", bool_value(tiers.host.pinned));
+  w.key("nvme_read_cache", bool_value(tiers.host.nvme_read_cache));
   w.section("tiers.nvme");
   std::string paths = "[";
   for (std::size_t i = 0; i < tiers.nvme.paths.size(); ++i) {

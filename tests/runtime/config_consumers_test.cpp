@@ -42,6 +42,7 @@ const std::map<std::string, Consumer>& consumers() {
       {"tiers.nvme.fsync", {"runtime/engine_finalize.cpp", "nvme.fsync"}},
       {"tiers.nvme.on_existing", {"runtime/engine_finalize.cpp", "nvme.on_existing"}},
       {"comm.backend", {"runtime/rank_placement.cpp", "config.comm.backend"}},
+      {"tiers.host.nvme_read_cache", {"runtime/engine_finalize.cpp", "host.nvme_read_cache"}},
       {"zero.stage", {"runtime/engine_finalize.cpp", "zero.stage"}},
       {"zero.params", {"runtime/buffer_plan.cpp", "zero.params"}},
       {"zero.grads", {"runtime/buffer_plan.cpp", "zero.grads"}},

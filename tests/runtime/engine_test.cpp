@@ -225,6 +225,41 @@ INSTANTIATE_TEST_SUITE_P(
                          access_name(f.access));
     });
 
+// [tiers.host] nvme_read_cache: spare host memory serves the NVMe reads from copies, every write
+// still goes to the drives. Bitwise the same as all on the device, and with room for everything
+// no NVMe read at all (every extent is written before it is first read), while the writes remain.
+TEST(Engine, NvmeReadCacheServesReadsAndWritesStillReachTheDrives) {
+  ScratchDir reference_dir;
+  const RunResult reference = train(base_config(reference_dir));
+  const auto all_nvme = [](const ScratchDir& dir, bool cache) {
+    Config config = base_config(dir);
+    config.zero.params = config.zero.grads = config.zero.optimizer = Tier::kNvme;
+    config.tiers.host.nvme_read_cache = cache;
+    return config;
+  };
+  const auto read_bytes = [](const Config& config) {
+    auto device = host_device(config);
+    comm::LocalComm comm;
+    Engine engine(config, *device, comm);
+    TinyMlp model(kEngineTestWidths, 16, /*data_seed=*/7);
+    model.add_units(engine);
+    engine.finalize();
+    std::uint64_t read = 0;
+    for (int step = 0; step < kSteps; ++step) {
+      model.train_step(engine);
+      read += engine.step().nvme.read_bytes;
+    }
+    return read;
+  };
+  ScratchDir uncached_dir, cached_dir, cached_run_dir;
+  const std::uint64_t uncached_reads = read_bytes(all_nvme(uncached_dir, false));
+  ASSERT_GT(uncached_reads, 0u);
+  EXPECT_EQ(read_bytes(all_nvme(cached_dir, true)), 0u) << "the 64 MiB budget holds every extent";
+  const RunResult cached = train(all_nvme(cached_run_dir, true));
+  expect_bitwise_equal(reference, cached, "nvme_read_cache");
+  EXPECT_GT(cached.nvme_bytes, 0u);  // the writes
+}
+
 // Prefetch depth, buffer count, sub-group size, persistence and thread count change nothing.
 TEST(Engine, KnobsDoNotChangeTheResult) {
   ScratchDir reference_dir;

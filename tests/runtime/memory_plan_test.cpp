@@ -131,6 +131,31 @@ TEST(MemoryPlan, HostFractionsSplitParamsAndGrads) {
             2 * unit * 2);
 }
 
+// [tiers.host] nvme_read_cache: the spare host budget is the cache's room (a host buffer row, at
+// most one slot of every extent); with room for all of it, no NVMe reads are left, the writes are.
+TEST(MemoryPlan, NvmeReadCacheTakesTheSpareHostBudgetAndTheReads) {
+  Config config = roomy_config();
+  config.zero.params = config.zero.grads = config.zero.optimizer = Tier::kNvme;
+  config.tiers.host.budget_bytes = std::uint64_t{64} << 30;
+  const PlanInputs inputs(8'000'000, 1, std::vector<std::uint64_t>(4, 2'000'000));
+  const MemoryPlan uncached = make_memory_plan(config, inputs);
+  config.tiers.host.nvme_read_cache = true;
+  const MemoryPlan cached = make_memory_plan(config, inputs);
+  const std::uint64_t one_slot = cached.tier(Tier::kNvme).state_bytes / 2;
+  EXPECT_EQ(cached.tier(Tier::kHost).buffer_bytes,
+            uncached.tier(Tier::kHost).buffer_bytes + one_slot);
+  EXPECT_THAT(render_plan_text(cached, config), HasSubstr("NVMe read cache"));
+  EXPECT_EQ(cached.nvme_read_bytes_per_step, 0u);
+  EXPECT_EQ(cached.nvme_write_bytes_per_step, uncached.nvme_write_bytes_per_step);
+  EXPECT_TRUE(cached.fits());
+  // A budget with room for half the slots: half the reads.
+  config.tiers.host.budget_bytes = uncached.tier(Tier::kHost).total_bytes() + one_slot / 2;
+  const MemoryPlan half = make_memory_plan(config, inputs);
+  EXPECT_NEAR(static_cast<double>(half.nvme_read_bytes_per_step),
+              0.5 * static_cast<double>(uncached.nvme_read_bytes_per_step), 1.0);
+  EXPECT_EQ(half.tier(Tier::kHost).total_bytes(), config.tiers.host.budget_bytes);
+}
+
 TEST(MemoryPlan, OverBudgetSaysWhichTierAndHowMuch) {
   Config config = roomy_config();
   config.zero.optimizer = Tier::kHost;

@@ -47,6 +47,7 @@ TEST(TunedToml, EveryChangedKeyRoundTrips) {
   c.zero.sub_group_size = 524288;
   c.zero.optimizer_host_fraction = 0.375;
   c.zero.params_host_fraction = 0.625;  // params on NVMe; grads on the host keep theirs at 0
+  c.tiers.host.nvme_read_cache = true;
   c.zero.prefetch_depth = 1;
   c.zero.buffer_count = 3;
   c.zero.persistence_threshold = 12;
