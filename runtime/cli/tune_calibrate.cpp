@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include "runtime/cli/step_runner.hpp"
 #include "runtime/comm/communicator.hpp"
@@ -31,6 +32,7 @@ Sample sample(runtime::Config config, std::uint64_t groups,
   config.zero.sub_group_size = kParams / groups;
   const runtime::tune::StepPrediction prediction =
       runtime::tune::predict_step(config, runtime::PlanInputs(kParams, 1, {kParams}), profile);
+  ::sync();  // what the measurements left dirty is not this sample's to flush
   tiers::DeviceOptions device_options;
   device_options.kind = tiers::DeviceKind::kHost;
   device_options.budget_bytes = config.tiers.device.budget_bytes;
