@@ -51,23 +51,27 @@ SubGroupCount count_sub_groups(std::uint64_t shard_numel, std::uint64_t sub_grou
   return count;
 }
 
-bool is_optimizer_kind(ShardKind kind) {
-  return kind == ShardKind::kMaster || kind == ShardKind::kExpAvg || kind == ShardKind::kExpAvgSq;
+// The units whose `kind` group stays in host memory: the longest prefix whose shards hold at most
+// `fraction` of every shard's elements (whole units, so each unit has one home per kind).
+HostShare plan_host_share(Tier home, double fraction, const std::vector<UnitLayout>& layouts) {
+  HostShare share;
+  for (const UnitLayout& layout : layouts) share.numel += layout.shard_numel;
+  if (home != Tier::kNvme || fraction <= 0) return share;
+  const auto allowed = static_cast<std::uint64_t>(fraction * static_cast<double>(share.numel));
+  for (const UnitLayout& layout : layouts) {
+    if (share.host_numel + layout.shard_numel > allowed) break;
+    share.host_numel += layout.shard_numel;
+    ++share.host_units;
+  }
+  return share;
 }
 
-// The units whose optimizer state stays in host memory: the longest prefix whose shards hold at
-// most `fraction` of every shard's elements (whole units, so each unit has one home per kind).
-void plan_optimizer_split(BufferPlan& plan, const Config& config,
-                          const std::vector<UnitLayout>& layouts) {
-  for (const UnitLayout& layout : layouts) plan.optimizer_numel += layout.shard_numel;
-  if (config.zero.optimizer != Tier::kNvme || config.zero.optimizer_host_fraction <= 0) return;
-  const auto allowed = static_cast<std::uint64_t>(
-      config.zero.optimizer_host_fraction * static_cast<double>(plan.optimizer_numel));
-  for (const UnitLayout& layout : layouts) {
-    if (plan.optimizer_host_numel + layout.shard_numel > allowed) break;
-    plan.optimizer_host_numel += layout.shard_numel;
-    ++plan.optimizer_host_units;
-  }
+void plan_host_shares(BufferPlan& plan, const Config& config,
+                      const std::vector<UnitLayout>& layouts) {
+  const ZeroConfig& zero = config.zero;
+  plan.params_share = plan_host_share(zero.params, zero.params_host_fraction, layouts);
+  plan.grads_share = plan_host_share(zero.grads, zero.grads_host_fraction, layouts);
+  plan.optimizer_share = plan_host_share(zero.optimizer, zero.optimizer_host_fraction, layouts);
 }
 
 void plan_state(BufferPlan& plan, const Config& config, const UnitLayout& layout,
@@ -197,7 +201,7 @@ BufferPlan make_buffer_plan(const Config& config, const BufferPlanInputs& inputs
       4 + (param_dtype == DType::kFp32 ? 0 : param_bytes);
   std::vector<UnitLayout> layouts;
   for (std::uint64_t numel : inputs.unit_numels) layouts.push_back(layout_of(numel, inputs.ranks));
-  plan_optimizer_split(plan, config, layouts);
+  plan_host_shares(plan, config, layouts);
   for (std::size_t u = 0; u < layouts.size(); ++u) {
     const UnitLayout& layout = layouts[u];
     plan.largest_padded_numel = std::max(plan.largest_padded_numel, layout.padded_numel);
@@ -212,11 +216,27 @@ BufferPlan make_buffer_plan(const Config& config, const BufferPlanInputs& inputs
   plan_nvme_staging(plan, config);
   plan_staged_path(plan, config, inputs);
   plan_undo_copies(plan, config, inputs, layouts);
+  if (config.tiers.host.nvme_read_cache && plan.any_nvme &&
+      config.tiers.host.budget_bytes > plan.host_need_bytes()) {
+    plan.nvme_read_cache_bytes = std::min(config.tiers.host.budget_bytes - plan.host_need_bytes(),
+                                          plan.nvme_state_bytes / 2);
+  }
   return plan;
 }
 
+const HostShare& BufferPlan::share_of(ShardKind k) const {
+  switch (k) {
+    case ShardKind::kParam:
+      return params_share;
+    case ShardKind::kGrad:
+      return grads_share;
+    default:
+      return optimizer_share;
+  }
+}
+
 Tier BufferPlan::tier_of(ShardKind k, std::size_t unit_index) const {
-  if (is_optimizer_kind(k) && unit_index < optimizer_host_units) return Tier::kHost;
+  if (unit_index < share_of(k).host_units) return Tier::kHost;
   return kind(k).tier;
 }
 

@@ -62,6 +62,18 @@ struct BufferPlanInputs {
   bool collectives_on_device = true;
 };
 
+// The part of one state kind group (parameters, gradients, or the optimizer's master and moments)
+// that a [zero] *_host_fraction keeps in host memory: whole units, a prefix in registration order,
+// so each unit has one home per kind.
+struct HostShare {
+  std::size_t host_units = 0;
+  std::uint64_t host_numel = 0;  // their shard elements
+  std::uint64_t numel = 0;       // every unit's shard elements
+  double fraction() const {
+    return numel == 0 ? 0.0 : static_cast<double>(host_numel) / static_cast<double>(numel);
+  }
+};
+
 struct BufferPlan {
   std::array<KindPlacement, kShardKindCount> kinds{};
   std::uint32_t ranks = 1;
@@ -104,18 +116,21 @@ struct BufferPlan {
 
   // NVMe: two slots (A/B) of every extent.
   std::uint64_t nvme_state_bytes = 0;
+  // [tiers.host] nvme_read_cache: the host budget the rest of the plan leaves, at most one slot of
+  // every extent (what the store may copy); 0 when off or nothing is on NVMe.
+  std::uint64_t nvme_read_cache_bytes = 0;
   bool any_nvme = false;
 
-  // [zero] optimizer_host_fraction: the first optimizer_host_units units keep their optimizer
-  // state (master and moments) in host memory although the optimizer is homed on NVMe.
-  std::size_t optimizer_host_units = 0;
-  std::uint64_t optimizer_host_numel = 0;  // their shard elements
-  std::uint64_t optimizer_numel = 0;       // every unit's shard elements
+  // [zero] params_host_fraction, grads_host_fraction, optimizer_host_fraction: the first
+  // host_units units keep that state kind group in host memory although it is homed on NVMe.
+  HostShare params_share, grads_share, optimizer_share;
 
   const KindPlacement& kind(ShardKind k) const { return kinds[static_cast<std::size_t>(k)]; }
   bool on(ShardKind k, Tier tier) const { return kind(k).kept && kind(k).tier == tier; }
-  // The tier of kind `k` in the unit at `unit_index`: its kind's tier, except the optimizer state
-  // of the units optimizer_host_fraction keeps in host memory.
+  // The share of kind `k`'s group (master and moments share the optimizer's).
+  const HostShare& share_of(ShardKind k) const;
+  // The tier of kind `k` in the unit at `unit_index`: its kind's tier, except in the units its
+  // group's host fraction keeps in host memory.
   Tier tier_of(ShardKind k, std::size_t unit_index) const;
   std::uint64_t device_scratch_bytes() const;
   // What finalize needs of the device budget: state, scratch and one gathered unit.

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
@@ -35,6 +36,7 @@ void read_tiers(TableReader& root, TiersConfig& tiers) {
   if (std::optional<TableReader> host = section->table("host")) {
     host->read_size("budget", tiers.host.budget_bytes, 1);
     host->read_bool("pinned", tiers.host.pinned);
+    host->read_bool("nvme_read_cache", tiers.host.nvme_read_cache);
     host->finish();
   }
   if (std::optional<TableReader> nvme = section->table("nvme")) {
@@ -80,6 +82,8 @@ void read_zero(TableReader& root, ZeroConfig& zero) {
   section->read_count("sub_group_size", zero.sub_group_size, 1024, kMaxElements);
   section->read_double("optimizer_host_fraction", zero.optimizer_host_fraction, 0.0, 1.0);
   section->read_bool("overlap_optimizer", zero.overlap_optimizer);
+  section->read_double("params_host_fraction", zero.params_host_fraction, 0.0, 1.0);
+  section->read_double("grads_host_fraction", zero.grads_host_fraction, 0.0, 1.0);
   section->read_uint32("prefetch_depth", zero.prefetch_depth, 0, 64);
   section->read_uint32("buffer_count", zero.buffer_count, 2, 64);
   section->read_count("persistence_threshold", zero.persistence_threshold, 0, kMaxElements);
@@ -272,12 +276,19 @@ void check_consistency(const Config& config, TableReader& root) {
                           "least one directory on a fast drive, e.g. paths = [\"/mnt/nvme0\"]",
                           kind));
   }
-  if (zero.optimizer_host_fraction > 0 && zero.optimizer != Tier::kNvme) {
-    fail_zero("optimizer_host_fraction",
-              fmt::format("optimizer_host_fraction = {} has no effect unless optimizer = \"nvme\" "
-                          "(it keeps that share of the NVMe-homed optimizer state in host memory); "
-                          "optimizer is \"{}\"",
-                          zero.optimizer_host_fraction, to_string(zero.optimizer)));
+  // A host fraction splits a kind homed on NVMe; on any other home it would silently do nothing.
+  for (const auto& [key, kind, what, fraction, home] :
+       {std::tuple{"optimizer_host_fraction", "optimizer", "optimizer state",
+                   zero.optimizer_host_fraction, zero.optimizer},
+        std::tuple{"params_host_fraction", "params", "parameters", zero.params_host_fraction,
+                   zero.params},
+        std::tuple{"grads_host_fraction", "grads", "gradients", zero.grads_host_fraction,
+                   zero.grads}}) {
+    if (fraction > 0 && home != Tier::kNvme) {
+      fail_zero(key, fmt::format("{} = {} has no effect unless {} = \"nvme\" (it keeps that share "
+                                 "of the NVMe-homed {} in host memory); {} is \"{}\"",
+                                 key, fraction, kind, what, kind, to_string(home)));
+    }
   }
   if (zero.params == Tier::kNvme && zero.stage < 3) {
     fail_zero("params", fmt::format("params = \"nvme\" needs stage = 3 (parameter partitioning); "

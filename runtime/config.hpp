@@ -57,6 +57,9 @@ struct DeviceTierConfig {
 struct HostTierConfig {
   std::uint64_t budget_bytes = 16ull << 30;
   bool pinned = true;
+  // Host memory the plan leaves spare caches copies of NVMe-homed extents: reads are served from
+  // them, writes still go to the drives (tiers::NvmeStoreOptions::read_cache_bytes).
+  bool nvme_read_cache = false;
 
   bool operator==(const HostTierConfig&) const = default;
 };
@@ -96,6 +99,9 @@ struct ZeroConfig {
   // the backward, and is confirmed or redone at step() (runtime/speculation.hpp). false: the
   // whole update runs in step(), after the last gradient. Bitwise the same either way.
   bool overlap_optimizer = true;
+  // params = kNvme / grads = kNvme only: the same for the 16-bit parameters and the gradients.
+  double params_host_fraction = 0.0;
+  double grads_host_fraction = 0.0;
   std::uint32_t prefetch_depth = 2;            // units gathered ahead of use
   std::uint32_t buffer_count = 4;              // host staging buffers for NVMe sub-groups
   std::uint64_t persistence_threshold = 100'000;  // units smaller than this stay gathered

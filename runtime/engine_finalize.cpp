@@ -94,7 +94,7 @@ std::vector<tiers::ExtentSpec> EngineState::plan_homes() {
       const KindPlacement& placement = plan_.kind(kind);
       if (!placement.kept) continue;
       ShardHome home;
-      home.tier = plan_.tier_of(kind, u);  // [zero] optimizer_host_fraction splits the optimizer
+      home.tier = plan_.tier_of(kind, u);  // [zero] *_host_fraction split a kind by units
       home.dtype = placement.dtype;
       home.quantized = placement.quantized;
       home.numel = unit.layout.shard_numel;
@@ -213,6 +213,7 @@ bool EngineState::open_store(std::vector<tiers::ExtentSpec> extents) {
   store_options.rank = rank_;
   store_options.ranks = ranks_;
   store_options.durable = nvme.fsync;
+  if (config_.tiers.host.nvme_read_cache) store_options.read_cache_bytes = plan_.nvme_read_cache_bytes;
   store_options.mode = resume ? tiers::StoreOpenMode::kResume : tiers::StoreOpenMode::kCreate;
   record_or_check_store_model(*this, resume);  // runtime/checkpoint.hpp
   store_ = std::make_unique<tiers::NvmeStore>(*io_engine_, store_options, std::move(extents));

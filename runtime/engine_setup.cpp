@@ -18,6 +18,7 @@ Config with_debug_knobs(Config config) {
     config.zero.stage = 3;
     config.zero.params = config.zero.grads = config.zero.optimizer = Tier::kNvme;
     config.zero.optimizer_host_fraction = 0;
+    config.zero.params_host_fraction = config.zero.grads_host_fraction = 0;
     if (config.tiers.nvme.paths.empty()) config.tiers.nvme.paths = {test_tmpdir_knob().string()};
   }
   return config;
@@ -152,7 +153,9 @@ std::uint64_t EngineState::device_high_water_bytes() const {
 }
 
 std::uint64_t EngineState::host_high_water_bytes() const {
-  return host_pool_ ? host_pool_->high_water_bytes() : 0;
+  // The NVMe read cache's copies are the store's, outside the pool, within the plan's spare room.
+  return (host_pool_ ? host_pool_->high_water_bytes() : 0) +
+         (store_ ? store_->read_cache_bytes_used() : 0);
 }
 
 std::string_view EngineState::host_allocator_name() const {

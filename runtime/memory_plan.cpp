@@ -107,6 +107,11 @@ void add_buffer_rows(MemoryPlan& plan, const Config& config, const BufferPlan& b
                      units, buffers.undo_unit_bytes.size()),
          Tier::kHost, buffers.undo_bytes});
   }
+  if (buffers.nvme_read_cache_bytes > 0) {
+    plan.buffers.push_back({"NVMe read cache: copies of NVMe-homed extents in the spare host "
+                            "budget, reads served from them (at most)",
+                            Tier::kHost, buffers.nvme_read_cache_bytes});
+  }
   if (buffers.staged_path_bytes() > 0) {
     plan.buffers.push_back(
         {"pinned staging of the CUDA data path (device-homed sub-groups, a gradient shard, a "
@@ -120,23 +125,25 @@ void add_buffer_rows(MemoryPlan& plan, const Config& config, const BufferPlan& b
 std::uint64_t param_bytes_read_from_nvme(const StateRow& params, const BufferPlan& buffers) {
   const std::uint64_t bytes =
       params.elements_per_rank * dtype_bytes(buffers.kind(ShardKind::kParam).dtype);
-  if (buffers.optimizer_host_numel == 0 || buffers.optimizer_numel == 0) return bytes;
-  const double share = static_cast<double>(buffers.optimizer_host_numel) /
-                       static_cast<double>(buffers.optimizer_numel);
-  return static_cast<std::uint64_t>((1 - share) * static_cast<double>(bytes));
+  return static_cast<std::uint64_t>((1 - buffers.optimizer_share.fraction()) *
+                                    static_cast<double>(bytes));
 }
 
-// [zero] optimizer_host_fraction: the buffer plan keeps whole units' optimizer state on the host;
-// the optimizer row moves that share from the NVMe tier (two slots) to the host tier.
-void keep_optimizer_share_on_host(MemoryPlan& plan, const BufferPlan& buffers) {
-  if (buffers.optimizer_host_numel == 0 || buffers.optimizer_numel == 0) return;
-  StateRow& row = plan.states.back();
-  const double share = static_cast<double>(buffers.optimizer_host_numel) /
-                       static_cast<double>(buffers.optimizer_numel);
-  row.host_bytes_per_rank = static_cast<std::uint64_t>(share * static_cast<double>(row.bytes_per_rank));
-  row.layout += fmt::format(" ({:.0f}% on host)", 100 * share);
-  tier_row(plan, Tier::kHost).state_bytes += row.host_bytes_per_rank;
-  tier_row(plan, Tier::kNvme).state_bytes -= 2 * row.host_bytes_per_rank;
+// [zero] params_host_fraction, grads_host_fraction, optimizer_host_fraction: the buffer plan keeps
+// whole units of each NVMe-homed kind on the host; each row moves that share from the NVMe tier
+// (two slots) to the host tier.
+void keep_shares_on_host(MemoryPlan& plan, const BufferPlan& buffers) {
+  for (StateRow& row : plan.states) {
+    const HostShare& share = row.kind == StateKind::kParams ? buffers.params_share
+                             : row.kind == StateKind::kGrads ? buffers.grads_share
+                                                             : buffers.optimizer_share;
+    if (share.host_numel == 0) continue;
+    row.host_bytes_per_rank =
+        static_cast<std::uint64_t>(share.fraction() * static_cast<double>(row.bytes_per_rank));
+    row.layout += fmt::format(" ({:.0f}% on host)", 100 * share.fraction());
+    tier_row(plan, Tier::kHost).state_bytes += row.host_bytes_per_rank;
+    tier_row(plan, Tier::kNvme).state_bytes -= 2 * row.host_bytes_per_rank;
+  }
 }
 
 MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
@@ -207,7 +214,7 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
             zero.grads);
   add_state(StateKind::kOptimizer, optimizer_layout, optimizer_bytes, plan.stage >= 1,
             zero.optimizer);
-  keep_optimizer_share_on_host(plan, buffers);
+  keep_shares_on_host(plan, buffers);
 
   // Units known: the exact state of the buffer plan replaces the ZeRO arithmetic's.
   if (!inputs.unit_numels.empty()) use_exact_state(plan, buffers);
@@ -224,22 +231,32 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
   for (const StateRow& state : plan.states) {
     if (state.home != Tier::kNvme) continue;
     NvmeTraffic& traffic = plan.nvme_traffic[static_cast<std::size_t>(state.kind)];
+    // What a host fraction keeps in memory moves no NVMe bytes.
+    const std::uint64_t streamed = state.bytes_per_rank - state.host_bytes_per_rank;
     switch (state.kind) {
-      case StateKind::kOptimizer:  // read, update, write back (what stays on the host does not)
-        traffic.read_bytes = state.bytes_per_rank - state.host_bytes_per_rank;
-        traffic.write_bytes = state.bytes_per_rank - state.host_bytes_per_rank;
+      case StateKind::kOptimizer:  // read, update, write back
+        traffic.read_bytes = streamed;
+        traffic.write_bytes = streamed;
         break;
       case StateKind::kGrads:  // written in backward, read by the optimizer
-        traffic.write_bytes = state.bytes_per_rank;
-        traffic.read_bytes = state.bytes_per_rank;
+        traffic.write_bytes = streamed;
+        traffic.read_bytes = streamed;
         break;
       case StateKind::kParams:  // read for the forward and the backward gather, written by the step
         // In the master's bytes: read from there (the share optimizer_host_fraction keeps on the
-        // host aside), written by no one but the optimizer (counted in its row).
-        traffic.read_bytes = params_in_master ? 2 * param_bytes_read_from_nvme(state, buffers)
-                                              : 2 * state.bytes_per_rank;
-        traffic.write_bytes = state.bytes_per_rank;
+        // host aside), written by no one but the optimizer (counted in its row; streamed is 0).
+        traffic.read_bytes =
+            params_in_master ? 2 * param_bytes_read_from_nvme(state, buffers) : 2 * streamed;
+        traffic.write_bytes = streamed;
         break;
+    }
+    // [tiers.host] nvme_read_cache: the share of the extents the cache has room for is read from
+    // memory (the first written; counted as an even share of every kind).
+    if (buffers.nvme_read_cache_bytes > 0 && buffers.nvme_state_bytes > 0) {
+      const double covered = std::min(1.0, 2.0 * static_cast<double>(buffers.nvme_read_cache_bytes) /
+                                               static_cast<double>(buffers.nvme_state_bytes));
+      traffic.read_bytes = static_cast<std::uint64_t>(
+          std::llround((1.0 - covered) * static_cast<double>(traffic.read_bytes)));
     }
     plan.nvme_read_bytes_per_step += traffic.read_bytes;
     plan.nvme_write_bytes_per_step += traffic.write_bytes;
@@ -473,7 +490,8 @@ nlohmann::json plan_to_json(const MemoryPlan& plan, const Config& config) {
                              {"sharded", state.sharded},
                              {"home", to_string(state.home)},
                              {"elements_per_rank", state.elements_per_rank},
-                             {"bytes_per_rank", state.bytes_per_rank}});
+                             {"bytes_per_rank", state.bytes_per_rank},
+                             {"host_bytes_per_rank", state.host_bytes_per_rank}});
   }
   out["buffers"] = nlohmann::json::array();
   for (const BufferRow& buffer : plan.buffers) {

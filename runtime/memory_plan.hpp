@@ -43,7 +43,7 @@ struct StateRow {
   Tier home;
   std::uint64_t elements_per_rank;
   std::uint64_t bytes_per_rank;
-  // Of bytes_per_rank, kept in host memory by [zero] optimizer_host_fraction (optimizer homed on
+  // Of bytes_per_rank, kept in host memory by the kind's [zero] *_host_fraction (kind homed on
   // NVMe only): whole units, as the Engine splits them.
   std::uint64_t host_bytes_per_rank = 0;
 };

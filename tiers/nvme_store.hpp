@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "io/engine.hpp"
+#include "io/aligned_buffer.hpp"
 #include "io/file_handle.hpp"
 #include "io/striped_file.hpp"
 #include "io/ticket.hpp"
@@ -70,6 +71,11 @@ struct NvmeStoreOptions {
   bool durable = true;                  // fsync data before the manifest, and the manifest
   std::uint64_t stripe_unit_bytes = 0;  // 0: the engine's block size
   StoreOpenMode mode = StoreOpenMode::kCreateOrResume;
+  // Host memory for copies of extents' newest bytes ([tiers.host] nvme_read_cache): an extent
+  // gets one when it is first written and the bytes are left (first written, first cached; whole
+  // slots), and its reads are then served from the copy. Writes still go to the drives, so the
+  // committed state on NVMe is what it would be without the cache. 0: no cache.
+  std::uint64_t read_cache_bytes = 0;
 };
 
 // A slot's bytes do not match their committed checksum, or a manifest is unusable.
@@ -152,7 +158,9 @@ class NvmeStore {
   void commit(std::uint64_t step);
 
   std::uint64_t bytes_written() const { return bytes_written_; }
-  std::uint64_t bytes_read() const { return bytes_read_; }
+  std::uint64_t bytes_read() const { return bytes_read_; }  // from the drives only
+  std::uint64_t bytes_read_from_cache() const { return bytes_read_from_cache_; }
+  std::uint64_t read_cache_bytes_used() const { return cache_used_bytes_; }
   const std::vector<std::filesystem::path>& swap_files() const { return swap_paths_; }
   std::filesystem::path manifest_path(int copy) const;
 
@@ -172,7 +180,11 @@ class NvmeStore {
     // The pending write's checksum, set by the checksum thread before pending_write completes.
     std::shared_ptr<std::uint64_t> pending_checksum;
     io::Ticket pending_write;
+    // NvmeStoreOptions::read_cache_bytes: the newest bytes (pending, else committed) in host
+    // memory once the extent was written with room left; empty otherwise.
+    io::AlignedBuffer cached;
   };
+  void keep_in_cache(Extent& extent, std::span<const std::byte> data);
 
   void create_files(std::uint64_t logical_bytes);
   void sync_directories();
@@ -207,6 +219,8 @@ class NvmeStore {
   bool resumed_ = false;
   std::uint64_t bytes_written_ = 0;
   std::uint64_t bytes_read_ = 0;
+  std::uint64_t bytes_read_from_cache_ = 0;
+  std::uint64_t cache_used_bytes_ = 0;
   // XXH3 of writes and verification of reads, off the owner thread. Last: destroyed first, after
   // the destructor has waited for the writes.
   std::unique_ptr<ChecksumWorker> checksums_;

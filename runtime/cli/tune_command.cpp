@@ -16,6 +16,7 @@
 #include "io/io_error.hpp"
 #include "runtime/byte_size.hpp"
 #include "runtime/cli/commands.hpp"
+#include "runtime/cli/tune_calibrate.hpp"
 #include "runtime/cli/tune_validate.hpp"
 #include "runtime/tune/choose.hpp"
 #include "runtime/tune/measure.hpp"
@@ -62,20 +63,25 @@ std::optional<double> parse_seconds(const std::string& text) {
 
 void print_profile(const MachineProfile& profile) {
   if (!profile.io.empty()) {
-    std::cout << fmt::format("  {:>9} {:>6} {:>6} {:>11} {:>11} {:>11}\n", "block", "depth",
-                             "rings", "read MB/s", "write MB/s", "mixed MB/s");
+    std::cout << fmt::format("  {:>9} {:>6} {:>6} {:>11} {:>11} {:>11} {:>11} {:>5}\n", "block",
+                             "depth", "rings", "read MB/s", "write MB/s", "mixed MB/s",
+                             "flush MB/s", "runs");
     for (const runtime::tune::IoPoint& p : profile.io) {
-      std::cout << fmt::format("  {:>9} {:>6} {:>6} {:>11.0f} {:>11.0f} {:>11.0f}\n",
-                               runtime::format_binary_bytes(p.block_bytes), p.queue_depth, p.rings,
-                               p.read_mb_per_s, p.write_mb_per_s, p.mixed_mb_per_s);
+      std::cout << fmt::format(
+          "  {:>9} {:>6} {:>6} {:>11.0f} {:>11.0f} {:>11.0f} {:>11.0f} {:>5}\n",
+          runtime::format_binary_bytes(p.block_bytes), p.queue_depth, p.rings, p.read_mb_per_s,
+          p.write_mb_per_s, p.mixed_mb_per_s, p.flush_mb_per_s, p.runs);
     }
+    std::cout << fmt::format("  flush (median of the points): {:.0f} MB/s\n",
+                             runtime::tune::flush_mb_per_s(profile));
   }
   for (const runtime::tune::PathPoint& p : profile.paths) {
     std::cout << fmt::format("  path {}: read {:.0f} MB/s, write {:.0f} MB/s (1 MiB x 16 x 1)\n",
                              p.path, p.read_mb_per_s, p.write_mb_per_s);
   }
-  std::cout << fmt::format("  host memory: {:.1f} GB/s (parallel memcpy)\n",
-                           profile.host_memory_gb_per_s);
+  std::cout << fmt::format("  host memory: {:.1f} GB/s (parallel memcpy), checksum: {:.1f} GB/s "
+                           "(XXH3, one thread)\n",
+                           profile.host_memory_gb_per_s, profile.checksum_gb_per_s);
   std::cout << "  Adam:";
   for (const runtime::tune::AdamPoint& p : profile.adam) {
     std::cout << fmt::format("  {} thread{} {:.3g} params/s", p.threads, p.threads == 1 ? "" : "s",
@@ -93,10 +99,12 @@ void print_profile(const MachineProfile& profile) {
 std::string describe_prediction(const runtime::tune::StepPrediction& p) {
   return fmt::format(
       "{:.3f} s (forward+backward {:.3f} s: NVMe {:.3f} s, copies {:.3f} s, compute {}; "
-      "optimizer {:.3f} s: NVMe {:.3f} s, Adam {:.3f} s, {} sub-groups)",
+      "optimizer {:.3f} s: NVMe {:.3f} s, checksums {:.3f} s, Adam {:.3f} s, {} sub-groups "
+      "{:.3f} s, commit {:.3f} s)",
       p.step_s, p.forward_backward_s, p.nvme_forward_backward_s, p.transfer_s,
       p.compute_s > 0 ? fmt::format("{:.3f} s", p.compute_s) : std::string("not modelled"),
-      p.optimizer_s, p.nvme_optimizer_s, p.adam_s, p.sub_groups);
+      p.optimizer_s, p.nvme_optimizer_s, p.checksum_s, p.adam_s, p.sub_groups, p.overhead_s,
+      p.commit_s);
 }
 
 void print_choice(const runtime::tune::TuneChoice& choice) {
@@ -109,9 +117,11 @@ void print_choice(const runtime::tune::TuneChoice& choice) {
   std::cout << fmt::format("  [optimizer]  threads = {}\n", c.optimizer.threads);
   std::cout << fmt::format(
       "  [zero]       params = \"{}\", grads = \"{}\", optimizer = \"{}\", "
-      "optimizer_host_fraction = {}, sub_group_size = {}, buffer_count = {}, prefetch_depth = {}\n",
+      "params_host_fraction = {}, grads_host_fraction = {}, optimizer_host_fraction = {}, "
+      "sub_group_size = {}, buffer_count = {}, prefetch_depth = {}\n",
       runtime::to_string(c.zero.params), runtime::to_string(c.zero.grads),
-      runtime::to_string(c.zero.optimizer), c.zero.optimizer_host_fraction, c.zero.sub_group_size,
+      runtime::to_string(c.zero.optimizer), c.zero.params_host_fraction,
+      c.zero.grads_host_fraction, c.zero.optimizer_host_fraction, c.zero.sub_group_size,
       c.zero.buffer_count, c.zero.prefetch_depth);
   std::cout << "predicted step: " << describe_prediction(choice.prediction) << "\n";
 }
@@ -164,14 +174,25 @@ int run_tune(const TuneOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   MachineProfile profile = runtime::tune::measure_machine(measure);
   profile.compute_flops = options.compute_tflops * 1e12;
+  calibrate_sub_group_overhead(config, profile, std::cout);
+
+  std::optional<runtime::tune::TuneChoice> choice =
+      runtime::tune::choose_config(config, inputs, profile);
+  // The chosen I/O point measured again (confirm_io_point: the grid's best overstates itself),
+  // and the choice made again on the mean; a new point chosen then is confirmed in turn.
+  for (int round = 0; round < 3 && choice && !profile.io.empty(); ++round) {
+    const runtime::tune::IoPoint& point =
+        runtime::tune::nearest_io_point(profile, choice->config.tiers.nvme);
+    if (point.runs > 1) break;
+    runtime::tune::confirm_io_point(measure, profile,
+                                    static_cast<std::size_t>(&point - profile.io.data()));
+    choice = runtime::tune::choose_config(config, inputs, profile);
+  }
   std::cout << fmt::format(
       "measured in {:.1f} s:\n",
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   print_profile(profile);
-
   const runtime::tune::StepPrediction given = runtime::tune::predict_step(config, inputs, profile);
-  const std::optional<runtime::tune::TuneChoice> choice =
-      runtime::tune::choose_config(config, inputs, profile);
   if (!choice) {
     std::cerr << "strata tune: no placement fits the budgets; `strata plan " << config.source
               << "` says what would\n";
@@ -193,7 +214,8 @@ int run_tune(const TuneOptions& options) {
     const std::optional<std::uint64_t> params = parse_whole_count(options.validate_params, 1e12);
     if (!params) bad_input(fmt::format("--validate-params: \"{}\" is not a whole count",
                                        options.validate_params));
-    validate_choice(config, choice->config, profile, *params);
+    validate_choice(config, choice->config, profile, *params,
+                    choice->prediction.plan.unit_elements);
   }
   return 0;
 }

@@ -11,7 +11,9 @@
 
 namespace strata::cli {
 
+// `params` synthetic parameters in units of `model_unit_params` (the model's largest unit).
 void validate_choice(const runtime::Config& given, const runtime::Config& tuned,
-                     const runtime::tune::MachineProfile& profile, std::uint64_t params);
+                     const runtime::tune::MachineProfile& profile, std::uint64_t params,
+                     std::uint64_t model_unit_params);
 
 }  // namespace strata::cli

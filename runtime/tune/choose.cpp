@@ -36,10 +36,10 @@ std::vector<std::uint64_t> sub_group_candidates(const Config& config) {
   return out;
 }
 
-// [zero] optimizer_host_fraction when the optimizer streams from NVMe: as much on the host as
-// the budget allows is tried first (a tie keeps more in memory, less NVMe wear).
-std::vector<double> host_fraction_candidates(const Config& config) {
-  if (config.zero.optimizer != Tier::kNvme) return {0.0};
+// A [zero] *_host_fraction for a kind homed on `home`: with the kind on NVMe, as much on the host
+// as the budget allows is tried first (a tie keeps more in memory, less NVMe wear).
+std::vector<double> host_fraction_candidates(Tier home) {
+  if (home != Tier::kNvme) return {0.0};
   return {0.75, 0.5, 0.25, 0.0};
 }
 
@@ -71,8 +71,10 @@ void add_reasons(TuneChoice& choice, const MachineProfile& profile) {
                                "queues",
                                p.sub_groups, 100 * p.io_fill)
                  : std::string("as given: nothing streams from NVMe"));
-  reason("zero.optimizer_host_fraction",
-         "the largest share of the optimizer state the host budget keeps in memory, if faster");
+  const std::string host_share = "the largest share the host budget keeps in memory, if faster";
+  reason("zero.optimizer_host_fraction", host_share);
+  reason("zero.params_host_fraction", host_share);
+  reason("zero.grads_host_fraction", host_share);
   reason("zero.buffer_count", "predicted no slower than fewer buffers, and fits the host budget");
   reason("zero.prefetch_depth", "predicted no slower than less prefetch, and fits the device budget");
 }
@@ -91,6 +93,22 @@ void search_pipeline(Config c, const PlanInputs& inputs, const MachineProfile& p
       ++fitting;
       if (best && !(prediction.step_s < best->prediction.step_s)) continue;
       best = TuneChoice{c, std::move(prediction), 0, 0, {}};
+    }
+  }
+}
+
+// optimizer x params x grads host fractions for one placement and sub-group size.
+void search_host_fractions(Config c, const PlanInputs& inputs, const MachineProfile& profile,
+                           std::optional<TuneChoice>& best, std::uint64_t& candidates,
+                           std::uint64_t& fitting) {
+  for (double optimizer : host_fraction_candidates(c.zero.optimizer)) {
+    for (double params : host_fraction_candidates(c.zero.params)) {
+      for (double grads : host_fraction_candidates(c.zero.grads)) {
+        c.zero.optimizer_host_fraction = optimizer;
+        c.zero.params_host_fraction = params;
+        c.zero.grads_host_fraction = grads;
+        search_pipeline(c, inputs, profile, best, candidates, fitting);
+      }
     }
   }
 }
@@ -141,11 +159,8 @@ std::optional<TuneChoice> choose_config(const Config& base, const PlanInputs& in
         c.zero.grads = grads;
         c.zero.optimizer = optimizer;
         for (std::uint64_t group : sub_group_candidates(c)) {
-          for (double host_fraction : host_fraction_candidates(c)) {
-            c.zero.sub_group_size = group;
-            c.zero.optimizer_host_fraction = host_fraction;
-            search_pipeline(c, inputs, profile, best, candidates, fitting);
-          }
+          c.zero.sub_group_size = group;
+          search_host_fractions(c, inputs, profile, best, candidates, fitting);
         }
       }
     }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "base/assert.hpp"
 #include "runtime/partition.hpp"
@@ -18,6 +19,11 @@ double seconds_for(std::uint64_t bytes, double mb_per_s) {
   if (bytes == 0) return 0;
   return mb_per_s > 0 ? static_cast<double>(bytes) / (mb_per_s * 1e6)
                       : std::numeric_limits<double>::infinity();
+}
+
+// The store's checksum thread over `bytes` (0 when the profile has no XXH3 rate).
+double checksum_seconds(std::uint64_t bytes, const MachineProfile& profile) {
+  return profile.checksum_gb_per_s > 0 ? seconds_for(bytes, profile.checksum_gb_per_s * 1e3) : 0;
 }
 
 // Host <-> device copies exist only on a real device (the staged data path, docs/design.md): the
@@ -88,7 +94,9 @@ void predict_forward_backward(const Config& config, const MachineProfile& profil
   const NvmeTraffic& grads = plan.traffic(StateKind::kGrads);
   if (io != nullptr) {
     out.nvme_forward_backward_s =
-        seconds_for(params.read_bytes, io->read_mb_per_s) + seconds_for(grads.write_bytes, io->write_mb_per_s);
+        std::max(seconds_for(params.read_bytes, io->read_mb_per_s) +
+                     seconds_for(grads.write_bytes, io->write_mb_per_s),
+                 checksum_seconds(params.read_bytes + grads.write_bytes, profile));
   }
   if (copies_cross_a_bus(config, profile)) {
     const StateRow& param_row = row(plan, StateKind::kParams);
@@ -121,8 +129,13 @@ void predict_optimizer(const Config& config, const MachineProfile& profile, cons
     bytes += plan.traffic(StateKind::kGrads).read_bytes;
     bytes += row(plan, StateKind::kParams).home == Tier::kNvme ? row(plan, StateKind::kParams).bytes_per_rank : 0;
     out.nvme_optimizer_s = seconds_for(bytes, io->mixed_mb_per_s * out.io_fill);
+    out.checksum_s = checksum_seconds(bytes, profile);
+    const double flush = flush_mb_per_s(profile);
+    if (config.tiers.nvme.fsync && flush > 0) {
+      out.commit_s = seconds_for(plan.nvme_write_bytes_per_step, flush);
+    }
   }
-  double io_s = out.nvme_optimizer_s;
+  double io_s = std::max(out.nvme_optimizer_s, out.checksum_s);
   if (copies_cross_a_bus(config, profile)) {
     // The CPU optimizer reads device-homed gradients and state through pinned staging and sends
     // device-homed results back: another lane, overlapped like the NVMe one.
@@ -143,6 +156,11 @@ void predict_optimizer(const Config& config, const MachineProfile& profile, cons
     out.optimizer_s = std::max(io_s, out.adam_s) +
                       std::min(io_s, out.adam_s) / static_cast<double>(out.sub_groups);
   }
+  // Each streamed sub-group's hand-offs sit on the critical path, whichever lane is the longer.
+  if (io != nullptr) {
+    out.overhead_s = static_cast<double>(out.sub_groups) * profile.sub_group_overhead_s;
+  }
+  out.optimizer_s += out.overhead_s + out.commit_s;  // the commit: after the last write
 }
 
 }  // namespace
@@ -161,6 +179,17 @@ const IoPoint& nearest_io_point(const MachineProfile& profile, const NvmeTierCon
     }
   }
   return *best;
+}
+
+double flush_mb_per_s(const MachineProfile& profile) {
+  std::vector<double> rates;
+  for (const IoPoint& point : profile.io) {
+    if (point.flush_mb_per_s > 0) rates.push_back(point.flush_mb_per_s);
+  }
+  if (rates.empty()) return 0;
+  std::sort(rates.begin(), rates.end());
+  const std::size_t n = rates.size();
+  return n % 2 == 1 ? rates[n / 2] : (rates[n / 2 - 1] + rates[n / 2]) / 2;
 }
 
 double adam_params_per_s(const MachineProfile& profile, std::uint32_t threads) {

@@ -5,12 +5,18 @@
 //   forward + backward = max(compute, NVMe parameter reads and gradient writes + host<->device
 //                            copies)             (prefetch_depth 0: their sum, nothing overlaps)
 //   optimizer          = max(t_io, t_adam) + min(t_io, t_adam) / sub-groups
+//                        + sub-groups x t_sub_group + t_commit
 //                                                 (buffer_count 2: t_io + t_adam, no read ahead)
 //   step               = forward + backward + optimizer
 //
 // t_io moves the optimizer phase's NVMe bytes at the mixed (read + write) bandwidth, slowed when
 // the sub-groups in flight (buffer_count - 1 of them) hold fewer bytes than the engine's queues
-// (block x depth x rings): then the rate measured at the depth those bytes amount to applies.
+// (block x depth x rings): then the rate measured at the depth those bytes amount to applies. The
+// store's checksum thread hashes every byte read and written alongside: a lane of its own, so an
+// NVMe phase takes at least its bytes over the measured XXH3 rate. t_commit is the fsync that
+// makes the step durable ([tiers.nvme] fsync): every byte the step wrote over the measured flush
+// rate (flush_mb_per_s). t_sub_group is what each streamed sub-group costs beyond its bytes
+// (thread hand-offs), calibrated on the Engine by `strata tune` (MachineProfile).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +34,9 @@ struct StepPrediction {
   double compute_s = 0;                // 6 Ψ tokens / compute_flops; 0 when not modelled
   double forward_backward_s = 0;
   double nvme_optimizer_s = 0;  // the optimizer phase's reads and writes
+  double checksum_s = 0;        // the checksum thread's hashing of those bytes
+  double commit_s = 0;          // the fsync of the step's writes before the manifest names them
+  double overhead_s = 0;        // sub-groups x the profile's calibrated sub_group_overhead_s
   double adam_s = 0;
   double optimizer_s = 0;
   std::uint64_t sub_groups = 0;  // per step, over every unit
@@ -38,6 +47,10 @@ struct StepPrediction {
 // The measured point nearest the config's (block_size, queue_depth, rings), by log2 distance.
 // The profile must hold at least one point.
 const IoPoint& nearest_io_point(const MachineProfile& profile, const NvmeTierConfig& nvme);
+
+// The drives' flush rate: the median over the measured points (the fsync's cost is the drive's,
+// not the queue depth's, so every point is a sample of it); 0 when none was measured.
+double flush_mb_per_s(const MachineProfile& profile);
 
 // Adam rate at `threads` (0: every hardware thread, the best measured); the nearest thread count
 // measured otherwise.

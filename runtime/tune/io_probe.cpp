@@ -97,8 +97,14 @@ IoPointResult measure_io_point(const IoPointSpec& spec) {
     }
     result.read_mb_per_s =
         run_io_pattern(striped, pool, true, IoPattern::kRead, size, spec.block_bytes).mb_per_s();
-    result.mixed_mb_per_s =
-        run_io_pattern(striped, pool, true, IoPattern::kMixed, size, spec.block_bytes).mb_per_s();
+    const IoRunResult mixed =
+        run_io_pattern(striped, pool, true, IoPattern::kMixed, size, spec.block_bytes);
+    result.mixed_mb_per_s = mixed.mb_per_s();
+    const auto flush_start = std::chrono::steady_clock::now();
+    striped.sync().get();
+    const double flush_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - flush_start).count();
+    result.flush_mb_per_s = static_cast<double>(mixed.bytes / 2) / std::max(flush_s, 1e-6) / 1e6;
   }
   engine.reset();
   for (const std::filesystem::path& path : paths) std::filesystem::remove(path);

@@ -48,6 +48,10 @@ struct IoPointResult {
   double read_mb_per_s = 0;
   double write_mb_per_s = 0;
   double mixed_mb_per_s = 0;
+  // The bytes the mixed run wrote over the seconds the fsync after it took: what a durable commit
+  // ([tiers.nvme] fsync = true) costs per byte a step writes (a drive or a virtual disk with a
+  // write cache takes the writes fast and pays at the flush).
+  double flush_mb_per_s = 0;
   std::string engine_name;
 };
 

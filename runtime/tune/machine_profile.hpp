@@ -17,6 +17,10 @@ struct IoPoint {
   double read_mb_per_s = 0;
   double write_mb_per_s = 0;
   double mixed_mb_per_s = 0;  // reads and writes in flight together, half each
+  // Bytes written over the seconds of the fsync that makes them durable (io_probe.hpp); 0: not
+  // measured, the commit is left out.
+  double flush_mb_per_s = 0;
+  std::uint32_t runs = 1;  // measurements averaged into these rates (confirm_io_point adds one)
   std::uint64_t in_flight_bytes() const { return block_bytes * queue_depth * rings; }
 };
 
@@ -38,10 +42,16 @@ struct MachineProfile {
   std::vector<PathPoint> paths;
   double host_memory_gb_per_s = 0;  // parallel memcpy, 1e9 bytes per second each way
   std::vector<AdamPoint> adam;      // at least one point
+  // XXH3 on one thread, 1e9 bytes per second: the NVMe store's checksum thread hashes every byte
+  // it reads and writes (tiers/checksum_worker.hpp). 0: not measured, left out.
+  double checksum_gb_per_s = 0;
   // Pinned host <-> GPU copies; nullopt without a CUDA device (gpu_note says why).
   std::optional<double> h2d_gb_per_s;
   std::optional<double> d2h_gb_per_s;
   std::string gpu_note;
+  // What each optimizer sub-group streamed from NVMe costs beyond its bytes (hand-offs between
+  // threads), calibrated on the Engine (runtime/cli/tune_calibrate.hpp); 0: left out.
+  double sub_group_overhead_s = 0;
   // Forward + backward arithmetic rate (FLOP/s) for the compute estimate; 0 leaves compute out.
   double compute_flops = 0;
 };

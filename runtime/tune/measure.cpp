@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include <fmt/format.h>
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
+#include <xxhash.h>
 
 #include "base/float16.hpp"
 #include "base/units.hpp"
@@ -113,7 +115,7 @@ void measure_io(const MeasureOptions& options, MachineProfile& profile) {
   if (grid.empty()) {
     profile.io.push_back({middle.block_bytes, middle.queue_depth, middle.rings,
                           calibration.read_mb_per_s, calibration.write_mb_per_s,
-                          calibration.mixed_mb_per_s});
+                          calibration.mixed_mb_per_s, calibration.flush_mb_per_s});
     say(options, fmt::format("nvme: budget allows only the calibration point ({} engine)",
                              calibration.engine_name));
   } else {
@@ -130,7 +132,7 @@ void measure_io(const MeasureOptions& options, MachineProfile& profile) {
       const std::uint64_t size = std::min(cap, std::max(min_point_bytes(point), scaled));
       const IoPointResult r = measure_io_point(spec_for(nvme, dirs, point, size));
       profile.io.push_back({point.block_bytes, point.queue_depth, point.rings, r.read_mb_per_s,
-                            r.write_mb_per_s, r.mixed_mb_per_s});
+                            r.write_mb_per_s, r.mixed_mb_per_s, r.flush_mb_per_s});
     }
     say(options, fmt::format("nvme: {} grid points over {} path(s) in {:.1f} s ({} engine)",
                              profile.io.size(), dirs.size(), seconds_since(grid_start),
@@ -168,6 +170,26 @@ void measure_memory(const MeasureOptions& options, MachineProfile& profile) {
   profile.host_memory_gb_per_s = static_cast<double>(bytes) / best_s / 1e9;
   say(options, fmt::format("memory: parallel memcpy {:.1f} GB/s (best of {})",
                            profile.host_memory_gb_per_s, runs));
+}
+
+// XXH3 over 64 MiB in memory on this thread, best of a few runs within the memory share: the
+// store's checksum thread is one thread.
+void measure_checksum(const MeasureOptions& options, MachineProfile& profile) {
+  const std::size_t bytes = 64 * kMiB;
+  std::vector<std::byte> data(bytes, std::byte{0x5a});
+  volatile std::uint64_t sink = XXH3_64bits(data.data(), bytes);  // first touch
+  const Clock::time_point start = Clock::now();
+  double best_s = 1e300;
+  int runs = 0;
+  do {
+    const Clock::time_point run = Clock::now();
+    sink = sink ^ XXH3_64bits(data.data(), bytes);
+    best_s = std::min(best_s, seconds_since(run));
+    ++runs;
+  } while (runs < 3 || (runs < 10 && seconds_since(start) < kMemoryShare * options.budget_s));
+  profile.checksum_gb_per_s = static_cast<double>(bytes) / best_s / 1e9;
+  say(options, fmt::format("checksum: XXH3 {:.1f} GB/s on one thread (best of {})",
+                           profile.checksum_gb_per_s, runs));
 }
 
 // Adam over `count` elements held in memory (bf16 gradients and copy-out, as a training step).
@@ -267,10 +289,32 @@ cpu_adam::ParamSpans SyntheticAdamState::spans(std::size_t count) const {
   return spans;
 }
 
+void confirm_io_point(const MeasureOptions& options, MachineProfile& profile, std::size_t index) {
+  IoPoint& point = profile.io.at(index);
+  const NvmeTierConfig& nvme = options.nvme;
+  const std::uint64_t cap = std::max(4 * kMiB, std::min<std::uint64_t>(kGiB, nvme.budget_bytes / 2));
+  const GridPoint grid_point{point.block_bytes, point.queue_depth, point.rings};
+  const std::uint64_t size = std::min(cap, std::max(min_point_bytes(grid_point), 64 * kMiB));
+  const std::vector<std::filesystem::path> dirs(nvme.paths.begin(), nvme.paths.end());
+  const IoPointResult again = measure_io_point(spec_for(nvme, dirs, grid_point, size));
+  const double n = point.runs;
+  const auto mean = [n](double kept, double added) { return (kept * n + added) / (n + 1); };
+  say(options, fmt::format("nvme: confirmed {} x {} x {} ring(s): mixed {:.0f} MB/s (grid {:.0f}), "
+                           "flush {:.0f} MB/s (grid {:.0f})",
+                           point.block_bytes, point.queue_depth, point.rings, again.mixed_mb_per_s,
+                           point.mixed_mb_per_s, again.flush_mb_per_s, point.flush_mb_per_s));
+  point.read_mb_per_s = mean(point.read_mb_per_s, again.read_mb_per_s);
+  point.write_mb_per_s = mean(point.write_mb_per_s, again.write_mb_per_s);
+  point.mixed_mb_per_s = mean(point.mixed_mb_per_s, again.mixed_mb_per_s);
+  point.flush_mb_per_s = mean(point.flush_mb_per_s, again.flush_mb_per_s);
+  ++point.runs;
+}
+
 MachineProfile measure_machine(const MeasureOptions& options) {
   MachineProfile profile;
   measure_io(options, profile);
   measure_memory(options, profile);
+  measure_checksum(options, profile);
   measure_adam(options, profile);
   measure_gpu(options, profile);
   if (profile.h2d_gb_per_s) {

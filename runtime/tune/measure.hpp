@@ -1,9 +1,10 @@
 // The measurements of `strata tune`, each within its share of one time budget: the NVMe grid
 // (io_probe.hpp, over the config's paths striped, then each path alone when there are several),
-// host memory bandwidth (parallel memcpy), CPU Adam per thread count (cpu_adam::step over state
-// in memory) and pinned host <-> GPU copies when a CUDA device is present. The grid is scaled
-// down to fit its share: first the bytes per point, then the number of points; a phase that runs
-// past its deadline stops and says so.
+// the fsync after each point's writes, host memory bandwidth (parallel memcpy), XXH3 on one thread
+// (the store's checksums), CPU Adam per thread count (cpu_adam::step over state in memory) and
+// pinned host <-> GPU copies when a CUDA device is present. The grid is scaled down to fit its
+// share: first the bytes per point, then the number of points; a phase that runs past its
+// deadline stops and says so.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +30,12 @@ struct MeasureOptions {
 
 // Throws io::IoError when a path cannot be written.
 MachineProfile measure_machine(const MeasureOptions& options);
+
+// Measures the profile's point `index` again and keeps the mean of all its runs. The grid's best
+// point is, among points within the noise of each other, the one whose noise was kindest, so its
+// first figures overstate it (the winner's curse); an independent second run halves that bias
+// and the noise. Throws io::IoError.
+void confirm_io_point(const MeasureOptions& options, MachineProfile& profile, std::size_t index);
 
 // Adam state of `count` elements in memory (fp32 master and moments, bf16 gradients and copy-out,
 // as a training step): what `strata tune` and `strata bench step` time CPU Adam on.

@@ -1,6 +1,7 @@
 #include "runtime/tune/tuned_toml.hpp"
 
 #include <cmath>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -84,6 +85,7 @@ void write_tiers(Writer& w, const TiersConfig& tiers) {
   w.section("tiers.host");
   w.key("budget", size_value(tiers.host.budget_bytes));
   w.key("pinned", bool_value(tiers.host.pinned));
+  w.key("nvme_read_cache", bool_value(tiers.host.nvme_read_cache));
   w.section("tiers.nvme");
   std::string paths = "[";
   for (std::size_t i = 0; i < tiers.nvme.paths.size(); ++i) {
@@ -107,10 +109,16 @@ void write_zero(Writer& w, const ZeroConfig& zero) {
   w.key("grads", toml_string(to_string(zero.grads)));
   w.key("optimizer", toml_string(to_string(zero.optimizer)));
   w.key("sub_group_size", fmt::format("{}", zero.sub_group_size));
-  if (zero.optimizer == Tier::kNvme) {
-    w.key("optimizer_host_fraction", float_value(zero.optimizer_host_fraction));
-  } else {
-    w.commented_key("optimizer_host_fraction", "0.0", "optimizer = \"nvme\" only");
+  for (const auto& [key, kind, fraction, home] :
+       {std::tuple{"optimizer_host_fraction", "optimizer", zero.optimizer_host_fraction,
+                   zero.optimizer},
+        std::tuple{"params_host_fraction", "params", zero.params_host_fraction, zero.params},
+        std::tuple{"grads_host_fraction", "grads", zero.grads_host_fraction, zero.grads}}) {
+    if (home == Tier::kNvme) {
+      w.key(key, float_value(fraction));
+    } else {
+      w.commented_key(key, "0.0", fmt::format("{} = \"nvme\" only", kind));
+    }
   }
   w.key("prefetch_depth", fmt::format("{}", zero.prefetch_depth));
   w.key("buffer_count", fmt::format("{}", zero.buffer_count));

@@ -124,8 +124,8 @@ TEST(BufferPlan, OptimizerHostFractionKeepsWholeUnitsOnTheHost) {
         std::tuple{1.0, 3u, 8192u}}) {
     config.zero.optimizer_host_fraction = fraction;
     const BufferPlan plan = make_buffer_plan(config, inputs);
-    EXPECT_EQ(plan.optimizer_host_units, units) << fraction;
-    EXPECT_EQ(plan.optimizer_host_numel, numel) << fraction;
+    EXPECT_EQ(plan.optimizer_share.host_units, units) << fraction;
+    EXPECT_EQ(plan.optimizer_share.host_numel, numel) << fraction;
     EXPECT_EQ(plan.tier_of(ShardKind::kMaster, 0), Tier::kHost);
     EXPECT_EQ(plan.tier_of(ShardKind::kMaster, 2), units == 3 ? Tier::kHost : Tier::kNvme);
     EXPECT_EQ(plan.tier_of(ShardKind::kParam, 0), Tier::kDevice);  // only the optimizer moves
@@ -141,6 +141,45 @@ TEST(BufferPlan, OptimizerHostFractionKeepsWholeUnitsOnTheHost) {
   EXPECT_EQ(train_and_measure(config, Access::kAuto).host,
             printed["tiers"]["host"]["total_bytes"].get<std::uint64_t>())
       << printed.dump(1);
+}
+
+// [zero] params_host_fraction and grads_host_fraction split their kinds the same way: whole units,
+// the others' homes untouched, and the plan still equals what the Engine allocates.
+TEST(BufferPlan, ParamsAndGradsHostFractionsKeepWholeUnitsOnTheHost) {
+  io::testing::ScratchDir dir;
+  Config config = testing::engine_test_config(dir.path().string());
+  config.zero.params = config.zero.grads = Tier::kNvme;
+  config.zero.optimizer = Tier::kHost;
+  BufferPlanInputs inputs;
+  inputs.unit_numels = {1800, 2920, 328};  // shards of 2048, 4096 and 2048 elements
+  const BufferPlan all_nvme = make_buffer_plan(config, inputs);
+  config.zero.params_host_fraction = 0.75;  // units 0 and 1: 6144 of 8192 elements
+  config.zero.grads_host_fraction = 0.25;   // unit 0: 2048
+  const BufferPlan plan = make_buffer_plan(config, inputs);
+  EXPECT_EQ(plan.params_share.host_units, 2u);
+  EXPECT_EQ(plan.params_share.host_numel, 6144u);
+  EXPECT_EQ(plan.grads_share.host_units, 1u);
+  EXPECT_EQ(plan.grads_share.host_numel, 2048u);
+  EXPECT_EQ(plan.optimizer_share.host_units, 0u);
+  EXPECT_EQ(plan.tier_of(ShardKind::kParam, 1), Tier::kHost);
+  EXPECT_EQ(plan.tier_of(ShardKind::kParam, 2), Tier::kNvme);
+  EXPECT_EQ(plan.tier_of(ShardKind::kGrad, 0), Tier::kHost);
+  EXPECT_EQ(plan.tier_of(ShardKind::kGrad, 1), Tier::kNvme);
+  EXPECT_EQ(plan.tier_of(ShardKind::kMaster, 0), Tier::kHost);  // homed there anyway
+  // bf16 parameters and gradients, 2 bytes an element; both NVMe slots of them gone.
+  const std::uint64_t moved = 6144u * 2 + 2048u * 2;
+  EXPECT_EQ(plan.host_state_bytes, all_nvme.host_state_bytes + moved);
+  EXPECT_EQ(plan.nvme_state_bytes, all_nvme.nvme_state_bytes - 2 * moved);
+  if (nvme_forced()) return;  // the knob zeroes the fractions behind the plan's back
+  config.zero.buffer_count = 3;
+  for (Access access : {Access::kAuto, Access::kStaged}) {
+    io::testing::ScratchDir run_dir;  // a store of its own per run
+    config.tiers.nvme.paths = {run_dir.path().string()};
+    const nlohmann::json printed = printed_plan(config, access);
+    EXPECT_EQ(train_and_measure(config, access).host,
+              printed["tiers"]["host"]["total_bytes"].get<std::uint64_t>())
+        << printed.dump(1);
+  }
 }
 
 // The plan counts what finalize checks: a budget one byte short of the plan's need is refused.

@@ -83,6 +83,31 @@ TEST(Checkpoint, SaveLoadContinueIsBitwiseTheUninterruptedRun) {
   }
 }
 
+// Host fractions split a kind between host memory and NVMe; a checkpoint saved from the split and
+// loaded into another split continues bitwise like the run never interrupted.
+TEST(Checkpoint, HostFractionsSaveAndLoadLikeAnyPlacement) {
+  ScratchDir dir;
+  TrainedModel straight(placed(dir, Tier::kDevice, Tier::kDevice, Tier::kHost));
+  straight.train(5);
+  const auto split = [](const ScratchDir& nvme, double params, double grads, double optimizer) {
+    Config config = placed(nvme, Tier::kNvme, Tier::kNvme, Tier::kNvme);
+    config.zero.params_host_fraction = params;
+    config.zero.grads_host_fraction = grads;
+    config.zero.optimizer_host_fraction = optimizer;
+    return config;
+  };
+  ScratchDir save_nvme, load_nvme;
+  const std::filesystem::path checkpoint = dir.path() / "ckpt";
+  {
+    TrainedModel first(split(save_nvme, 0.5, 0.75, 0.25));
+    first.train(3);
+    first.engine->save(checkpoint);
+  }
+  TrainedModel second(split(load_nvme, 0.25, 0.5, 0.75));
+  expect_continues_like(second, checkpoint, straight,
+                        "host fractions 0.5/0.75/0.25 -> 0.25/0.5/0.75");
+}
+
 TEST(Checkpoint, LossScaleAndStepAreRestored) {
   ScratchDir dir;
   Config config = engine_test_config(dir.path().string());

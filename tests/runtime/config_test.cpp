@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <string>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -238,6 +239,25 @@ TEST(Config, OptimizerHostFractionNeedsTheOptimizerOnNvme) {
                          "optimizer_host_fraction = 0.5\n")
                 .zero.optimizer_host_fraction,
             0.5);
+}
+
+// The same keys for the parameters (params = "nvme", stage 3) and the gradients (grads = "nvme").
+TEST(Config, ParamsAndGradsHostFractionsNeedTheirKindOnNvme) {
+  for (const std::string kind : {"params", "grads"}) {
+    const std::string key = kind + "_host_fraction";
+    const ConfigError error = expect_error(fmt::format("[zero]\n{} = 0.5\n", key));
+    EXPECT_EQ(error.key_path(), "zero." + key);
+    EXPECT_THAT(error.message(), HasSubstr(fmt::format("has no effect unless {} = \"nvme\"", kind)));
+    EXPECT_THAT(error.message(), HasSubstr(fmt::format("{} is \"device\"", kind)));
+    const std::string on_nvme =
+        fmt::format("[tiers.nvme]\npaths = [\"/x\"]\n[zero]\n{} = \"nvme\"\n", kind);
+    EXPECT_EQ(expect_error(on_nvme + key + " = 1.5\n").key_path(), "zero." + key);
+    EXPECT_EQ(expect_error(on_nvme + key + " = -0.25\n").key_path(), "zero." + key);
+    const Config config = parse_config(on_nvme + key + " = 0.5\n");
+    EXPECT_EQ(kind == "params" ? config.zero.params_host_fraction
+                               : config.zero.grads_host_fraction,
+              0.5);
+  }
 }
 
 TEST(Config, DirectIoNeedsAlignedBlockSize) {

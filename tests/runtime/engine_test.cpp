@@ -178,6 +178,88 @@ INSTANTIATE_TEST_SUITE_P(Fractions, EngineOptimizerHostFraction,
                                               static_cast<int>(param_info.param * 100));
                          });
 
+// [zero] params_host_fraction and grads_host_fraction do the same for the parameters and the
+// gradients (with the optimizer's share too in one case), on both data paths: bitwise the same as
+// all on the device, and no NVMe traffic when every kind stays on the host.
+struct HostFractions {
+  double params, grads, optimizer;
+  Access access;
+};
+
+class EngineParamsGradsHostFraction : public ::testing::TestWithParam<HostFractions> {};
+
+TEST_P(EngineParamsGradsHostFraction, IsBitwiseIdenticalToAllOnDevice) {
+  const HostFractions fractions = GetParam();
+  ScratchDir reference_dir;
+  const RunResult reference = train(base_config(reference_dir));
+  ScratchDir dir;
+  Config config = base_config(dir);
+  config.zero.params = config.zero.grads = config.zero.optimizer = Tier::kNvme;
+  config.zero.params_host_fraction = fractions.params;
+  config.zero.grads_host_fraction = fractions.grads;
+  config.zero.optimizer_host_fraction = fractions.optimizer;
+  const RunResult result = train(config, kSteps, with_access(fractions.access));
+  expect_bitwise_equal(reference, result,
+                       fmt::format("params_host_fraction {}, grads_host_fraction {}, "
+                                   "optimizer_host_fraction {}, {} path",
+                                   fractions.params, fractions.grads, fractions.optimizer,
+                                   access_name(fractions.access)));
+  if (nvme_forced()) return;
+  const bool all_on_host =
+      fractions.params == 1.0 && fractions.grads == 1.0 && fractions.optimizer == 1.0;
+  EXPECT_EQ(result.nvme_bytes == 0, all_on_host) << result.nvme_bytes;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fractions, EngineParamsGradsHostFraction,
+    ::testing::Values(HostFractions{0.25, 0.75, 0.0, Access::kAuto},
+                      HostFractions{0.5, 0.5, 0.5, Access::kStaged},
+                      HostFractions{0.75, 0.25, 0.0, Access::kStaged},
+                      HostFractions{1.0, 0.0, 0.0, Access::kAuto},
+                      HostFractions{0.0, 1.0, 0.0, Access::kAuto},
+                      HostFractions{1.0, 1.0, 1.0, Access::kStaged}),
+    [](const auto& param_info) {
+      const HostFractions& f = param_info.param;
+      return fmt::format("params_{}_grads_{}_optimizer_{}_{}", static_cast<int>(f.params * 100),
+                         static_cast<int>(f.grads * 100), static_cast<int>(f.optimizer * 100),
+                         access_name(f.access));
+    });
+
+// [tiers.host] nvme_read_cache: spare host memory serves the NVMe reads from copies, every write
+// still goes to the drives. Bitwise the same as all on the device, and with room for everything
+// no NVMe read at all (every extent is written before it is first read), while the writes remain.
+TEST(Engine, NvmeReadCacheServesReadsAndWritesStillReachTheDrives) {
+  ScratchDir reference_dir;
+  const RunResult reference = train(base_config(reference_dir));
+  const auto all_nvme = [](const ScratchDir& dir, bool cache) {
+    Config config = base_config(dir);
+    config.zero.params = config.zero.grads = config.zero.optimizer = Tier::kNvme;
+    config.tiers.host.nvme_read_cache = cache;
+    return config;
+  };
+  const auto read_bytes = [](const Config& config) {
+    auto device = host_device(config);
+    comm::LocalComm comm;
+    Engine engine(config, *device, comm);
+    TinyMlp model(kEngineTestWidths, 16, /*data_seed=*/7);
+    model.add_units(engine);
+    engine.finalize();
+    std::uint64_t read = 0;
+    for (int step = 0; step < kSteps; ++step) {
+      model.train_step(engine);
+      read += engine.step().nvme.read_bytes;
+    }
+    return read;
+  };
+  ScratchDir uncached_dir, cached_dir, cached_run_dir;
+  const std::uint64_t uncached_reads = read_bytes(all_nvme(uncached_dir, false));
+  ASSERT_GT(uncached_reads, 0u);
+  EXPECT_EQ(read_bytes(all_nvme(cached_dir, true)), 0u) << "the 64 MiB budget holds every extent";
+  const RunResult cached = train(all_nvme(cached_run_dir, true));
+  expect_bitwise_equal(reference, cached, "nvme_read_cache");
+  EXPECT_GT(cached.nvme_bytes, 0u);  // the writes
+}
+
 // Prefetch depth, buffer count, sub-group size, persistence and thread count change nothing.
 TEST(Engine, KnobsDoNotChangeTheResult) {
   ScratchDir reference_dir;

@@ -99,6 +99,64 @@ TEST(MemoryPlan, ParamsAndGradsOnNvmeCountTheirTraffic) {
   EXPECT_EQ(plan.nvme_write_bytes_per_step, (12 + 2 + 2) * shard);
 }
 
+// [zero] params_host_fraction and grads_host_fraction: `strata plan` shows each kind's share on
+// the host, moves it from the NVMe tier (both slots) to the host tier, and drops its NVMe traffic.
+TEST(MemoryPlan, HostFractionsSplitParamsAndGrads) {
+  Config config = roomy_config();
+  config.zero.params = config.zero.grads = config.zero.optimizer = Tier::kNvme;
+  config.zero.sub_group_size = 2048;
+  // Four units of 2^20 elements on one rank: a fraction of 0.5 keeps two of them.
+  const std::vector<std::uint64_t> units(4, std::uint64_t{1} << 20);
+  const PlanInputs inputs(4u << 20, 1, units);
+  const MemoryPlan all_nvme = make_memory_plan(config, inputs);
+  config.zero.params_host_fraction = 0.5;
+  config.zero.grads_host_fraction = 0.25;
+  const MemoryPlan plan = make_memory_plan(config, inputs);
+  const std::uint64_t unit = 1u << 20;
+  // bf16 parameters and gradients: 2 bytes an element.
+  const std::uint64_t moved = 2 * unit * 2 + 1 * unit * 2;
+  EXPECT_EQ(plan.tier(Tier::kHost).state_bytes, all_nvme.tier(Tier::kHost).state_bytes + moved);
+  EXPECT_EQ(plan.tier(Tier::kNvme).state_bytes,
+            all_nvme.tier(Tier::kNvme).state_bytes - 2 * moved);
+  // Parameters: read twice and written once less per unit kept; gradients once each way.
+  EXPECT_EQ(plan.nvme_read_bytes_per_step,
+            all_nvme.nvme_read_bytes_per_step - 2 * (2 * unit * 2) - unit * 2);
+  EXPECT_EQ(plan.nvme_write_bytes_per_step,
+            all_nvme.nvme_write_bytes_per_step - 2 * unit * 2 - unit * 2);
+  EXPECT_EQ(plan.states[0].host_bytes_per_rank, 2 * unit * 2);
+  EXPECT_EQ(plan.states[1].host_bytes_per_rank, unit * 2);
+  const std::string text = render_plan_text(plan, config);
+  EXPECT_THAT(text, HasSubstr("bf16 (50% on host)"));
+  EXPECT_THAT(text, HasSubstr("bf16 (25% on host)"));
+  EXPECT_EQ(plan_to_json(plan, config)["states"][0]["host_bytes_per_rank"].get<std::uint64_t>(),
+            2 * unit * 2);
+}
+
+// [tiers.host] nvme_read_cache: the spare host budget is the cache's room (a host buffer row, at
+// most one slot of every extent); with room for all of it, no NVMe reads are left, the writes are.
+TEST(MemoryPlan, NvmeReadCacheTakesTheSpareHostBudgetAndTheReads) {
+  Config config = roomy_config();
+  config.zero.params = config.zero.grads = config.zero.optimizer = Tier::kNvme;
+  config.tiers.host.budget_bytes = std::uint64_t{64} << 30;
+  const PlanInputs inputs(8'000'000, 1, std::vector<std::uint64_t>(4, 2'000'000));
+  const MemoryPlan uncached = make_memory_plan(config, inputs);
+  config.tiers.host.nvme_read_cache = true;
+  const MemoryPlan cached = make_memory_plan(config, inputs);
+  const std::uint64_t one_slot = cached.tier(Tier::kNvme).state_bytes / 2;
+  EXPECT_EQ(cached.tier(Tier::kHost).buffer_bytes,
+            uncached.tier(Tier::kHost).buffer_bytes + one_slot);
+  EXPECT_THAT(render_plan_text(cached, config), HasSubstr("NVMe read cache"));
+  EXPECT_EQ(cached.nvme_read_bytes_per_step, 0u);
+  EXPECT_EQ(cached.nvme_write_bytes_per_step, uncached.nvme_write_bytes_per_step);
+  EXPECT_TRUE(cached.fits());
+  // A budget with room for half the slots: half the reads.
+  config.tiers.host.budget_bytes = uncached.tier(Tier::kHost).total_bytes() + one_slot / 2;
+  const MemoryPlan half = make_memory_plan(config, inputs);
+  EXPECT_NEAR(static_cast<double>(half.nvme_read_bytes_per_step),
+              0.5 * static_cast<double>(uncached.nvme_read_bytes_per_step), 1.0);
+  EXPECT_EQ(half.tier(Tier::kHost).total_bytes(), config.tiers.host.budget_bytes);
+}
+
 TEST(MemoryPlan, OverBudgetSaysWhichTierAndHowMuch) {
   Config config = roomy_config();
   config.zero.optimizer = Tier::kHost;

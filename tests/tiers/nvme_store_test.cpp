@@ -101,6 +101,33 @@ TEST(NvmeStore, CommittedStepSurvivesReopen) {
   EXPECT_TRUE(holds_step(store, 0));
 }
 
+// read_cache_bytes: extents written while room is left (first written first: whole slots) are
+// read from their copies, the rest from the drives; every write still reaches the drives, so a
+// reopened store (no cache) holds the committed step.
+TEST(NvmeStore, ReadCacheServesTheFirstWrittenExtentsAndTheDrivesStillHoldEverything) {
+  ScratchDir dir;
+  {
+    auto engine = make_test_engine();
+    NvmeStoreOptions options = options_for(dir, StoreOpenMode::kCreate);
+    options.read_cache_bytes = 16 * 1024;  // slots of 12 KiB, 4 KiB, 72 KiB, 4 KiB: 0 and 1 fit
+    NvmeStore store(*engine, options, kExtents);
+    write_step(store, 0);
+    store.commit(0);
+    write_step(store, 1);  // replaces the cached bytes too
+    const std::uint64_t drive_reads = store.bytes_read();
+    EXPECT_TRUE(holds_step(store, 1));
+    EXPECT_EQ(store.read_cache_bytes_used(), store.slot_bytes(0) + store.slot_bytes(1));
+    EXPECT_EQ(store.bytes_read_from_cache(), store.slot_bytes(0) + store.slot_bytes(1));
+    EXPECT_EQ(store.bytes_read() - drive_reads, store.slot_bytes(2) + store.slot_bytes(3));
+    store.commit(1);
+  }
+  auto engine = make_test_engine();
+  NvmeStore store(*engine, options_for(dir, StoreOpenMode::kResume), kExtents);
+  EXPECT_EQ(store.committed_step(), 1u);
+  EXPECT_TRUE(holds_step(store, 1));
+  EXPECT_EQ(store.bytes_read_from_cache(), 0u);
+}
+
 TEST(NvmeStore, UncommittedWritesAreInvisibleAfterReopen) {
   ScratchDir dir;
   {

@@ -1,6 +1,8 @@
 // Proves the tune choice on synthetic machines: the I/O point and thread count it keeps, the
 // fastest predicted placement among those that fit (ties to the higher tier), the budgets
 // respected, nothing when nothing fits, and the same answer every time.
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "runtime/tune/choose.hpp"
@@ -77,6 +79,39 @@ TEST(TuneChoice, TightBudgetsStreamTheOptimizerAndTheChoiceIsTheFastestThatFits)
       if (p.plan.fits()) {
         EXPECT_GE(p.step_s, choice->prediction.step_s);
       }
+    }
+  }
+}
+
+// Parameters and gradients that fit neither the device nor, all of them, the host: they go to
+// NVMe with as large a host share as the host budget holds (a larger share is faster but does not
+// fit), and the choice fits.
+TEST(TuneChoice, HostFractionsKeepWhatTheHostBudgetHoldsOfParamsAndGrads) {
+  const Config base = config_with("budget = \"1GiB\"\n[tiers.host]\nbudget = \"640MiB\"\n");
+  // 400 M parameters in 16 units: 800 MB of bf16 parameters, as much of gradients, 4.8 GB of
+  // optimizer state.
+  const PlanInputs inputs(400'000'000, 1, std::vector<std::uint64_t>(16, 25'000'000));
+  const MachineProfile machine = synthetic_machine();
+  const std::optional<TuneChoice> choice = choose_config(base, inputs, machine);
+  ASSERT_TRUE(choice.has_value());
+  const ZeroConfig& zero = choice->config.zero;
+  EXPECT_TRUE(choice->prediction.plan.fits());
+  EXPECT_GT(zero.params_host_fraction + zero.grads_host_fraction, 0.0)
+      << "params " << to_string(zero.params) << ", grads " << to_string(zero.grads);
+  for (double ZeroConfig::*fraction :
+       {&ZeroConfig::params_host_fraction, &ZeroConfig::grads_host_fraction,
+        &ZeroConfig::optimizer_host_fraction}) {
+    if (choice->config.zero.*fraction >= 0.75) continue;
+    Config more = choice->config;
+    more.zero.*fraction += 0.25;
+    const StepPrediction p = predict_step(more, inputs, machine);
+    // A kind not on NVMe refuses a fraction; one on NVMe with more on the host does not fit.
+    const bool on_nvme = (fraction == &ZeroConfig::params_host_fraction ? zero.params
+                          : fraction == &ZeroConfig::grads_host_fraction ? zero.grads
+                                                                         : zero.optimizer) ==
+                         Tier::kNvme;
+    if (on_nvme) {
+      EXPECT_FALSE(p.plan.fits()) << more.zero.*fraction;
     }
   }
 }

@@ -1,6 +1,7 @@
 // Proves the tune cost model's arithmetic on synthetic machines: Adam alone when nothing streams,
 // NVMe bytes from strata plan over the measured bandwidths, overlap by buffer_count and
-// prefetch_depth, copies on a GPU, and no prediction for NVMe state on unmeasured drives.
+// prefetch_depth, copies on a GPU, the checksum thread, the durable commit and the calibrated
+// per-sub-group cost, and no prediction for NVMe state on unmeasured drives.
 #include <cmath>
 
 #include <gtest/gtest.h>
@@ -54,6 +55,48 @@ TEST(CostModel, OptimizerOnNvmeMovesThePlansBytesAtTheMixedRate) {
   const double longer = std::max(p.nvme_optimizer_s, p.adam_s);
   const double shorter = std::min(p.nvme_optimizer_s, p.adam_s);
   EXPECT_DOUBLE_EQ(p.optimizer_s, longer + shorter / static_cast<double>(p.sub_groups));
+}
+
+// The store hashes every byte on one thread: a slower checksum than the disk bounds the I/O lane.
+TEST(CostModel, TheChecksumThreadIsALaneOfItsOwn) {
+  Config c = base_config();
+  c.zero.optimizer = Tier::kNvme;
+  c.zero.sub_group_size = 1 << 24;
+  const PlanInputs inputs(1'000'000'000, 1);
+  MachineProfile m = synthetic_machine();
+  const StepPrediction unhashed = predict_step(c, inputs, m);
+  EXPECT_EQ(unhashed.checksum_s, 0);
+  m.checksum_gb_per_s = 0.75;  // half the mixed rate
+  const StepPrediction hashed = predict_step(c, inputs, m);
+  const NvmeTraffic& t = hashed.plan.traffic(StateKind::kOptimizer);
+  EXPECT_DOUBLE_EQ(hashed.checksum_s, static_cast<double>(t.read_bytes + t.write_bytes) / 750e6);
+  EXPECT_DOUBLE_EQ(hashed.checksum_s, 2 * hashed.nvme_optimizer_s);
+  const double longer = std::max(hashed.checksum_s, hashed.adam_s);
+  const double shorter = std::min(hashed.checksum_s, hashed.adam_s);
+  EXPECT_DOUBLE_EQ(hashed.optimizer_s, longer + shorter / static_cast<double>(hashed.sub_groups));
+}
+
+// [tiers.nvme] fsync: the commit flushes every byte the step wrote, at the median flush rate of
+// the measured points; without fsync, nothing. Calibrated sub-group cost: per sub-group.
+TEST(CostModel, TheCommitAndTheSubGroupsAddTheirTime) {
+  Config c = base_config();
+  c.zero.params = c.zero.grads = c.zero.optimizer = Tier::kNvme;
+  c.zero.sub_group_size = 1 << 24;
+  const PlanInputs inputs(1'000'000'000, 1);
+  MachineProfile m = synthetic_machine();
+  const StepPrediction plain = predict_step(c, inputs, m);
+  EXPECT_EQ(plain.commit_s, 0);
+  m.io[0].flush_mb_per_s = 400;
+  m.io[1].flush_mb_per_s = 600;
+  m.io.push_back({1 << 20, 4, 1, 2000, 1000, 1500, 5000});
+  EXPECT_EQ(flush_mb_per_s(m), 600);
+  m.sub_group_overhead_s = 0.002;
+  const StepPrediction p = predict_step(c, inputs, m);
+  EXPECT_DOUBLE_EQ(p.commit_s, static_cast<double>(p.plan.nvme_write_bytes_per_step) / 600e6);
+  EXPECT_DOUBLE_EQ(p.overhead_s, 0.002 * static_cast<double>(p.sub_groups));
+  EXPECT_DOUBLE_EQ(p.optimizer_s, plain.optimizer_s + p.commit_s + p.overhead_s);
+  c.tiers.nvme.fsync = false;
+  EXPECT_EQ(predict_step(c, inputs, m).commit_s, 0);
 }
 
 TEST(CostModel, TwoBuffersCannotOverlapReadsWithAdam) {

@@ -56,6 +56,10 @@ TEST(TuneCommand, WritesAConfigThatPlans) {
                                 "--write " + tuned.string());
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_THAT(result.output, HasSubstr("mixed MB/s"));
+  EXPECT_THAT(result.output, HasSubstr("flush MB/s"));
+  EXPECT_THAT(result.output, HasSubstr("checksum: XXH3"));
+  EXPECT_THAT(result.output, HasSubstr("ms per sub-group"));  // the Engine calibration ran
+  EXPECT_THAT(result.output, HasSubstr("nvme: confirmed"));   // and the chosen point twice
   EXPECT_THAT(result.output, HasSubstr("params/s"));
   EXPECT_THAT(result.output, HasSubstr("GPU copies: skipped"));
   EXPECT_THAT(result.output, HasSubstr("predicted step: "));

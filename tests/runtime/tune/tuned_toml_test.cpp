@@ -46,6 +46,8 @@ TEST(TunedToml, EveryChangedKeyRoundTrips) {
   c.zero.optimizer = Tier::kNvme;
   c.zero.sub_group_size = 524288;
   c.zero.optimizer_host_fraction = 0.375;
+  c.zero.params_host_fraction = 0.625;  // params on NVMe; grads on the host keep theirs at 0
+  c.tiers.host.nvme_read_cache = true;
   c.zero.prefetch_depth = 1;
   c.zero.buffer_count = 3;
   c.zero.persistence_threshold = 12;
@@ -85,11 +87,19 @@ TEST(TunedToml, EveryChangedKeyRoundTrips) {
   EXPECT_EQ(reread(c), c);
 }
 
-TEST(TunedToml, HostFractionOnlyWithTheOptimizerOnNvme) {
+TEST(TunedToml, HostFractionOnlyWithItsKindOnNvme) {
   Config c = parse_config("", "x.toml");
-  EXPECT_THAT(render_config_toml(c), HasSubstr("# optimizer_host_fraction = 0.0"));
+  const std::string text = render_config_toml(c);
+  EXPECT_THAT(text, HasSubstr("# optimizer_host_fraction = 0.0"));
+  EXPECT_THAT(text, HasSubstr("# params_host_fraction = 0.0"));
+  EXPECT_THAT(text, HasSubstr("# grads_host_fraction = 0.0"));
   EXPECT_EQ(reread(c), c);
   EXPECT_THROW(parse_config("[zero]\noptimizer_host_fraction = 0.5\n"), ConfigError);
+  c.tiers.nvme.paths = {"/x"};
+  c.zero.grads = Tier::kNvme;
+  c.zero.grads_host_fraction = 0.5;
+  EXPECT_THAT(render_config_toml(c), HasSubstr("\ngrads_host_fraction = 0.5"));
+  EXPECT_EQ(reread(c), c);
 }
 
 TEST(TunedToml, WritesTheHeaderAndTheReasons) {
