@@ -87,14 +87,19 @@ void print_step(const Report& report, std::uint32_t ranks) {
   const runtime::StepStats& optimizer = report.optimizer;
   std::cout << fmt::format(
       "step {:4} | loss {:.4f} | lr {:.3g} | {:6.0f} tok/s | {:.2f} s: compute {:.2f}, gather "
-      "wait {:.2f}, grads {:.2f}, optimizer {:.2f} (io wait {:.2f}, adam {:.2f}) | nvme r {} w "
-      "{}{}\n",
+      "wait {:.2f}, grads {:.2f}, optimizer exposed {:.2f} (io wait {:.2f}, adam {:.2f}) | nvme "
+      "r {} w {}{}{}\n",
       report.step, report.loss, optimizer.lr,
       static_cast<double>(report.tokens * ranks) / report.total_s, report.total_s,
       report.compute_s, report.gather_wait_s, report.grads_s, optimizer.step_s,
       optimizer.io_wait_s, optimizer.adam_s,
       runtime::format_decimal_bytes(static_cast<double>(optimizer.nvme.read_bytes)),
       runtime::format_decimal_bytes(static_cast<double>(optimizer.nvme.written_bytes)),
+      // [zero] overlap_optimizer: how much of the update ran during the backward.
+      optimizer.speculated_groups > 0
+          ? fmt::format(" | during backward: {} of {} sub-groups confirmed",
+                        optimizer.confirmed_groups, optimizer.speculated_groups)
+          : std::string(),
       optimizer.skipped ? " | SKIPPED (non-finite gradients)" : "");
   std::cout.flush();  // progress lines reach a pipe or a log file as they happen
 }

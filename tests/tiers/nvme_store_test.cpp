@@ -128,6 +128,48 @@ TEST(NvmeStore, ReadCacheServesTheFirstWrittenExtentsAndTheDrivesStillHoldEveryt
   EXPECT_EQ(store.bytes_read_from_cache(), 0u);
 }
 
+// discard (what undoes a speculative optimizer update): the extent's newest bytes are the
+// committed ones again, its cached copy goes, the next write and commit work as before, and a
+// discarded write is never committed.
+TEST(NvmeStore, DiscardMakesTheCommittedBytesTheNewestAgain) {
+  ScratchDir dir;
+  {
+    auto engine = make_test_engine();
+    NvmeStoreOptions options = options_for(dir, StoreOpenMode::kCreate);
+    options.read_cache_bytes = 16 * 1024;  // extents 0 and 1 cached
+    NvmeStore store(*engine, options, kExtents);
+    write_step(store, 0);
+    store.commit(0);
+    write_step(store, 1);
+    for (ExtentId id = 0; id < store.extent_count(); ++id) {
+      EXPECT_TRUE(store.has_pending(id));
+      store.discard(id);
+      EXPECT_FALSE(store.has_pending(id));
+    }
+    EXPECT_EQ(store.read_cache_bytes_used(), 0u);
+    EXPECT_TRUE(holds_step(store, 0));
+    write_step(store, 2);
+    EXPECT_TRUE(holds_step(store, 2));
+    store.write(0, content(store, 0, 3).span()).wait();
+    store.discard(0);  // one extent undone: it keeps step 0's bytes, the others step 2's
+    store.commit(2);
+    io::AlignedBuffer buffer = io::AlignedBuffer::allocate(store.slot_bytes(0));
+    store.read(0, buffer.span()).wait();
+    EXPECT_EQ(std::memcmp(buffer.data(), content(store, 0, 0).data(), store.extent(0).length_bytes),
+              0);
+  }
+  auto engine = make_test_engine();
+  NvmeStore store(*engine, options_for(dir, StoreOpenMode::kResume), kExtents);
+  EXPECT_EQ(store.committed_step(), 2u);
+  for (ExtentId id = 1; id < store.extent_count(); ++id) {
+    io::AlignedBuffer buffer = io::AlignedBuffer::allocate(store.slot_bytes(id));
+    store.read(id, buffer.span()).wait();
+    EXPECT_EQ(
+        std::memcmp(buffer.data(), content(store, id, 2).data(), store.extent(id).length_bytes), 0)
+        << "extent " << id;
+  }
+}
+
 TEST(NvmeStore, UncommittedWritesAreInvisibleAfterReopen) {
   ScratchDir dir;
   {
