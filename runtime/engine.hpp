@@ -101,7 +101,7 @@ struct StepStats {
   bool skipped = false;      // non-finite gradients: no update (fp16 overflow)
   double loss_scale = 1;     // the loss scale in force for the next step
   TierTraffic nvme;          // since the previous step (the backward's gradient writes included)
-  TierTraffic nvme_in_step;  // within step() alone
+  TierTraffic nvme_in_step;  // within step() alone (not the updates run during the backward)
   double io_wait_s = 0;      // time blocked on NVMe during the optimizer step and gathers
   double adam_s = 0;         // time in the CPU optimizer
   double step_s = 0;         // wall time of step()

@@ -353,6 +353,9 @@ class EngineState final : public tiers::ResidencyClient {
   // before anything it uses is destroyed.
   std::vector<SpeculatedUnit> speculated_;  // one per unit
   bool speculation_stopped_ = false;  // this step: the norm passed the clip threshold, or overflowed
+  // The last step clipped or skipped: the next one most likely does too, and a speculated update
+  // would only be undone, its NVMe bytes moved twice; so it is not tried.
+  bool last_step_clipped_ = false;
   tiers::PinnedBuffer undo_copies_;  // BufferPlan::undo_bytes, carved per unit
   double speculated_adam_s_ = 0;  // the worker's, since the last step
   std::unique_ptr<UpdateWorker> worker_;

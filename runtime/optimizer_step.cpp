@@ -237,10 +237,12 @@ class EngineState::OptimizerPipeline {
 void EngineState::optimizer_step(StepStats& stats) {
   STRATA_ASSERT(finalized_, "step before finalize");
   check_step_contracts();
-  const StepMarks marks{std::chrono::steady_clock::now(), io_wait_s_.load(),
-                        store_ ? store_->bytes_read() : 0, store_ ? store_->bytes_written() : 0};
-  // The updates started during the backward (speculation.cpp) end before anything is decided.
+  const auto start = std::chrono::steady_clock::now();
+  // The updates started during the backward (speculation.cpp) end before anything is decided
+  // (and before the store's counters are read: the worker moves them until then).
   const double speculated_adam_s = finish_speculation();
+  const StepMarks marks{start, io_wait_s_.load(), store_ ? store_->bytes_read() : 0,
+                        store_ ? store_->bytes_written() : 0};
 
   const double sum_of_squares = global_sum_of_squares();
   // The schedule is a function of the step alone, so a resumed run continues it.
@@ -248,6 +250,7 @@ void EngineState::optimizer_step(StepStats& stats) {
   const double grad_norm = std::sqrt(sum_of_squares) / progress_.loss_scale;
   stats.grad_norm = grad_norm;
   for (UnitState& unit : units_) unit.grad_calls = 0;
+  last_step_clipped_ = true;  // until the step turns out unclipped (speculation.cpp)
   if (!std::isfinite(sum_of_squares)) {
     settle_speculation(nullptr, stats);  // every speculated update undone
     residency_->end_iteration();
@@ -264,6 +267,7 @@ void EngineState::optimizer_step(StepStats& stats) {
   scaling.loss_scale = progress_.loss_scale;
   scaling.clip_coef = clip;
   cpu_adam::validate(hyper, scaling);
+  last_step_clipped_ = clip < 1.0;
 
   drain_backward_writes();
   const SpeculationCheck check{hyper, scaling};

@@ -143,7 +143,7 @@ bool EngineState::may_speculate(const UnitState& unit) {
 }
 
 void EngineState::speculate(UnitId id) {
-  if (!worker_ || speculation_stopped_) return;
+  if (!worker_ || speculation_stopped_ || last_step_clipped_) return;
   UnitState& unit = units_[id];
   SpeculatedUnit& spec = speculated_[id];
   if (spec.state != SpeculatedUnit::State::kNone || !may_speculate(unit)) return;

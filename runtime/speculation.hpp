@@ -7,7 +7,8 @@
 // norm's clip coefficient and whether anything overflowed (fp16, or a bad gradient). A unit is
 // updated early with coefficient 1 while this rank's running norm cannot yet exceed grad_clip
 // (the global norm is at least this rank's); the first gradient that crosses it, or is not
-// finite, stops speculation for the step. step() then confirms the speculated units when the
+// finite, stops speculation for the step, and a step after a clipped or skipped one does not
+// speculate (it would most likely be undone). step() then confirms the speculated units when the
 // global coefficient is exactly 1 and the hyper-parameters are those the update used, or undoes
 // them exactly and updates them again:
 //   - state on NVMe: the update wrote the slot beside the committed one; NvmeStore::discard drops
