@@ -98,6 +98,23 @@ class EngineState::OptimizerPipeline {
     read_issued_.resize(items_.size());
     writes_.resize(std::max<std::size_t>(buffers_, 1));
   }
+  OptimizerPipeline(const OptimizerPipeline&) = delete;
+  OptimizerPipeline& operator=(const OptimizerPipeline&) = delete;
+  // A step that failed (an I/O error, a checksum mismatch) leaves reads and writes in flight into
+  // the pipeline buffers: they must land, and be hashed, before anything frees those buffers.
+  ~OptimizerPipeline() {
+    for (auto& item_reads : reads_) {
+      for (tiers::StoreRead& read : item_reads) {
+        try {
+          read.wait();
+        } catch (...) {  // the step's failure is already on its way
+        }
+      }
+    }
+    for (auto& buffer_writes : writes_) {
+      for (io::Ticket& ticket : buffer_writes) ticket.wait();
+    }
+  }
   std::size_t size() const { return items_.size(); }
   // Reads run ahead of the update by this many items: one buffer computes, one drains.
   std::size_t lookahead() const { return buffers_ >= 2 ? buffers_ - 2 : 0; }
