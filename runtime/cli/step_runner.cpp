@@ -11,6 +11,7 @@
 #include "cpu_adam/compressed_step.hpp"
 #include "cpu_adam/optimizer.hpp"
 #include "cpu_adam/state_format.hpp"
+#include "runtime/buffer_plan.hpp"
 #include "runtime/tune/measure.hpp"
 
 namespace strata::cli {
@@ -75,9 +76,10 @@ class SyntheticCompressedState {
         exp_avg_(cpu_adam::state_bytes(moment_dtype_, count)),
         exp_avg_sq_(cpu_adam::state_bytes(moment_dtype_, count)),
         grad_(count, to_bf16(1e-3f)) {
-    const bool in_master = master_dtype_ == cpu_adam::StateDType::kBf16 &&
-                           config.precision.params == DType::kBf16;
-    if (!in_master && config.precision.params != DType::kFp32) {
+    // The buffer plan's rule for parameters that are the master's own bytes.
+    const runtime::KindPlacement params =
+        runtime::place_kinds(config, 1)[static_cast<std::size_t>(runtime::ShardKind::kParam)];
+    if (!params.in_master && config.precision.params != DType::kFp32) {
       param_dtype_ = config.precision.params;
       param_out_.resize(count * dtype_bytes(param_dtype_));
     }
