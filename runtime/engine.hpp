@@ -106,6 +106,9 @@ struct StepStats {
   double adam_s = 0;         // time in the CPU optimizer
   double step_s = 0;         // wall time of step()
   std::uint64_t comm_bytes = 0;  // payload bytes of collectives since the previous step
+  // [zero] overlap_optimizer: parameter bytes the step handed to the next iteration's first
+  // gathers, NVMe reads of what it had just written saved (units it updated itself).
+  std::uint64_t fresh_param_bytes = 0;
   // [zero] overlap_optimizer (runtime/speculation.hpp): sub-groups updated during the backward,
   // of which the step confirmed these and undid and updated again (or, skipped, undid) these.
   std::uint64_t speculated_groups = 0;

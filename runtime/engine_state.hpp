@@ -65,6 +65,12 @@ struct GatheredCopy {
   tiers::PinnedLease param_lease;
   tiers::PinnedBuffer param_buffer;
   std::uint32_t live_handles = 0;  // GatheredUnit handles not yet destroyed
+  // A load started during the step for a unit the step has yet to update, its parameters on NVMe
+  // (optimizer_step.cpp): no reads; the step copies each sub-group's new parameters to
+  // `fresh_dest` (where the reads would have landed) as it updates it, and the load is complete
+  // once none is due.
+  std::size_t fresh_groups_due = 0;
+  std::byte* fresh_dest = nullptr;
 
   std::byte* param_staging() const {
     return param_lease ? param_lease.data() : param_buffer.data();
@@ -227,6 +233,12 @@ class EngineState final : public tiers::ResidencyClient {
   void finish_gather(UnitState& unit);
   void finish_gather_in_place(UnitState& unit);
   void finish_gather_staged(UnitState& unit);
+  // Where this rank's parameter shard lands for a gather (in place, or the pinned staging).
+  std::byte* own_shard_destination(UnitState& unit);
+  void read_param_shard(UnitState& unit, std::byte* shard);
+  // The step just updated `group` of `unit` (its new parameters at `params`): a load waiting for
+  // them takes them (optimizer_step.cpp).
+  void hand_fresh_params(UnitId unit, std::size_t group, const std::byte* params);
 
   // reduce_grads.cpp
   void check_step_contracts() const;
@@ -248,10 +260,13 @@ class EngineState final : public tiers::ResidencyClient {
   double run_optimizer(std::span<const UnitId> units, const cpu_adam::Hyperparams& hyper,
                        const cpu_adam::GradScaling& scaling);
   // The pipeline over every sub-group of `units`; before_update (if set) sees each sub-group
-  // just before its update. Returns the seconds spent in the CPU optimizer.
+  // just before its update, after_update just after it, with where its new parameters are.
+  // Returns the seconds spent in the CPU optimizer.
+  using AfterUpdate = std::function<void(UnitId, std::size_t, const std::byte*)>;
   double run_pipeline(std::span<const UnitId> units, const cpu_adam::GradScaling& scaling,
                       const std::function<cpu_adam::Hyperparams(UnitId)>& hyper_of,
-                      const std::function<void(UnitId, std::size_t)>& before_update = {});
+                      const std::function<void(UnitId, std::size_t)>& before_update = {},
+                      const AfterUpdate& after_update = {});
   void update_sub_group(UnitState& unit, std::size_t group, const cpu_adam::ParamSpans& spans,
                         std::byte* param_out, const cpu_adam::Hyperparams& hyper,
                         const cpu_adam::GradScaling& scaling);
@@ -323,6 +338,10 @@ class EngineState final : public tiers::ResidencyClient {
   std::mutex store_mutex_;  // store_ calls while the UpdateWorker runs
   std::vector<cpu_adam::DecayRun> decay_runs_;  // one sub-group's, reused (update_compressed)
   std::uint64_t nvme_read_mark_ = 0;
+  // Units the running step has yet to update (their gathers take the fresh parameters), and the
+  // parameter bytes so handed over since the last step.
+  std::vector<std::uint8_t> update_due_;
+  std::uint64_t fresh_param_bytes_ = 0;
   std::uint64_t nvme_written_mark_ = 0;
 
   // Gradient reduction's (reduce_grads.cpp): the padded fp32 gradient of one unit and this rank's

@@ -43,35 +43,62 @@ void EngineState::start_load(tiers::UnitId id) {
   if (param_dtype != DType::kFp32) {
     gathered.full16 = device_->allocate(padded * dtype_bytes(param_dtype));
   }
-  const ShardHome& param = unit.home(Kind::kParam);
-  if (param.residence() != Residence::kNvme) return;
-  // Read this rank's shard straight into its place in the gathered buffer when the CPU addresses
-  // device memory (the host device's memory is 4 KiB aligned; the shard offset is a multiple of
-  // 4 KiB), else into pinned staging that finish_gather copies to the device.
-  std::byte* shard = nullptr;
-  if (device_addressable_) {
-    std::byte* full = param_dtype == DType::kFp32 ? gathered.full32.data()
-                                                            : gathered.full16.data();
-    shard = full + unit.layout.shard_begin(rank_) * param.element_bytes();
-  } else {
-    if (std::optional<tiers::PinnedLease> lease = param_read_slab_->try_acquire()) {
-      gathered.param_lease = std::move(*lease);
-    } else {
-      gathered.param_buffer = host_pool_->allocate(
-          round_up(unit.layout.shard_numel * param.element_bytes(), kDirectIoAlignment));
-    }
-    shard = gathered.param_staging();
+  if (unit.home(Kind::kParam).residence() != Residence::kNvme) return;
+  std::byte* shard = own_shard_destination(unit);
+  if (id < update_due_.size() && update_due_[id] != 0) {
+    // The step updates this unit after this load starts: its new parameters come from the
+    // step's pipeline (hand_fresh_params), not from a read of what it is about to replace.
+    gathered.fresh_groups_due = unit.groups.size();
+    gathered.fresh_dest = shard;
+    return;
   }
+  read_param_shard(unit, shard);
+}
+
+// Read this rank's shard straight into its place in the gathered buffer when the CPU addresses
+// device memory (the host device's memory is 4 KiB aligned; the shard offset is a multiple of
+// 4 KiB), else into pinned staging that finish_gather copies to the device.
+std::byte* EngineState::own_shard_destination(UnitState& unit) {
+  GatheredCopy& gathered = unit.gathered;
+  const ShardHome& param = unit.home(Kind::kParam);
+  if (device_addressable_) {
+    std::byte* full =
+        param_dtype() == DType::kFp32 ? gathered.full32.data() : gathered.full16.data();
+    return full + unit.layout.shard_begin(rank_) * param.element_bytes();
+  }
+  if (std::optional<tiers::PinnedLease> lease = param_read_slab_->try_acquire()) {
+    gathered.param_lease = std::move(*lease);
+  } else {
+    gathered.param_buffer = host_pool_->allocate(
+        round_up(unit.layout.shard_numel * param.element_bytes(), kDirectIoAlignment));
+  }
+  return gathered.param_staging();
+}
+
+void EngineState::read_param_shard(UnitState& unit, std::byte* shard) {
+  const ShardHome& param = unit.home(Kind::kParam);
   const std::lock_guard lock(store_mutex_);
   for (std::size_t g = 0; g < unit.groups.size(); ++g) {
     const SubGroup& sub = unit.groups[g];
-    gathered.reads.push_back(store_->read(
+    unit.gathered.reads.push_back(store_->read(
         param.extents[g],
         std::span(shard + sub.begin * param.element_bytes(), sub.numel * param.element_bytes())));
   }
 }
 
+void EngineState::hand_fresh_params(UnitId id, std::size_t group, const std::byte* params) {
+  UnitState& unit = units_[id];
+  GatheredCopy& gathered = unit.gathered;
+  if (gathered.fresh_groups_due == 0) return;
+  const std::uint64_t element_bytes = unit.home(Kind::kParam).element_bytes();
+  const SubGroup& sub = unit.groups[group];
+  std::memcpy(gathered.fresh_dest + sub.begin * element_bytes, params, sub.numel * element_bytes);
+  fresh_param_bytes_ += sub.numel * element_bytes;
+  --gathered.fresh_groups_due;
+}
+
 bool EngineState::load_complete(tiers::UnitId id) {
+  if (units_[id].gathered.fresh_groups_due > 0) return false;
   for (const tiers::StoreRead& read : units_[id].gathered.reads) {
     if (!read.poll()) return false;
   }
@@ -80,6 +107,12 @@ bool EngineState::load_complete(tiers::UnitId id) {
 
 void EngineState::wait_load(tiers::UnitId id) {
   UnitState& unit = units_[id];
+  if (unit.gathered.fresh_groups_due > 0) {
+    // The step that was to hand the parameters over failed before it did: read what the store
+    // holds, as any gather after a failed step does.
+    unit.gathered.fresh_groups_due = 0;
+    read_param_shard(unit, unit.gathered.fresh_dest);
+  }
   for (tiers::StoreRead& read : unit.gathered.reads) wait_timed(read);
   unit.gathered.reads.clear();
   Tracer::Scope scope(options_.tracer, TraceTrack::kCopies, "gather " + unit.spec.name);
@@ -99,6 +132,8 @@ void EngineState::evict(tiers::UnitId id) {
     }
   }
   gathered.reads.clear();
+  gathered.fresh_groups_due = 0;
+  gathered.fresh_dest = nullptr;
   gathered.release_param_staging();
   gathered.full16.reset();
   gathered.full32.reset();

@@ -137,6 +137,12 @@ class EngineState::OptimizerPipeline {
   std::byte* param_out(std::size_t i) const {
     return unit(i).has(Kind::kParam) ? location(i, Kind::kParam) : nullptr;
   }
+  // Where item i's new parameters are once it is updated, when they go to NVMe (param_out, or
+  // the master's bytes); null otherwise.
+  const std::byte* updated_params(std::size_t i) const {
+    const Kind kind = unit(i).params_in_master ? Kind::kMaster : Kind::kParam;
+    return on_nvme(i, kind) ? location(i, kind) : nullptr;
+  }
 
   cpu_adam::ParamSpans spans(std::size_t i) const {
     UnitState& u = unit(i);
@@ -289,10 +295,21 @@ void EngineState::optimizer_step(StepStats& stats) {
   drain_backward_writes();
   const SpeculationCheck check{hyper, scaling};
   const std::vector<UnitId> remaining = settle_speculation(&check, stats);
-  // The gathers so far are one iteration of the schedule; its prefetch of the next iteration's
-  // first units reads parameters no speculated update is still changing.
-  residency_->end_iteration();
+  // Every gathered copy holds parameters from before the step. The gathers so far are one
+  // iteration of the schedule, whose end prefetches the next iteration's first units: with the
+  // overlap on, now, so their reads (units updated during the backward) run under the updates,
+  // and a unit still to be updated takes its new parameters from the pipeline instead of reading
+  // back what the step writes; serially, after the updates.
+  residency_->invalidate();
+  const bool hand_over = config_.zero.overlap_optimizer;
+  if (hand_over) {
+    update_due_.assign(units_.size(), 0);
+    for (UnitId id : remaining) update_due_[id] = 1;
+    residency_->end_iteration();
+  }
   stats.adam_s = speculated_adam_s + run_optimizer(remaining, hyper, scaling);
+  update_due_.clear();
+  if (!hand_over) residency_->end_iteration();
   finish_step(stats, marks);
 }
 
@@ -348,14 +365,18 @@ void EngineState::drain_backward_writes() {
 double EngineState::run_optimizer(std::span<const UnitId> units,
                                   const cpu_adam::Hyperparams& hyper,
                                   const cpu_adam::GradScaling& scaling) {
-  return run_pipeline(units, scaling,
-                      [&](UnitId unit) { return unit_step_hyper(units_[unit], hyper); });
+  return run_pipeline(
+      units, scaling, [&](UnitId unit) { return unit_step_hyper(units_[unit], hyper); }, {},
+      [&](UnitId unit, std::size_t group, const std::byte* params) {
+        hand_fresh_params(unit, group, params);
+      });
 }
 
 double EngineState::run_pipeline(std::span<const UnitId> units,
                                  const cpu_adam::GradScaling& scaling,
                                  const std::function<cpu_adam::Hyperparams(UnitId)>& hyper_of,
-                                 const std::function<void(UnitId, std::size_t)>& before_update) {
+                                 const std::function<void(UnitId, std::size_t)>& before_update,
+                                 const AfterUpdate& after_update) {
   OptimizerPipeline pipeline(*this, units);
   const std::size_t count = pipeline.size();
   double adam_s = 0;
@@ -382,6 +403,9 @@ double EngineState::run_pipeline(std::span<const UnitId> units,
                        unit_hyper, scaling);
     }
     adam_s += seconds_since(adam_start);
+    if (const std::byte* params = pipeline.updated_params(i); params != nullptr && after_update) {
+      after_update(pipeline.unit_id(i), pipeline.group(i), params);
+    }
     stage_out(unit, pipeline.group(i), i % 2, kWriteKinds);
     pipeline.issue_writes(i);
   }
@@ -452,7 +476,6 @@ void EngineState::update_compressed(UnitState& unit, std::size_t group,
 void EngineState::finish_step(StepStats& stats, const StepMarks& marks) {
   ++progress_.step;
   if (store_) store_->commit(progress_.step);
-  residency_->invalidate();
   if (uses_fp16(config_) && config_.precision.dynamic_loss_scale &&
       ++progress_.clean_steps >= config_.precision.loss_scale_window) {
     progress_.loss_scale *= 2;
@@ -470,6 +493,7 @@ void EngineState::finish_step(StepStats& stats, const StepMarks& marks) {
     nvme_read_mark_ = store_->bytes_read();
     nvme_written_mark_ = store_->bytes_written();
   }
+  stats.fresh_param_bytes = std::exchange(fresh_param_bytes_, 0);
   stats.comm_bytes = comm_->stats().total_payload_bytes();
   comm_->reset_stats();
   stats.step_s = seconds_since(marks.start);

@@ -88,7 +88,7 @@ void print_step(const Report& report, std::uint32_t ranks) {
   std::cout << fmt::format(
       "step {:4} | loss {:.4f} | lr {:.3g} | {:6.0f} tok/s | {:.2f} s: compute {:.2f}, gather "
       "wait {:.2f}, grads {:.2f}, optimizer exposed {:.2f} (io wait {:.2f}, adam {:.2f}) | nvme "
-      "r {} w {}{}{}\n",
+      "r {} w {}{}{}{}\n",
       report.step, report.loss, optimizer.lr,
       static_cast<double>(report.tokens * ranks) / report.total_s, report.total_s,
       report.compute_s, report.gather_wait_s, report.grads_s, optimizer.step_s,
@@ -99,6 +99,12 @@ void print_step(const Report& report, std::uint32_t ranks) {
       optimizer.speculated_groups > 0
           ? fmt::format(" | during backward: {} of {} sub-groups confirmed",
                         optimizer.confirmed_groups, optimizer.speculated_groups)
+          : std::string(),
+      // ... and how many parameter bytes the next forward takes from the step, not the drive.
+      optimizer.fresh_param_bytes > 0
+          ? fmt::format(" | params handed to the next forward {}",
+                        runtime::format_decimal_bytes(
+                            static_cast<double>(optimizer.fresh_param_bytes)))
           : std::string(),
       optimizer.skipped ? " | SKIPPED (non-finite gradients)" : "");
   std::cout.flush();  // progress lines reach a pipe or a log file as they happen

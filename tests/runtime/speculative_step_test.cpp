@@ -33,6 +33,7 @@ struct TrainedRun {
   std::vector<float> losses;
   std::vector<std::vector<float>> state;  // master, exp_avg, exp_avg_sq of every unit
   std::uint64_t speculated = 0, confirmed = 0, redone = 0, skipped = 0;
+  std::uint64_t nvme_read = 0, fresh_params = 0;
 };
 
 Config config_for(const ScratchDir& dir, Tier params, Tier optimizer, bool overlap) {
@@ -65,6 +66,8 @@ TrainedRun train(const Config& config, int steps,
     run.confirmed += stats.confirmed_groups;
     run.redone += stats.redone_groups;
     run.skipped += stats.skipped ? 1 : 0;
+    run.nvme_read += stats.nvme.read_bytes;
+    run.fresh_params += stats.fresh_param_bytes;
   }
   for (UnitId unit : model.units()) {
     run.state.push_back(engine.master_shard(unit));
@@ -134,6 +137,28 @@ double clip_between_last_unit_and_total(Config config) {
   for (const auto& unit : grads) total += squares(unit);
   const double last = std::sqrt(squares(grads.back()));
   return (last + std::sqrt(total)) / 2;
+}
+
+// The units the step updates itself (every unit when the steps clip, as early in a fine-tune with
+// grad_clip = 1; otherwise those whose gradients completed too late to speculate: the first
+// layers) are the first the next forward gathers; their loads take the new parameters from the
+// step's pipeline, so exactly those bytes are not read back from NVMe, and nothing changes a bit.
+TEST(SpeculativeStep, TheNextForwardTakesTheStepsNewParametersInsteadOfReadingThem) {
+  for (const Tier optimizer : {Tier::kNvme, Tier::kHost}) {
+    ScratchDir serial_dir, overlap_dir;
+    Config serial = config_for(serial_dir, Tier::kNvme, optimizer, false);
+    Config overlap = config_for(overlap_dir, Tier::kNvme, optimizer, true);
+    // Every step clips, so none speculates after the first, none is undone (no redo reads), and
+    // step() updates every unit itself.
+    serial.optimizer.grad_clip = overlap.optimizer.grad_clip = 1e-3;
+    const TrainedRun a = train(serial, 4);
+    const TrainedRun b = train(overlap, 4);
+    const std::string what = name_of(Tier::kNvme, optimizer);
+    expect_bitwise(a, b, what);
+    EXPECT_EQ(a.fresh_params, 0u) << what;
+    EXPECT_GT(b.fresh_params, 0u) << what;
+    EXPECT_EQ(a.nvme_read - b.nvme_read, b.fresh_params) << what;
+  }
 }
 
 TEST(SpeculativeStep, ClippedStepsUndoAndRedoBitwise) {
