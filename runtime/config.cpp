@@ -82,6 +82,7 @@ void read_zero(TableReader& root, ZeroConfig& zero) {
   section->read_count("sub_group_size", zero.sub_group_size, 1024, kMaxElements);
   section->read_double("optimizer_host_fraction", zero.optimizer_host_fraction, 0.0, 1.0);
   section->read_bool("overlap_optimizer", zero.overlap_optimizer);
+  section->read_bool("defer_update", zero.defer_update);
   section->read_double("params_host_fraction", zero.params_host_fraction, 0.0, 1.0);
   section->read_double("grads_host_fraction", zero.grads_host_fraction, 0.0, 1.0);
   section->read_uint32("prefetch_depth", zero.prefetch_depth, 0, 64);

@@ -99,6 +99,12 @@ struct ZeroConfig {
   // the backward, and is confirmed or redone at step() (runtime/speculation.hpp). false: the
   // whole update runs in step(), after the last gradient. Bitwise the same either way.
   bool overlap_optimizer = true;
+  // The updates step() would run itself (all of them when the step clips or overflow-checks fail
+  // speculation) run instead when the next forward gathers each unit, on the same worker, and the
+  // gather takes the new parameters from the update: the step's parameter writes are never read
+  // back for the forward (runtime/deferred_update.cpp). The step commits once the last deferred
+  // unit is done. Bitwise the same parameters either way.
+  bool defer_update = false;
   // params = kNvme / grads = kNvme only: the same for the 16-bit parameters and the gradients.
   double params_host_fraction = 0.0;
   double grads_host_fraction = 0.0;

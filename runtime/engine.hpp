@@ -114,6 +114,9 @@ struct StepStats {
   std::uint64_t speculated_groups = 0;
   std::uint64_t confirmed_groups = 0;
   std::uint64_t redone_groups = 0;
+  // [zero] defer_update (runtime/deferred_update.cpp): sub-groups whose update this step left to
+  // the next forward's gathers (its commit follows the last of them).
+  std::uint64_t deferred_groups = 0;
 };
 
 // The full tensors of one unit, gathered for compute. Views are fp32 in device memory (host memory

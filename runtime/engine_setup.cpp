@@ -79,6 +79,12 @@ EngineState::EngineState(const Config& config, tiers::Device& device, comm::Comm
 }
 
 EngineState::~EngineState() {
+  // The last step's deferred updates run and it commits: a step() that returned is not lost.
+  try {
+    complete_deferred();
+  } catch (const std::exception& error) {
+    fmt::print(stderr, "strata: the last step could not be completed: {}\n", error.what());
+  }
   worker_.reset();  // finishes any speculative update before what it uses goes
   // Gathered units and reads in flight go before the store and the I/O engine.
   residency_.reset();

@@ -26,6 +26,7 @@
 #include <functional>
 #include <mutex>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <optional>
 #include <span>
@@ -55,6 +56,9 @@
 namespace strata::runtime::detail {
 
 // The full copy of a unit gathered on the device for compute (gather.cpp).
+// A unit's deferred update ([zero] defer_update; deferred_update.cpp).
+enum class DeferredState : std::uint8_t { kNone, kDue, kRunning, kFailed };
+
 struct GatheredCopy {
   tiers::DeviceBuffer full16;  // padded numel in the parameter dtype (absent for fp32 params)
   tiers::DeviceBuffer full32;  // padded numel fp32: what GatheredUnit views
@@ -260,7 +264,8 @@ class EngineState final : public tiers::ResidencyClient {
   double run_optimizer(std::span<const UnitId> units, const cpu_adam::Hyperparams& hyper,
                        const cpu_adam::GradScaling& scaling);
   // The pipeline over every sub-group of `units`; before_update (if set) sees each sub-group
-  // just before its update, after_update just after it, with where its new parameters are.
+  // just before its update, after_update just after it, with where its new parameters are when
+  // they go to NVMe (else null).
   // Returns the seconds spent in the CPU optimizer.
   using AfterUpdate = std::function<void(UnitId, std::size_t, const std::byte*)>;
   double run_pipeline(std::span<const UnitId> units, const cpu_adam::GradScaling& scaling,
@@ -294,6 +299,21 @@ class EngineState final : public tiers::ResidencyClient {
   // replaced outside the step, and before a speculated unit is gathered again.
   void cancel_speculation();
   void cancel_speculation(UnitId unit);
+
+  // deferred_update.cpp: the step's own updates under the next forward ([zero] defer_update).
+  bool defers() const { return config_.zero.defer_update && worker_ != nullptr; }
+  // step(): `units` are updated when next gathered (or at complete_deferred), with these.
+  void defer_updates(std::span<const UnitId> units, const cpu_adam::Hyperparams& hyper,
+                     const cpu_adam::GradScaling& scaling, StepStats& stats);
+  bool deferred_pending(UnitId unit);     // due or running
+  void start_deferred(UnitId unit);       // owner: hands a due unit to the worker
+  void wait_deferred(UnitId unit);        // owner: until its update is done; rethrows a failure
+  void run_deferred(std::span<const UnitId> units);  // on the worker's thread
+  void run_on_worker(std::span<const SpeculatedUnitId> units);  // deferred first, then speculated
+  // Runs every deferred update still due, waits for them and commits the step they belong to:
+  // before anything else reads, writes or updates the state.
+  void complete_deferred();
+  void commit_if_deferred_done();  // after a gather: commits once the last deferred unit is done
 
   // device_lanes.cpp: device memory access. Each returns once the bytes have arrived: a memcpy or
   // CPU loop when device memory is addressable, else stream work waited on.
@@ -341,7 +361,7 @@ class EngineState final : public tiers::ResidencyClient {
   // Units the running step has yet to update (their gathers take the fresh parameters), and the
   // parameter bytes so handed over since the last step.
   std::vector<std::uint8_t> update_due_;
-  std::uint64_t fresh_param_bytes_ = 0;
+  std::atomic<std::uint64_t> fresh_param_bytes_ = 0;  // the worker adds to it too
   std::uint64_t nvme_written_mark_ = 0;
 
   // Gradient reduction's (reduce_grads.cpp): the padded fp32 gradient of one unit and this rank's
@@ -377,6 +397,15 @@ class EngineState final : public tiers::ResidencyClient {
   bool last_step_clipped_ = false;
   tiers::PinnedBuffer undo_copies_;  // BufferPlan::undo_bytes, carved per unit
   double speculated_adam_s_ = 0;  // the worker's, since the last step
+
+  // The deferred updates' (deferred_update.cpp): per unit kNone / kDue / kRunning / kFailed,
+  // written by the owner (due, running) and the worker (none, failed) under deferred_mutex_.
+  std::vector<DeferredState> deferred_;
+  std::vector<cpu_adam::Hyperparams> deferred_hyper_;  // per unit, fixed by the step
+  cpu_adam::GradScaling deferred_scaling_;
+  bool commit_due_ = false;  // the last step deferred updates and commits when they are done
+  std::mutex deferred_mutex_;
+  std::condition_variable deferred_done_;
   std::unique_ptr<UpdateWorker> worker_;
 };
 

@@ -43,8 +43,18 @@ void EngineState::start_load(tiers::UnitId id) {
   if (param_dtype != DType::kFp32) {
     gathered.full16 = device_->allocate(padded * dtype_bytes(param_dtype));
   }
-  if (unit.home(Kind::kParam).residence() != Residence::kNvme) return;
+  const bool deferred = deferred_pending(id);
+  if (unit.home(Kind::kParam).residence() != Residence::kNvme) {
+    if (deferred) start_deferred(id);  // updates the home in place; wait_load waits for it
+    return;
+  }
   std::byte* shard = own_shard_destination(unit);
+  if (deferred) {  // [zero] defer_update: the update runs now and hands its parameters over
+    gathered.fresh_groups_due = unit.groups.size();
+    gathered.fresh_dest = shard;
+    start_deferred(id);
+    return;
+  }
   if (id < update_due_.size() && update_due_[id] != 0) {
     // The step updates this unit after this load starts: its new parameters come from the
     // step's pipeline (hand_fresh_params), not from a read of what it is about to replace.
@@ -89,7 +99,7 @@ void EngineState::read_param_shard(UnitState& unit, std::byte* shard) {
 void EngineState::hand_fresh_params(UnitId id, std::size_t group, const std::byte* params) {
   UnitState& unit = units_[id];
   GatheredCopy& gathered = unit.gathered;
-  if (gathered.fresh_groups_due == 0) return;
+  if (params == nullptr || gathered.fresh_groups_due == 0) return;
   const std::uint64_t element_bytes = unit.home(Kind::kParam).element_bytes();
   const SubGroup& sub = unit.groups[group];
   std::memcpy(gathered.fresh_dest + sub.begin * element_bytes, params, sub.numel * element_bytes);
@@ -98,7 +108,7 @@ void EngineState::hand_fresh_params(UnitId id, std::size_t group, const std::byt
 }
 
 bool EngineState::load_complete(tiers::UnitId id) {
-  if (units_[id].gathered.fresh_groups_due > 0) return false;
+  if (deferred_pending(id) || units_[id].gathered.fresh_groups_due > 0) return false;
   for (const tiers::StoreRead& read : units_[id].gathered.reads) {
     if (!read.poll()) return false;
   }
@@ -107,6 +117,7 @@ bool EngineState::load_complete(tiers::UnitId id) {
 
 void EngineState::wait_load(tiers::UnitId id) {
   UnitState& unit = units_[id];
+  if (deferred_pending(id)) wait_deferred(id);
   if (unit.gathered.fresh_groups_due > 0) {
     // The step that was to hand the parameters over failed before it did: read what the store
     // holds, as any gather after a failed step does.
@@ -115,8 +126,11 @@ void EngineState::wait_load(tiers::UnitId id) {
   }
   for (tiers::StoreRead& read : unit.gathered.reads) wait_timed(read);
   unit.gathered.reads.clear();
-  Tracer::Scope scope(options_.tracer, TraceTrack::kCopies, "gather " + unit.spec.name);
-  finish_gather(unit);
+  {
+    Tracer::Scope scope(options_.tracer, TraceTrack::kCopies, "gather " + unit.spec.name);
+    finish_gather(unit);
+  }
+  commit_if_deferred_done();
 }
 
 void EngineState::write_back(tiers::UnitId) {
@@ -125,6 +139,13 @@ void EngineState::write_back(tiers::UnitId) {
 
 void EngineState::evict(tiers::UnitId id) {
   GatheredCopy& gathered = units_[id].gathered;
+  if (deferred_pending(id) && gathered.fresh_dest != nullptr) {
+    // Its update is writing into the buffers about to go.
+    try {
+      wait_deferred(id);
+    } catch (...) {  // reported again by complete_deferred, which refuses to commit
+    }
+  }
   for (tiers::StoreRead& read : gathered.reads) {
     try {
       read.wait();

@@ -242,13 +242,22 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
         traffic.write_bytes = streamed;
         traffic.read_bytes = streamed;
         break;
-      case StateKind::kParams:  // read for the forward and the backward gather, written by the step
+      case StateKind::kParams: {  // read for the forward and the backward gather, written by the step
+        // [zero] defer_update without the speculation during the backward: every update runs when
+        // the next forward gathers its unit and hands the new parameters over, so only the
+        // backward reads them (with the speculation, the units it confirms are read by the
+        // forward as well: counted as if all were).
+        // (A CUDA device runs the update in step(): no deferral there.)
+        const bool all_deferred = config.zero.defer_update && !config.zero.overlap_optimizer &&
+                                  config.tiers.device.kind != DeviceKind::kCuda;
+        const std::uint64_t gathers = all_deferred ? 1 : 2;
         // In the master's bytes: read from there (the share optimizer_host_fraction keeps on the
         // host aside), written by no one but the optimizer (counted in its row; streamed is 0).
         traffic.read_bytes =
-            params_in_master ? 2 * param_bytes_read_from_nvme(state, buffers) : 2 * streamed;
+            gathers * (params_in_master ? param_bytes_read_from_nvme(state, buffers) : streamed);
         traffic.write_bytes = streamed;
         break;
+      }
     }
     // [tiers.host] nvme_read_cache: the share of the extents the cache has room for is read from
     // memory (the first written; counted as an even share of every kind).

@@ -260,6 +260,7 @@ class EngineState::OptimizerPipeline {
 void EngineState::optimizer_step(StepStats& stats) {
   STRATA_ASSERT(finalized_, "step before finalize");
   check_step_contracts();
+  complete_deferred();  // the last step's updates a forward did not gather (none, usually)
   const auto start = std::chrono::steady_clock::now();
   // The updates started during the backward (speculation.cpp) end before anything is decided
   // (and before the store's counters are read: the worker moves them until then).
@@ -301,15 +302,23 @@ void EngineState::optimizer_step(StepStats& stats) {
   // and a unit still to be updated takes its new parameters from the pipeline instead of reading
   // back what the step writes; serially, after the updates.
   residency_->invalidate();
-  const bool hand_over = config_.zero.overlap_optimizer;
-  if (hand_over) {
-    update_due_.assign(units_.size(), 0);
-    for (UnitId id : remaining) update_due_[id] = 1;
+  stats.adam_s = speculated_adam_s;
+  if (defers()) {
+    // [zero] defer_update: the rest runs when the next forward gathers each unit
+    // (deferred_update.cpp), the first of them from this prefetch on.
+    defer_updates(remaining, hyper, scaling, stats);
     residency_->end_iteration();
+  } else {
+    const bool hand_over = config_.zero.overlap_optimizer;
+    if (hand_over) {
+      update_due_.assign(units_.size(), 0);
+      for (UnitId id : remaining) update_due_[id] = 1;
+      residency_->end_iteration();
+    }
+    stats.adam_s += run_optimizer(remaining, hyper, scaling);
+    update_due_.clear();
+    if (!hand_over) residency_->end_iteration();
   }
-  stats.adam_s = speculated_adam_s + run_optimizer(remaining, hyper, scaling);
-  update_due_.clear();
-  if (!hand_over) residency_->end_iteration();
   finish_step(stats, marks);
 }
 
@@ -403,8 +412,8 @@ double EngineState::run_pipeline(std::span<const UnitId> units,
                        unit_hyper, scaling);
     }
     adam_s += seconds_since(adam_start);
-    if (const std::byte* params = pipeline.updated_params(i); params != nullptr && after_update) {
-      after_update(pipeline.unit_id(i), pipeline.group(i), params);
+    if (after_update) {
+      after_update(pipeline.unit_id(i), pipeline.group(i), pipeline.updated_params(i));
     }
     stage_out(unit, pipeline.group(i), i % 2, kWriteKinds);
     pipeline.issue_writes(i);
@@ -475,7 +484,7 @@ void EngineState::update_compressed(UnitState& unit, std::size_t group,
 // loss scale after a window of clean steps, and report.
 void EngineState::finish_step(StepStats& stats, const StepMarks& marks) {
   ++progress_.step;
-  if (store_) store_->commit(progress_.step);
+  if (store_ && !commit_due_) store_->commit(progress_.step);  // else once the deferred are done
   if (uses_fp16(config_) && config_.precision.dynamic_loss_scale &&
       ++progress_.clean_steps >= config_.precision.loss_scale_window) {
     progress_.loss_scale *= 2;
@@ -493,7 +502,7 @@ void EngineState::finish_step(StepStats& stats, const StepMarks& marks) {
     nvme_read_mark_ = store_->bytes_read();
     nvme_written_mark_ = store_->bytes_written();
   }
-  stats.fresh_param_bytes = std::exchange(fresh_param_bytes_, 0);
+  stats.fresh_param_bytes = fresh_param_bytes_.exchange(0);
   stats.comm_bytes = comm_->stats().total_payload_bytes();
   comm_->reset_stats();
   stats.step_s = seconds_since(marks.start);

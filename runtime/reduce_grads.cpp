@@ -22,6 +22,7 @@ namespace strata::runtime::detail {
 void EngineState::reduce_grads(UnitId id, std::span<const float> full_grads) {
   STRATA_ASSERT(finalized_, "reduce_grads before finalize");
   this->unit(id);  // throws std::out_of_range naming an unknown id
+  complete_deferred();  // the last step must be done with this unit's gradient home
   UnitState& unit = units_[id];
   if (full_grads.size() != unit.layout.numel) {
     throw std::invalid_argument(

@@ -96,7 +96,13 @@ void for_each_kept_piece(const UnitState& unit, Fn&& fn) {
 void EngineState::start_speculation() {
   speculated_.resize(units_.size());
   // The staged path's streams and staging slots belong to the owner thread.
-  if (!config_.zero.overlap_optimizer || !device_addressable_ || lanes_) return;
+  if (!(config_.zero.overlap_optimizer || config_.zero.defer_update) || !device_addressable_ ||
+      lanes_) {
+    return;
+  }
+  worker_ = std::make_unique<UpdateWorker>(
+      [this](std::span<const SpeculatedUnitId> units) { run_on_worker(units); });
+  if (!config_.zero.overlap_optimizer) return;  // [zero] defer_update alone: no undo copies
   if (plan_.undo_bytes > 0) undo_copies_ = host_pool_->allocate(plan_.undo_bytes);
   std::uint64_t offset = 0;
   for (std::size_t u = units_.size(); u-- > 0;) {  // the plan's order: last units first
@@ -106,8 +112,6 @@ void EngineState::start_speculation() {
     speculated_[u].kept = undo_copies_.data() + offset;
     offset += round_up(bytes, kDirectIoAlignment);
   }
-  worker_ = std::make_unique<UpdateWorker>(
-      [this](std::span<const SpeculatedUnitId> units) { run_speculated(units); });
 }
 
 std::uint64_t EngineState::kept_bytes(const UnitState& unit) const {
@@ -143,7 +147,9 @@ bool EngineState::may_speculate(const UnitState& unit) {
 }
 
 void EngineState::speculate(UnitId id) {
-  if (!worker_ || speculation_stopped_ || last_step_clipped_) return;
+  if (!worker_ || !config_.zero.overlap_optimizer || speculation_stopped_ || last_step_clipped_) {
+    return;
+  }
   UnitState& unit = units_[id];
   SpeculatedUnit& spec = speculated_[id];
   if (spec.state != SpeculatedUnit::State::kNone || !may_speculate(unit)) return;
@@ -233,6 +239,7 @@ std::vector<UnitId> EngineState::settle_speculation(const SpeculationCheck* chec
 }
 
 void EngineState::cancel_speculation() {
+  complete_deferred();  // the last step's updates first: what follows reads or replaces them
   if (!worker_) return;
   worker_->wait_idle();
   for (UnitId id = 0; id < speculated_.size(); ++id) cancel_speculation(id);

@@ -54,6 +54,7 @@ const std::map<std::string, Consumer>& consumers() {
       {"zero.params_host_fraction", {"runtime/buffer_plan.cpp", "zero.params_host_fraction"}},
       {"zero.grads_host_fraction", {"runtime/buffer_plan.cpp", "zero.grads_host_fraction"}},
       {"zero.overlap_optimizer", {"runtime/speculation.cpp", "config_.zero.overlap_optimizer"}},
+      {"zero.defer_update", {"runtime/engine_state.hpp", "config_.zero.defer_update"}},
       {"zero.prefetch_depth", {"runtime/engine_finalize.cpp", "zero.prefetch_depth"}},
       {"zero.buffer_count", {"runtime/buffer_plan.cpp", "config.zero.buffer_count"}},
       {"zero.persistence_threshold", {"runtime/engine_finalize.cpp", "zero.persistence_threshold"}},

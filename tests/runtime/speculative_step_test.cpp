@@ -33,7 +33,8 @@ struct TrainedRun {
   std::vector<float> losses;
   std::vector<std::vector<float>> state;  // master, exp_avg, exp_avg_sq of every unit
   std::uint64_t speculated = 0, confirmed = 0, redone = 0, skipped = 0;
-  std::uint64_t nvme_read = 0, fresh_params = 0;
+  std::uint64_t nvme_read = 0, fresh_params = 0, deferred = 0;
+  std::vector<std::uint64_t> reads_per_step, fresh_per_step;  // StepStats::nvme, fresh_param_bytes
 };
 
 Config config_for(const ScratchDir& dir, Tier params, Tier optimizer, bool overlap) {
@@ -68,6 +69,9 @@ TrainedRun train(const Config& config, int steps,
     run.skipped += stats.skipped ? 1 : 0;
     run.nvme_read += stats.nvme.read_bytes;
     run.fresh_params += stats.fresh_param_bytes;
+    run.deferred += stats.deferred_groups;
+    run.reads_per_step.push_back(stats.nvme.read_bytes);
+    run.fresh_per_step.push_back(stats.fresh_param_bytes);
   }
   for (UnitId unit : model.units()) {
     run.state.push_back(engine.master_shard(unit));
@@ -238,6 +242,100 @@ TEST(SpeculativeStep, TheLastUnitsUpdateRunsBeforeTheBackwardOfTheFirstUnitEnds)
 
 TEST(SpeculativeStep, TheSerialStepFailsTheSameCheck) {
   EXPECT_FALSE(last_units_update_runs_during_the_backward(Tier::kNvme, Tier::kNvme, false));
+}
+
+// [zero] defer_update: the updates step() would run itself run when the next forward gathers each
+// unit. The parameters, moments and losses are bitwise the serial step's, with and without the
+// speculation during the backward, whether the steps clip (everything deferred) or not.
+TEST(DeferredUpdate, IsBitwiseTheSerialStepInEveryPlacement) {
+  for (const auto& [params, optimizer] : kPlacements) {
+    for (const double clip : {1e-3, 1e6}) {
+      for (const bool overlap : {false, true}) {
+        ScratchDir serial_dir, deferred_dir;
+        Config serial = config_for(serial_dir, params, optimizer, false);
+        Config deferred = config_for(deferred_dir, params, optimizer, overlap);
+        deferred.zero.defer_update = true;
+        serial.optimizer.grad_clip = deferred.optimizer.grad_clip = clip;
+        const TrainedRun a = train(serial, 4);
+        const TrainedRun b = train(deferred, 4);
+        const std::string what = name_of(params, optimizer) + ", grad_clip " +
+                                 std::to_string(clip) + ", overlap " + std::to_string(overlap);
+        expect_bitwise(a, b, what);
+        EXPECT_EQ(a.deferred, 0u) << what;
+        // Speculated units are not deferred: without clipping and with the overlap, (nearly)
+        // everything runs during the backward.
+        if (clip < 1 || !overlap) {
+          EXPECT_GT(b.deferred, 0u) << what;
+        }
+      }
+    }
+  }
+}
+
+// With the parameters on NVMe, the forward's gathers take every deferred unit's new parameters
+// from its update. With the rest in memory and a device budget that keeps every unit gathered from
+// the forward to the backward, the serial step's NVMe reads after the first step are exactly the
+// forward's parameter gathers; deferred, there are none. (Which step's StepStats counts a
+// hand-over depends on when the worker gets to it, so the counts are compared in sum.)
+TEST(DeferredUpdate, TheForwardReadsNoParameterTheStepWrote) {
+  ScratchDir serial_dir, deferred_dir;
+  Config serial = config_for(serial_dir, Tier::kNvme, Tier::kHost, false);
+  Config deferred = config_for(deferred_dir, Tier::kNvme, Tier::kHost, false);
+  deferred.zero.defer_update = true;
+  const TrainedRun a = train(serial, 4);
+  const TrainedRun b = train(deferred, 4);
+  expect_bitwise(a, b, "params on NVMe");
+  std::uint64_t serial_reads = 0;
+  for (std::size_t step = 1; step < a.reads_per_step.size(); ++step) {
+    EXPECT_GT(a.reads_per_step[step], 0u) << "step " << step + 1;
+    EXPECT_EQ(b.reads_per_step[step], 0u) << "step " << step + 1;
+    serial_reads += a.reads_per_step[step];
+  }
+  // Handed over instead: the serial reads of steps 2-4 (each forward's units are handed over
+  // before its gathers finish), plus those of the prefetch step 4 starts, when the worker gets
+  // to them before step 4 is counted (at most one forward's worth).
+  EXPECT_GE(b.fresh_params, serial_reads);
+  EXPECT_LE(b.fresh_params, serial_reads * 4 / 3);
+}
+
+// A step whose updates were deferred is not lost when the Engine goes before the next forward:
+// the Engine runs them and commits, and a resumed Engine continues bitwise.
+TEST(DeferredUpdate, TheEngineCommitsADeferredStepWhenItGoes) {
+  ScratchDir serial_dir, deferred_dir;
+  Config serial = config_for(serial_dir, Tier::kNvme, Tier::kNvme, false);
+  Config deferred = config_for(deferred_dir, Tier::kNvme, Tier::kNvme, false);
+  deferred.zero.defer_update = true;
+  const TrainedRun a = train(serial, 3);
+  {
+    auto device = host_device(deferred);
+    comm::LocalComm comm;
+    Engine engine(deferred, *device, comm);
+    TinyMlp model(kEngineTestWidths, 16, /*data_seed=*/7);
+    model.add_units(engine);
+    engine.finalize();
+    for (int step = 0; step < 2; ++step) {
+      model.train_step(engine, 1.0);
+      EXPECT_GT(engine.step().deferred_groups, 0u);
+    }
+  }  // step 2's updates are still due here
+  deferred.tiers.nvme.on_existing = OnExistingStore::kResume;
+  auto device = host_device(deferred);
+  comm::LocalComm comm;
+  Engine engine(deferred, *device, comm);
+  TinyMlp model(kEngineTestWidths, 16, /*data_seed=*/7);
+  model.add_units(engine);
+  engine.finalize();
+  ASSERT_EQ(engine.step_count(), 2u);
+  model.train_step(engine, 1.0);  // the data of step 3 (TinyMlp draws batches from the step)
+  engine.step();
+  std::size_t i = 0;
+  for (UnitId unit : model.units()) {
+    const std::vector<float> master = engine.master_shard(unit);
+    ASSERT_EQ(master.size(), a.state[i].size());
+    EXPECT_EQ(std::memcmp(master.data(), a.state[i].data(), master.size() * sizeof(float)), 0)
+        << "unit " << unit;
+    i += 3;
+  }
 }
 
 }  // namespace
