@@ -55,10 +55,10 @@
 
 namespace strata::runtime::detail {
 
-// The full copy of a unit gathered on the device for compute (gather.cpp).
 // A unit's deferred update ([zero] defer_update; deferred_update.cpp).
 enum class DeferredState : std::uint8_t { kNone, kDue, kRunning, kFailed };
 
+// The full copy of a unit gathered on the device for compute (gather.cpp).
 struct GatheredCopy {
   tiers::DeviceBuffer full16;  // padded numel in the parameter dtype (absent for fp32 params)
   tiers::DeviceBuffer full32;  // padded numel fp32: what GatheredUnit views

@@ -49,17 +49,12 @@ void EngineState::start_load(tiers::UnitId id) {
     return;
   }
   std::byte* shard = own_shard_destination(unit);
-  if (deferred) {  // [zero] defer_update: the update runs now and hands its parameters over
+  // The step updates this unit after this load starts (in step(), or deferred to now): its new
+  // parameters come from the update (hand_fresh_params), not from a read of what it replaces.
+  if (deferred || (id < update_due_.size() && update_due_[id] != 0)) {
     gathered.fresh_groups_due = unit.groups.size();
     gathered.fresh_dest = shard;
-    start_deferred(id);
-    return;
-  }
-  if (id < update_due_.size() && update_due_[id] != 0) {
-    // The step updates this unit after this load starts: its new parameters come from the
-    // step's pipeline (hand_fresh_params), not from a read of what it is about to replace.
-    gathered.fresh_groups_due = unit.groups.size();
-    gathered.fresh_dest = shard;
+    if (deferred) start_deferred(id);  // [zero] defer_update: the update runs now
     return;
   }
   read_param_shard(unit, shard);
