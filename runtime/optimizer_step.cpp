@@ -495,6 +495,9 @@ void EngineState::finish_step(StepStats& stats, const StepMarks& marks) {
   stats.io_wait_s = io_wait_s_.load() - marks.io_wait_s;
   io_wait_s_ = 0;
   if (store_) {
+    // With defer_update the worker may already be running the first units' updates (the prefetch
+    // above started them): the store's counters are atomic, and those bytes count in this step's
+    // figures or the next's, never twice.
     stats.nvme.read_bytes = store_->bytes_read() - nvme_read_mark_;
     stats.nvme.written_bytes = store_->bytes_written() - nvme_written_mark_;
     stats.nvme_in_step.read_bytes = store_->bytes_read() - marks.read_bytes;

@@ -33,6 +33,7 @@
 // Threading: one owner thread calls write/read/commit; tickets may be waited on from any thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -157,10 +158,18 @@ class NvmeStore {
   // or the manifest failed) throws, and the previous commit stays the committed state.
   void commit(std::uint64_t step);
 
-  std::uint64_t bytes_written() const { return bytes_written_; }
-  std::uint64_t bytes_read() const { return bytes_read_; }  // from the drives only
-  std::uint64_t bytes_read_from_cache() const { return bytes_read_from_cache_; }
-  std::uint64_t read_cache_bytes_used() const { return cache_used_bytes_; }
+  // Byte counters; any thread may read them while the owner reads and writes (the Engine reports
+  // a step's bytes while its update worker is already writing the next forward's units).
+  std::uint64_t bytes_written() const { return bytes_written_.load(std::memory_order_relaxed); }
+  std::uint64_t bytes_read() const {  // from the drives only
+    return bytes_read_.load(std::memory_order_relaxed);
+  }
+  std::uint64_t bytes_read_from_cache() const {
+    return bytes_read_from_cache_.load(std::memory_order_relaxed);
+  }
+  std::uint64_t read_cache_bytes_used() const {
+    return cache_used_bytes_.load(std::memory_order_relaxed);
+  }
   const std::vector<std::filesystem::path>& swap_files() const { return swap_paths_; }
   std::filesystem::path manifest_path(int copy) const;
 
@@ -217,10 +226,10 @@ class NvmeStore {
   bool manifest_in_doubt_ = false;
   std::optional<std::uint64_t> committed_step_;
   bool resumed_ = false;
-  std::uint64_t bytes_written_ = 0;
-  std::uint64_t bytes_read_ = 0;
-  std::uint64_t bytes_read_from_cache_ = 0;
-  std::uint64_t cache_used_bytes_ = 0;
+  std::atomic<std::uint64_t> bytes_written_ = 0;
+  std::atomic<std::uint64_t> bytes_read_ = 0;
+  std::atomic<std::uint64_t> bytes_read_from_cache_ = 0;
+  std::atomic<std::uint64_t> cache_used_bytes_ = 0;  // changed by the owner only
   // XXH3 of writes and verification of reads, off the owner thread. Last: destroyed first, after
   // the destructor has waited for the writes.
   std::unique_ptr<ChecksumWorker> checksums_;
