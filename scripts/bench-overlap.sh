@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The overlapped step, side by side: fine-tuning tokens/s with params and optimizer state on NVMe,
-# [zero] overlap_optimizer on and off, against everything in device memory, the three configs
-# alternated ROUNDS times (default 3) so load from elsewhere falls on all alike. Prints each
-# run, then the median ratios to all-device (#18's target: >= 0.97 with the overlap).
+# [zero] overlap_optimizer on and off, and defer_update on (the step's updates run under the next
+# forward, which takes their parameters instead of reading them), against everything in device
+# memory, the configs alternated ROUNDS times (default 3) so load from elsewhere falls on all
+# alike. Prints each run with its NVMe bytes per step, then the median ratios to all-device
+# (#18's target: >= 0.97 with the overlap).
 #   FINETUNE=build/nocuda/examples/finetune/strata-finetune STEPS=10 ROUNDS=3 scripts/bench-overlap.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,15 +24,21 @@ cp examples/configs/params_optimizer_nvme.toml "$out/nvme_overlap.toml"
 sed 's/^\[zero\]$/[zero]\noverlap_optimizer = false/' examples/configs/params_optimizer_nvme.toml \
   >"$out/nvme_serial.toml"
 grep -q '^overlap_optimizer = false' "$out/nvme_serial.toml" || { echo "no [zero] table" >&2; exit 1; }
+# The same config with the step's updates deferred to the next forward's gathers.
+sed 's/^\[zero\]$/[zero]\ndefer_update = true/' examples/configs/params_optimizer_nvme.toml \
+  >"$out/nvme_defer.toml"
 # Both without clipping (grad_clip = 0): early in this fine-tune every step clips at 1.0, and a
 # step after a clipped one runs serially, so these two show what the overlap itself hides.
-for config in nvme_overlap nvme_serial; do
+for config in nvme_overlap nvme_serial nvme_defer; do
   sed 's/^grad_clip = .*/grad_clip = 0.0/' "$out/$config.toml" >"$out/${config}_noclip.toml"
   grep -q '^grad_clip = 0.0' "$out/${config}_noclip.toml" || { echo "no grad_clip key" >&2; exit 1; }
 done
-printf '%-6s %-20s %9s %10s %16s\n' round config tokens/s "val loss" "optimizer exposed"
+configs=(all_device nvme_overlap nvme_serial nvme_defer nvme_overlap_noclip nvme_serial_noclip
+         nvme_defer_noclip)
+printf '%-6s %-20s %9s %10s %18s %22s\n' round config tokens/s "val loss" "optimizer exposed" \
+  "NVMe read/written"
 for round in $(seq 1 "$rounds"); do
-  for config in all_device nvme_overlap nvme_serial nvme_overlap_noclip nvme_serial_noclip; do
+  for config in "${configs[@]}"; do
     "$finetune" --config "$out/$config.toml" --steps "$steps" --eval-every 0 --eval-batches 2 \
       --overwrite --summary-json "$out/$config.$round.json" >"$out/$config.$round.log" 2>&1 ||
       { cat "$out/$config.$round.log"; exit 1; }
@@ -39,7 +47,10 @@ for round in $(seq 1 "$rounds"); do
     python3 - "$out/$config.$round.json" "$round" "$config" "$exposed" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
-print(f'{sys.argv[2]:<6} {sys.argv[3]:<20} {s["tokens_per_s"]:9.0f} {s["final_val_loss"]:10.4f} {sys.argv[4]:>16}')
+# Bytes per step, validation reads included (the same batches in every config).
+io = f'{s["nvme_read_bytes"] / s["steps"] / 1e6:.0f} / {s["nvme_written_bytes"] / s["steps"] / 1e6:.0f} MB'
+print(f'{sys.argv[2]:<6} {sys.argv[3]:<20} {s["tokens_per_s"]:9.0f} {s["final_val_loss"]:10.4f} '
+      f'{sys.argv[4]:>18} {io:>22}')
 PY
   done
 done
@@ -47,7 +58,8 @@ python3 - "$out" "$rounds" <<'PY'
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 tps = lambda c, r: json.load(open(f"{out}/{c}.{r}.json"))["tokens_per_s"]
-for config in ("nvme_overlap", "nvme_serial", "nvme_overlap_noclip", "nvme_serial_noclip"):
+for config in ("nvme_overlap", "nvme_serial", "nvme_defer", "nvme_overlap_noclip",
+               "nvme_serial_noclip", "nvme_defer_noclip"):
     ratios = [tps(config, r) / tps("all_device", r) for r in range(1, rounds + 1)]
     print(f"{config:<20} / all_device: median {statistics.median(ratios):.3f} "
           f"(rounds: {', '.join(f'{x:.3f}' for x in ratios)})")

@@ -9,8 +9,8 @@
 #   TSan        the concurrency suites: io/, tiers/ (pinned pool, NVMe store, residency) and
 #               runtime/ (the Engine's pipelined optimizer step)
 #   libFuzzer   each fuzz target ~20 s from its committed seed corpus (tests/fuzz/corpus/<target>)
-#   knobs       the Engine, checkpoint and fine-tuning suites again with STRATA_FORCE_NVME=1 (every state
-#               kind through the NVMe store)
+#   knobs       the Engine, checkpoint, fine-tuning, overlapped- and deferred-step suites again
+#               with STRATA_FORCE_NVME=1 (every state kind through the NVMe store)
 # The whole CI suite runs last, so the run ends with CTest's summary line.
 # STRATA_TEST_QUICK=1 runs only the CI suite; STRATA_FUZZ_SECONDS sets the time per fuzz target.
 set -euo pipefail
@@ -58,7 +58,7 @@ for target in "${fuzz_targets[@]}"; do
 done
 
 STRATA_FORCE_NVME=1 ctest --preset ci -j "$jobs" --output-on-failure \
-  -R '^(Engine\.|Checkpoint\.|OptimizerSchedule\.|AllTiers/EnginePlacement|Paths/EngineAccess|Finetune\.|engine_mpi|CompressedState\.|.*CompressedPlacement|.*EngineOptimizerHostFraction|.*EngineParamsGradsHostFraction)' |
+  -R '^(Engine\.|Checkpoint\.|OptimizerSchedule\.|AllTiers/EnginePlacement|Paths/EngineAccess|Finetune\.|engine_mpi|CompressedState\.|.*CompressedPlacement|.*EngineOptimizerHostFraction|.*EngineParamsGradsHostFraction|SpeculativeStep\.|DeferredUpdate\.)' |
   tail -n 3
 
 ctest --preset ci -j "$jobs"
