@@ -189,6 +189,11 @@ void read_precision(TableReader& root, PrecisionConfig& precision) {
       {"fp32", DType::kFp32}, {"bf16", DType::kBf16}, {"fp16", DType::kFp16}};
   section->read_enum("params", precision.params, dtypes);
   section->read_enum("grads", precision.grads, dtypes);
+  section->read_enum("reduce_dtype", precision.reduce_dtype,
+                     {{"auto", std::optional<DType>()},
+                      {"fp32", std::optional<DType>(DType::kFp32)},
+                      {"bf16", std::optional<DType>(DType::kBf16)},
+                      {"fp16", std::optional<DType>(DType::kFp16)}});
   section->read_bool("dynamic_loss_scale", precision.dynamic_loss_scale);
   section->read_positive_double("loss_scale", precision.loss_scale, 1e38);
   section->read_uint32("loss_scale_window", precision.loss_scale_window, 1, 1'000'000);
@@ -315,6 +320,11 @@ std::string_view to_string(Tier tier) {
       return "nvme";
   }
   return "?";
+}
+
+DType gradient_reduce_dtype(const PrecisionConfig& precision, std::uint32_t grad_accumulation) {
+  if (precision.reduce_dtype) return *precision.reduce_dtype;
+  return grad_accumulation == 1 ? precision.grads : DType::kFp32;
 }
 
 std::string_view to_string(DType dtype) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -143,6 +144,9 @@ struct OptimizerConfig {
 struct PrecisionConfig {
   DType params = DType::kBf16;
   DType grads = DType::kBf16;
+  // The dtype gradients are reduce-scattered in across ranks; empty: "auto" (resolved by
+  // gradient_reduce_dtype below).
+  std::optional<DType> reduce_dtype;
   bool dynamic_loss_scale = true;  // fp16 only: scale down on overflow, up after a clean window
   double loss_scale = 65536.0;     // initial (dynamic) or fixed (static) scale; fp16 only
   std::uint32_t loss_scale_window = 1000;
@@ -150,6 +154,12 @@ struct PrecisionConfig {
 
   bool operator==(const PrecisionConfig&) const = default;
 };
+
+// The dtype of the gradient reduce-scatter. "auto": the 16-bit gradient dtype when each step has
+// one micro-batch (the reduced shard is stored in that dtype anyway: half the bytes on the wire,
+// each rank's contribution rounded to it first), fp32 when micro-batches accumulate (their sum is
+// kept in fp32) or the gradients are fp32. An explicit dtype is used as given.
+DType gradient_reduce_dtype(const PrecisionConfig& precision, std::uint32_t grad_accumulation);
 
 struct CheckpointConfig {
   std::string dir;                   // empty: no periodic checkpoints

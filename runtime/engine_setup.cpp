@@ -65,6 +65,18 @@ EngineState::EngineState(const Config& config, tiers::Device& device, comm::Comm
         comm_->backend_name(), device_->name()));
   }
   comm_on_device_ = comm_takes_device || device_addressable_;
+  // NcclComm reduces the device's fp32 gradient as it is (a 16-bit cast there needs a device
+  // buffer the plan does not have); "auto" falls back to fp32, an explicit 16-bit dtype is refused.
+  reduce_dtype_ = gradient_reduce_dtype(config.precision, options_.grad_accumulation);
+  if (comm_takes_device && reduce_dtype_ != DType::kFp32) {
+    if (config.precision.reduce_dtype) {
+      throw std::invalid_argument(fmt::format(
+          "[precision] reduce_dtype = \"{}\" needs LocalComm or MpiComm; the {} communicator "
+          "reduce-scatters fp32 gradients: set reduce_dtype = \"auto\" or \"fp32\"",
+          to_string(reduce_dtype_), comm_->backend_name()));
+    }
+    reduce_dtype_ = DType::kFp32;
+  }
   if (!device_addressable_) lanes_ = std::make_unique<DeviceLanes>(*device_);
   if (options_.grad_accumulation == 0) {
     throw std::invalid_argument("grad_accumulation must be >= 1");

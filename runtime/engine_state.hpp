@@ -248,6 +248,7 @@ class EngineState final : public tiers::ResidencyClient {
   void check_step_contracts() const;
   const float* reduce_to_shard(UnitState& unit, std::span<const float> full_grads,
                                tiers::DeviceSpan& device_shard);
+  void reduce_scatter_on_host(const UnitLayout& layout, std::byte* full, std::byte* shard);
   void store_grad_on_device(UnitState& unit, const float* host_shard,
                             tiers::DeviceSpan device_shard, bool accumulate, bool last);
   void store_grad_in_host(UnitState& unit, const float* host_shard, bool accumulate, bool last);
@@ -339,6 +340,8 @@ class EngineState final : public tiers::ResidencyClient {
   // whether collectives of device data take device memory directly.
   bool device_addressable_ = true;
   bool comm_on_device_ = true;
+  // The gradient reduce-scatter's dtype (gradient_reduce_dtype; fp32 with NcclComm).
+  DType reduce_dtype_ = DType::kFp32;
   std::unique_ptr<tbb::task_arena> arena_;
 
   // Set by add_unit and finalize (engine_finalize.cpp).

@@ -277,7 +277,9 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
     const double psi_d = static_cast<double>(psi);
     plan.comm_elements_per_rank = (plan.stage >= 3 ? 3.0 : 2.0) * psi_d;
     const std::uint64_t gathers = plan.stage >= 3 ? 2 : 1;
-    plan.comm_bytes_per_rank = psi * grad_bytes + gathers * psi * param_bytes;
+    // The gradients travel in [precision] reduce_dtype (fp32 or the 16-bit gradient dtype).
+    plan.reduce_dtype = gradient_reduce_dtype(config.precision, config.model.grad_accumulation);
+    plan.comm_bytes_per_rank = psi * dtype_bytes(plan.reduce_dtype) + gathers * psi * param_bytes;
   }
   return plan;
 }
@@ -463,9 +465,11 @@ std::string render_plan_text(const MemoryPlan& plan, const Config& config) {
                    format_decimal_bytes(static_cast<double>(plan.nvme_read_bytes_per_step)),
                    format_decimal_bytes(static_cast<double>(plan.nvme_write_bytes_per_step))));
   if (plan.ranks > 1) {
-    line(fmt::format("communication per rank per step: {}Ψ = {:.4g} elements, {}",
+    line(fmt::format("communication per rank per step: {}Ψ = {:.4g} elements, {} (gradients "
+                     "reduce-scattered in {})",
                      plan.stage >= 3 ? 3 : 2, plan.comm_elements_per_rank,
-                     format_decimal_bytes(static_cast<double>(plan.comm_bytes_per_rank))));
+                     format_decimal_bytes(static_cast<double>(plan.comm_bytes_per_rank)),
+                     to_string(plan.reduce_dtype)));
   } else {
     line("communication per rank per step: none (one rank)");
   }
@@ -519,6 +523,7 @@ nlohmann::json plan_to_json(const MemoryPlan& plan, const Config& config) {
   out["nvme_write_bytes_per_step"] = plan.nvme_write_bytes_per_step;
   out["comm_elements_per_rank"] = plan.comm_elements_per_rank;
   out["comm_bytes_per_rank"] = plan.comm_bytes_per_rank;
+  out["reduce_dtype"] = to_string(plan.reduce_dtype);
   out["fits"] = plan.fits();
   out["suggestions"] = plan.suggestions;
   return out;

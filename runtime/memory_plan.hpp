@@ -83,6 +83,7 @@ struct MemoryPlan {
   std::array<NvmeTraffic, 3> nvme_traffic{};  // the two totals above per StateKind
   double comm_elements_per_rank = 0;  // 2Ψ (stages 0-2) or 3Ψ (stage 3); 0 for one rank
   std::uint64_t comm_bytes_per_rank = 0;
+  DType reduce_dtype = DType::kFp32;  // the gradient reduce-scatter's ([precision] reduce_dtype)
   std::vector<std::string> suggestions;  // when it does not fit: changes that would
 
   std::uint64_t model_state_bytes_per_rank() const;  // the seeds' "GB per GPU"

@@ -1,6 +1,10 @@
 // Gradient reduction: a unit's full fp32 gradient is reduce-scattered (averaged over the ranks)
 // into this rank's shard, which goes to the gradient's home, converted to its type or, from the
-// second micro-batch on, added in fp32. The micro-batch that completes the gradient adds its
+// second micro-batch on, added in fp32. The reduce-scatter moves [precision] reduce_dtype
+// (gradient_reduce_dtype, config.hpp): in a 16-bit dtype each rank rounds its full gradient to it
+// first, the ranks' values are added in fp32 in rank order and the average rounded once (comm/
+// reduction.hpp), half the bytes of an fp32 reduce-scatter; the shard is widened back to fp32 (exact)
+// for the code below. The micro-batch that completes the gradient adds its
 // squares to the global-norm accumulator the optimizer step reads.
 //
 // Contracts of step() (checked by check_step_contracts, before anything changes): no GatheredUnit
@@ -8,16 +12,81 @@
 // grad_accumulation reduce_grads calls since the last step (a unit without them would be updated
 // with a stale gradient, and a partial one would be left out of the clip norm).
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
 #include "base/assert.hpp"
+#include "base/float16.hpp"
 #include "cpu_adam/cast.hpp"
 #include "runtime/engine_state.hpp"
 
 namespace strata::runtime::detail {
+namespace {
+
+constexpr std::size_t kConvertBlock = 4096;
+
+// data[0, count) fp32 -> the same bytes' first count * 2 as `to` (bf16 or fp16), round to nearest
+// even. In place, front to back through a block copy: block b's 16-bit bytes overlap only fp32
+// values already read.
+void narrow_in_place(std::byte* data, std::size_t count, DType to) {
+  float block[kConvertBlock];
+  for (std::size_t begin = 0; begin < count; begin += kConvertBlock) {
+    const std::size_t n = std::min(kConvertBlock, count - begin);
+    std::memcpy(block, data + begin * 4, n * 4);
+    std::byte* out = data + begin * 2;
+    if (to == DType::kBf16) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const Bf16 value = to_bf16(block[i]);
+        std::memcpy(out + i * 2, &value, 2);
+      }
+    } else {
+      for (std::size_t i = 0; i < n; ++i) {
+        const Fp16 value = to_fp16(block[i]);
+        std::memcpy(out + i * 2, &value, 2);
+      }
+    }
+  }
+}
+
+// The reverse: count 16-bit values of `from` at the front of data -> count fp32 values, exact.
+// Back to front: block b's fp32 bytes overlap only 16-bit values of b and later blocks.
+void widen_in_place(std::byte* data, std::size_t count, DType from) {
+  std::uint16_t block[kConvertBlock];
+  for (std::size_t end = count; end > 0;) {
+    const std::size_t n = std::min(kConvertBlock, end);
+    const std::size_t begin = end - n;
+    std::memcpy(block, data + begin * 2, n * 2);
+    auto* out = reinterpret_cast<float*>(data) + begin;
+    if (from == DType::kBf16) {
+      for (std::size_t i = 0; i < n; ++i) out[i] = to_float(std::bit_cast<Bf16>(block[i]));
+    } else {
+      for (std::size_t i = 0; i < n; ++i) out[i] = to_float(std::bit_cast<Fp16>(block[i]));
+    }
+    end = begin;
+  }
+}
+
+}  // namespace
+
+// Host memory: `full` (padded fp32 values) reduce-scattered into `shard` (room for shard_numel
+// fp32), which holds the fp32 result on return. In a 16-bit reduce dtype `full` is overwritten.
+void EngineState::reduce_scatter_on_host(const UnitLayout& layout, std::byte* full,
+                                         std::byte* shard) {
+  if (reduce_dtype_ == DType::kFp32) {
+    comm_->reduce_scatter(
+        std::span<const float>(reinterpret_cast<const float*>(full), layout.padded_numel),
+        std::span<float>(reinterpret_cast<float*>(shard), layout.shard_numel), comm::ReduceOp::kAvg);
+    return;
+  }
+  narrow_in_place(full, layout.padded_numel, reduce_dtype_);
+  comm_->reduce_scatter(comm::ConstBuffer{full, layout.padded_numel, reduce_dtype_},
+                        comm::MutableBuffer{shard, layout.shard_numel, reduce_dtype_},
+                        comm::ReduceOp::kAvg);
+  widen_in_place(shard, layout.shard_numel, reduce_dtype_);
+}
 
 void EngineState::reduce_grads(UnitId id, std::span<const float> full_grads) {
   STRATA_ASSERT(finalized_, "reduce_grads before finalize");
@@ -63,8 +132,7 @@ const float* EngineState::reduce_to_shard(UnitState& unit, std::span<const float
     std::memcpy(full, full_grads.data(), full_grads.size_bytes());
     std::fill(full + layout.numel, full + layout.padded_numel, 0.0f);
     if (ranks_ == 1) return full;
-    comm_->reduce_scatter(std::span<const float>(full, layout.padded_numel),
-                          std::span<float>(shard, layout.shard_numel), comm::ReduceOp::kAvg);
+    reduce_scatter_on_host(layout, grad_full_scratch_.data(), grad_shard_scratch_.data());
     return shard;
   }
   DeviceLanes& lane = *lanes_;
@@ -81,7 +149,7 @@ const float* EngineState::reduce_to_shard(UnitState& unit, std::span<const float
     device_shard = full;
     return nullptr;
   }
-  if (comm_on_device_) {
+  if (comm_on_device_) {  // NcclComm: fp32 (reduce_dtype_ is fp32, engine_setup.cpp)
     lane.compute_done.wait();
     device_shard = grad_shard_scratch_.span(0, layout.shard_numel * 4);
     comm_->reduce_scatter(
@@ -95,11 +163,8 @@ const float* EngineState::reduce_to_shard(UnitState& unit, std::span<const float
   lane.d2h.copy_to_host(full_staging_.data(), full);
   lane.d2h.record(lane.d2h_done);
   lane.d2h_done.wait();
-  auto* shard = reinterpret_cast<float*>(shard_staging_.data());
-  comm_->reduce_scatter(std::span<const float>(reinterpret_cast<const float*>(full_staging_.data()),
-                                               layout.padded_numel),
-                        std::span<float>(shard, layout.shard_numel), comm::ReduceOp::kAvg);
-  return shard;
+  reduce_scatter_on_host(layout, full_staging_.data(), shard_staging_.data());
+  return reinterpret_cast<const float*>(shard_staging_.data());
 }
 
 // Device-homed (staged): converted or accumulated by a kernel, then read back for the global norm

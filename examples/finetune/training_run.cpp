@@ -100,6 +100,7 @@ nlohmann::json summary_json(const RunTotals& totals, const runtime::Config& conf
           {"peak_rss_bytes", peak_rss_bytes()},
           {"nvme_read_bytes", totals.nvme_read_bytes},
           {"nvme_written_bytes", totals.nvme_written_bytes},
+          {"comm_bytes_per_rank", totals.comm_bytes},
           {"placement",
            {{"params", runtime::to_string(config.zero.params)},
             {"grads", runtime::to_string(config.zero.grads)},

@@ -53,6 +53,7 @@ struct RunTotals {
   double train_s = 0;
   std::uint64_t nvme_read_bytes = 0;
   std::uint64_t nvme_written_bytes = 0;
+  std::uint64_t comm_bytes = 0;  // the lead rank's collective payload ([precision] reduce_dtype)
 
   double tokens_per_s() const { return train_s > 0 ? static_cast<double>(tokens) / train_s : 0; }
 };
@@ -78,7 +79,8 @@ void print_start_notes(const runtime::OptimizerConfig& optimizer, std::uint64_t 
 void print_validation(std::uint64_t step, double val_loss);
 // "summary: N steps, val loss a -> b (+x%), tokens/s, NVMe read/written, peak RSS (host budget)".
 void print_summary(const RunTotals& totals, std::uint64_t host_budget_bytes);
-// The figures --summary-json writes: params, steps, ranks, losses, tokens/s, peak RSS, NVMe bytes
+// The figures --summary-json writes: params, steps, ranks, losses, tokens/s, peak RSS, NVMe bytes,
+// the lead rank's collective bytes
 // and the placement of params, grads and optimizer state.
 nlohmann::json summary_json(const RunTotals& totals, const runtime::Config& config);
 
@@ -88,13 +90,17 @@ void print_step(const Report& report, std::uint32_t ranks) {
   std::cout << fmt::format(
       "step {:4} | loss {:.4f} | lr {:.3g} | {:6.0f} tok/s | {:.2f} s: compute {:.2f}, gather "
       "wait {:.2f}, grads {:.2f}, optimizer exposed {:.2f} (io wait {:.2f}, adam {:.2f}) | nvme "
-      "r {} w {}{}{}{}{}\n",
+      "r {} w {}{}{}{}{}{}\n",
       report.step, report.loss, optimizer.lr,
       static_cast<double>(report.tokens * ranks) / report.total_s, report.total_s,
       report.compute_s, report.gather_wait_s, report.grads_s, optimizer.step_s,
       optimizer.io_wait_s, optimizer.adam_s,
       runtime::format_decimal_bytes(static_cast<double>(optimizer.nvme.read_bytes)),
       runtime::format_decimal_bytes(static_cast<double>(optimizer.nvme.written_bytes)),
+      // This rank's collective payload over the iteration (gathers, reduce-scatters, norm).
+      ranks > 1 ? fmt::format(" | comm {}", runtime::format_decimal_bytes(
+                                                static_cast<double>(optimizer.comm_bytes)))
+                : std::string(),
       // [zero] overlap_optimizer: how much of the update ran during the backward.
       optimizer.speculated_groups > 0
           ? fmt::format(" | during backward: {} of {} sub-groups confirmed",
@@ -131,6 +137,7 @@ RunTotals run_training(Trainer& trainer, const RunOptions& options) {
     totals.train_s += report.total_s;
     totals.nvme_read_bytes += report.optimizer.nvme.read_bytes;
     totals.nvme_written_bytes += report.optimizer.nvme.written_bytes;
+    totals.comm_bytes += report.optimizer.comm_bytes;
     if (options.lead) print_step(report, options.ranks);
     const std::optional<std::filesystem::path> saved = checkpoints.after_step(trainer.engine());
     if (options.lead && saved) std::cout << "  checkpoint " << saved->string() << "\n";

@@ -124,6 +124,8 @@ void write_zero(Writer& w, const ZeroConfig& zero) {
   w.key("buffer_count", fmt::format("{}", zero.buffer_count));
   w.key("persistence_threshold", fmt::format("{}", zero.persistence_threshold));
   w.key("max_inflight_bytes", size_value(zero.max_inflight_bytes));
+  w.key("overlap_optimizer", bool_value(zero.overlap_optimizer));
+  w.key("defer_update", bool_value(zero.defer_update));
 }
 
 void write_optimizer(Writer& w, const OptimizerConfig& o) {
@@ -151,6 +153,8 @@ void write_rest(Writer& w, const Config& c) {
   w.section("precision");
   w.key("params", toml_string(to_string(c.precision.params)));
   w.key("grads", toml_string(to_string(c.precision.grads)));
+  w.key("reduce_dtype", toml_string(c.precision.reduce_dtype ? to_string(*c.precision.reduce_dtype)
+                                                               : std::string_view("auto")));
   w.key("dynamic_loss_scale", bool_value(c.precision.dynamic_loss_scale));
   w.key("loss_scale", float_value(c.precision.loss_scale));
   w.key("loss_scale_window", fmt::format("{}", c.precision.loss_scale_window));

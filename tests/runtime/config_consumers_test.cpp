@@ -75,6 +75,7 @@ const std::map<std::string, Consumer>& consumers() {
       {"optimizer.master_dtype", {"runtime/buffer_plan.cpp", "config.optimizer.master_dtype"}},
       {"precision.params", {"runtime/engine_setup.cpp", "config.precision.params"}},
       {"precision.grads", {"runtime/engine_setup.cpp", "config.precision.grads"}},
+      {"precision.reduce_dtype", {"runtime/engine_setup.cpp", "gradient_reduce_dtype("}},
       {"precision.dynamic_loss_scale",
        {"runtime/optimizer_step.cpp", "config_.precision.dynamic_loss_scale"}},
       {"precision.loss_scale", {"runtime/engine_setup.cpp", "config_.precision.loss_scale"}},

@@ -207,6 +207,27 @@ TEST(Config, PrecisionTakesOnlyTheFloatingDtypeNames) {
   }
 }
 
+// [precision] reduce_dtype: "auto" (empty) by default, resolved by gradient_reduce_dtype.
+TEST(Config, ReduceDtypeIsAutoOrAFloatingDtype) {
+  EXPECT_EQ(parse_config("").precision.reduce_dtype, std::nullopt);
+  EXPECT_EQ(parse_config("[precision]\nreduce_dtype = \"auto\"\n").precision.reduce_dtype,
+            std::nullopt);
+  EXPECT_EQ(parse_config("[precision]\nreduce_dtype = \"fp16\"\n").precision.reduce_dtype,
+            DType::kFp16);
+  const ConfigError error = expect_error("[precision]\ngrads = \"bf16\"\nreduce_dtype = \"int8\"\n");
+  EXPECT_EQ(error.line(), 3u);
+  EXPECT_EQ(error.key_path(), "precision.reduce_dtype");
+  EXPECT_THAT(error.message(), HasSubstr("\"int8\" is not allowed: expected one of \"auto\""));
+
+  PrecisionConfig precision;  // grads bf16, reduce_dtype auto
+  EXPECT_EQ(gradient_reduce_dtype(precision, 1), DType::kBf16);
+  EXPECT_EQ(gradient_reduce_dtype(precision, 2), DType::kFp32);  // the sum is kept in fp32
+  precision.grads = DType::kFp32;
+  EXPECT_EQ(gradient_reduce_dtype(precision, 1), DType::kFp32);
+  precision.reduce_dtype = DType::kFp16;
+  EXPECT_EQ(gradient_reduce_dtype(precision, 3), DType::kFp16);
+}
+
 TEST(Config, NvmeHomeNeedsPaths) {
   const ConfigError error = expect_error("[zero]\noptimizer = \"nvme\"\n");
   EXPECT_EQ(error.key_path(), "zero.optimizer");

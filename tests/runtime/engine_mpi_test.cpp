@@ -7,11 +7,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "base/debug_knobs.hpp"
+#include "base/float16.hpp"
 #include "runtime/comm/local_comm.hpp"
 #include "runtime/engine.hpp"
 #include "tests/runtime/comm/mpi_test_main.hpp"
@@ -98,6 +100,42 @@ TEST(EngineMpi, Zero3MatchesPlainDataParallelism) {
     for (std::size_t i = 0; i < expected.size(); ++i) {
       // Only the order of the global-norm summation differs (per-shard partial sums): the clip
       // coefficients agree to ~1e-7 relative, so parameters agree to a few fp32 ulps of lr steps.
+      ASSERT_NEAR(sharded[u][i], expected[i], 2e-6 + 2e-6 * std::fabs(expected[i]))
+          << "unit " << u << " element " << i << " with " << world().size() << " ranks";
+    }
+  }
+}
+
+// [precision] reduce_dtype = "auto" with bf16 gradients and one micro-batch: the reduce-scatter
+// moves bf16. Its result is plain data parallelism over gradients each rank rounds to bf16 first,
+// all-reduced in bf16 (fp32 sums in rank order, the average rounded once; comm/reduction.hpp).
+TEST(EngineMpi, SixteenBitReduceIsDataParallelismOverRoundedGradients) {
+  ScratchDir dir;
+  Config config = make_config(dir);
+  config.precision.grads = DType::kBf16;
+  ASSERT_EQ(gradient_reduce_dtype(config.precision, 1), DType::kBf16);
+  const std::vector<std::vector<float>> sharded = train_sharded(config, world());
+
+  comm::LocalComm local;
+  auto device = host_device(config);
+  Engine replica(config, *device, local, EngineOptions{.overwrite = true});
+  TinyMlp model(kWidths, 8, 100 + static_cast<std::uint32_t>(world().rank()));
+  model.add_units(replica);
+  replica.finalize();
+  for (int step = 0; step < 4; ++step) {
+    model.train_step(replica, 1.0, nullptr, [](std::vector<float>& grads) {
+      std::vector<Bf16> rounded(grads.size());
+      for (std::size_t i = 0; i < grads.size(); ++i) rounded[i] = to_bf16(grads[i]);
+      world().all_reduce(std::span<Bf16>(rounded), comm::ReduceOp::kAvg);
+      for (std::size_t i = 0; i < grads.size(); ++i) grads[i] = to_float(rounded[i]);
+    });
+    replica.step();
+  }
+  for (std::size_t u = 0; u < model.units().size(); ++u) {
+    const std::vector<float> expected = replica.gather_master(model.units()[u]);
+    ASSERT_EQ(sharded[u].size(), expected.size());
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      // As in Zero3MatchesPlainDataParallelism: only the global norm's summation order differs.
       ASSERT_NEAR(sharded[u][i], expected[i], 2e-6 + 2e-6 * std::fabs(expected[i]))
           << "unit " << u << " element " << i << " with " << world().size() << " ranks";
     }
@@ -276,6 +314,42 @@ TEST(EngineMpi, CommunicationVolumeIsThreePsiForStage3AndTwoPsiForStage2) {
     EXPECT_EQ(stats.comm_bytes, (unit_gathers + reduce_scatters) * unit_bytes + norm_bytes)
         << "stage " << stage;
   }
+}
+
+// The same step with bf16 gradients: reduce_dtype "auto" reduce-scatters them in bf16, half the
+// gradient bytes of "fp32"; the fp32 parameter gathers are unchanged.
+TEST(EngineMpi, SixteenBitReduceHalvesTheGradientBytes) {
+  if (world().size() == 1) GTEST_SKIP() << "one rank communicates nothing";
+  const auto step_bytes = [](std::optional<DType> reduce_dtype) {
+    ScratchDir dir;
+    Config config = make_config(dir);
+    config.precision.grads = DType::kBf16;
+    config.precision.reduce_dtype = reduce_dtype;
+    config.zero.persistence_threshold = 0;
+    config.zero.prefetch_depth = 0;
+    config.zero.params = Tier::kHost;
+    config.zero.grads = Tier::kHost;
+    config.zero.optimizer = Tier::kHost;
+    const std::uint64_t unit_bytes = 2048ull * world().size() * 4;
+    config.tiers.device.budget_bytes = unit_bytes + 2 * 2048 * 4 + unit_bytes;
+    auto device = host_device(config);
+    Engine engine(config, *device, world());
+    TinyMlp model(kWidths, 8, 1);
+    model.add_units(engine);
+    engine.finalize();
+    StepStats stats;
+    for (int step = 0; step < 3; ++step) {
+      model.train_step(engine);
+      stats = engine.step();
+    }
+    return stats.comm_bytes;
+  };
+  const std::uint64_t fp32 = step_bytes(DType::kFp32);
+  const std::uint64_t automatic = step_bytes(std::nullopt);
+  const std::uint64_t unit_bytes = 2048ull * world().size() * 4;
+  const std::uint64_t reduce_scatters = 3;
+  EXPECT_EQ(fp32 - automatic, reduce_scatters * unit_bytes / 2)
+      << "fp32 " << fp32 << " B, auto " << automatic << " B per step";
 }
 
 }  // namespace

@@ -54,6 +54,24 @@ TEST(MemoryPlan, CommunicationIsTwoPsiThenThreePsi) {
   EXPECT_EQ(single.comm_bytes_per_rank, 0u);
 }
 
+// The gradient share follows [precision] reduce_dtype: "auto" reduces bf16 gradients in bf16 with
+// one micro-batch, in fp32 when micro-batches accumulate; an explicit dtype is taken as given.
+TEST(MemoryPlan, GradientReduceScatterBytesFollowTheReduceDtype) {
+  const auto comm_bytes = [](std::optional<DType> reduce, std::uint32_t accumulation) {
+    Config config = roomy_config();
+    config.zero.stage = 3;
+    config.precision.reduce_dtype = reduce;
+    config.model.grad_accumulation = accumulation;
+    const MemoryPlan plan = make_memory_plan(config, {1'000'000, 8});
+    return std::pair(plan.comm_bytes_per_rank, plan.reduce_dtype);
+  };
+  const std::uint64_t gathers = 2 * 2 * 1'000'000;  // two bf16 parameter gathers
+  EXPECT_EQ(comm_bytes(std::nullopt, 1), std::pair(gathers + 2'000'000, DType::kBf16));
+  EXPECT_EQ(comm_bytes(std::nullopt, 4), std::pair(gathers + 4'000'000, DType::kFp32));
+  EXPECT_EQ(comm_bytes(DType::kFp32, 1), std::pair(gathers + 4'000'000, DType::kFp32));
+  EXPECT_EQ(comm_bytes(DType::kBf16, 4), std::pair(gathers + 2'000'000, DType::kBf16));
+}
+
 TEST(MemoryPlan, StateGoesToItsHomeTier) {
   Config config = roomy_config();
   config.zero.params = Tier::kDevice;

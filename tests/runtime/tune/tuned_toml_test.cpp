@@ -52,6 +52,8 @@ TEST(TunedToml, EveryChangedKeyRoundTrips) {
   c.zero.buffer_count = 3;
   c.zero.persistence_threshold = 12;
   c.zero.max_inflight_bytes = 4097;
+  c.zero.overlap_optimizer = false;
+  c.zero.defer_update = true;
   c.optimizer.type = OptimizerType::kLion;
   c.optimizer.lr = 3e-4;
   c.optimizer.beta1 = 0.95;
@@ -67,6 +69,7 @@ TEST(TunedToml, EveryChangedKeyRoundTrips) {
   c.optimizer.min_lr = 1.0 / 3.0 * 1e-5;
   c.precision.params = DType::kFp16;
   c.precision.grads = DType::kFp32;
+  c.precision.reduce_dtype = DType::kBf16;
   c.precision.dynamic_loss_scale = false;
   c.precision.loss_scale = 1024;
   c.precision.loss_scale_window = 50;
