@@ -44,7 +44,9 @@ struct AdamRule {
     const F exp_avg = F(c.beta1) * Ops::load(args.exp_avg + i) + F(c.one_minus_beta1) * grad;
     const F exp_avg_sq =
         F(c.beta2) * Ops::load(args.exp_avg_sq + i) + F(c.one_minus_beta2) * (grad * grad);
-    const F denom = Ops::sqrt(exp_avg_sq) * F(c.inv_sqrt_bias_correction2) + F(c.eps);
+    const F root = Ops::sqrt(exp_avg_sq);
+    if (args.exp_avg_sq_root != nullptr) Ops::store(args.exp_avg_sq_root + i, root);
+    const F denom = root * F(c.inv_sqrt_bias_correction2) + F(c.eps);
     if (c.use_decay) param = param * F(c.decay);
     // Divide first: exp_avg / denom is well scaled, while step_size * exp_avg can fall into the
     // denormals, where its rounding error would then be magnified by the division.
@@ -65,7 +67,9 @@ struct AdagradRule {
     F grad = load_scaled_grad<Ops, Grad>(args, i);
     if (c.use_l2) grad = grad + F(c.l2) * param;
     const F sum_sq = Ops::load(args.exp_avg_sq + i) + grad * grad;
-    param = param - F(c.step_size) * (grad / (Ops::sqrt(sum_sq) + F(c.eps)));
+    const F root = Ops::sqrt(sum_sq);
+    if (args.exp_avg_sq_root != nullptr) Ops::store(args.exp_avg_sq_root + i, root);
+    param = param - F(c.step_size) * (grad / (root + F(c.eps)));
     Ops::store(args.exp_avg_sq + i, sum_sq);
     Ops::store(args.master + i, param);
     store_out<Ops, Out>(args, i, param);
@@ -119,12 +123,15 @@ void update_runs(const CompressedArgs& a, UpdateArgs block, std::uint64_t first,
 
 // Decode a block into fp32, the very update of update_kernel, encode it back. bf16 masters round
 // stochastically, and param_out is then written from the rounded master (what the model keeps).
+// int8 exp_avg_sq is encoded from the roots the update took (encode_root_block).
 template <class V, class Rule, class Grad, class Out>
 void compressed_kernel(const CompressedArgs& a, std::size_t begin_block, std::size_t end_block) {
   alignas(64) float master[kQuantBlockElems];
   alignas(64) float exp_avg[kQuantBlockElems];
   alignas(64) float exp_avg_sq[kQuantBlockElems];
+  alignas(64) float exp_avg_sq_root[kQuantBlockElems];
   const bool bf16_master = a.master_dtype == StateDType::kBf16;
+  const bool int8_sq = a.exp_avg_sq != nullptr && a.moment_dtype == StateDType::kInt8;
   for (std::size_t b = begin_block; b < end_block; ++b) {
     const std::uint64_t first = b * kQuantBlockElems;
     const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(
@@ -141,6 +148,7 @@ void compressed_kernel(const CompressedArgs& a, std::size_t begin_block, std::si
     block.exp_avg = exp_avg;
     block.exp_avg_sq = exp_avg_sq;
     block.grad = static_cast<const Grad*>(a.grad) + first;
+    if (int8_sq) block.exp_avg_sq_root = exp_avg_sq_root;
     if (bf16_master) {
       update_runs<V, Rule, Grad, void>(a, block, first, n);
     } else {
@@ -150,7 +158,10 @@ void compressed_kernel(const CompressedArgs& a, std::size_t begin_block, std::si
     if (a.exp_avg) {
       encode_moment<V>(a.moment_dtype, MomentKind::kExpAvg, exp_avg, first, n, a.exp_avg);
     }
-    if (a.exp_avg_sq) {
+    if (int8_sq) {
+      encode_root_block<V>(exp_avg_sq, exp_avg_sq_root, n,
+                           a.exp_avg_sq + first / kQuantBlockElems * kQuantBlockBytes);
+    } else if (a.exp_avg_sq) {
       encode_moment<V>(a.moment_dtype, MomentKind::kExpAvgSq, exp_avg_sq, first, n, a.exp_avg_sq);
     }
     if (!bf16_master) {
@@ -158,15 +169,14 @@ void compressed_kernel(const CompressedArgs& a, std::size_t begin_block, std::si
       continue;
     }
     Bf16* kept = reinterpret_cast<Bf16*>(a.master) + first;
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::uint64_t element = a.first_element + first + i;
-      kept[i] = round_stochastic(master[i], rounding_noise(a.rounding_key, element));
-    }
+    round_master<V>(a.rounding_key, a.first_element + first, master, n, kept);
     if constexpr (std::is_same_v<Out, Bf16>) {
       std::memcpy(static_cast<Bf16*>(a.param_out) + first, kept, n * sizeof(Bf16));
     } else if constexpr (std::is_same_v<Out, Fp16>) {
       Fp16* out = static_cast<Fp16*>(a.param_out) + first;
-      for (std::size_t i = 0; i < n; ++i) out[i] = to_fp16(to_float(kept[i]));
+      std::size_t i = 0;
+      for (; i + V::kWidth <= n; i += V::kWidth) V::store(out + i, V::load(kept + i));
+      for (; i < n; ++i) ScalarOps::store(out + i, ScalarOps::load(kept + i));
     }
   }
 }

@@ -46,6 +46,9 @@ struct UpdateArgs {
   float* exp_avg_sq = nullptr;  // Adam, Adagrad (the running sum of squares)
   const void* grad = nullptr;
   void* param_out = nullptr;
+  // When set (step_compressed with int8 moments), Adam and Adagrad store sqrt(exp_avg_sq) here, the
+  // root they divide by, so the square-law code of exp_avg_sq reuses it instead of taking it again.
+  float* exp_avg_sq_root = nullptr;
   UpdateConstants constants;
 };
 
