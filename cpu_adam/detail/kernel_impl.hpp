@@ -94,7 +94,10 @@ struct LionRule {
 };
 
 template <class V, class Rule, class Grad, class Out>
-void update_kernel(const UpdateArgs& args, std::size_t begin, std::size_t end) {
+void update_kernel(const UpdateArgs& shared_args, std::size_t begin, std::size_t end) {
+  // A local copy: the float stores could alias the caller's constants and pointers, which would
+  // then be reloaded every vector; a copy whose address never escapes stays in registers.
+  const UpdateArgs args = shared_args;
   std::size_t i = begin;
   for (; i + V::kWidth <= end; i += V::kWidth) Rule::template apply<V, Grad, Out>(args, i);
   for (; i < end; ++i) Rule::template apply<ScalarOps, Grad, Out>(args, i);

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -27,13 +28,21 @@ static_assert(kInverseUnsignedMax * 255.0f == 1.0f);
 
 template <class V>
 float block_absmax(const float* values, std::size_t n) {
-  // max is exact, so the lane layout cannot change the result (NaN-free input).
+  // max is exact, so the lane layout cannot change the result (NaN-free input). Four
+  // accumulators: one would wait on its compare-and-select chain every vector.
   std::size_t i = 0;
   float best = 0.0f;
   if constexpr (V::kWidth > 1) {
-    typename V::F lanes(0.0f);
-    for (; i + V::kWidth <= n; i += V::kWidth) lanes = V::max(lanes, V::abs(V::load(values + i)));
-    best = V::reduce_max(lanes);
+    using F = typename V::F;
+    F lanes0(0.0f), lanes1(0.0f), lanes2(0.0f), lanes3(0.0f);
+    for (; i + 4 * V::kWidth <= n; i += 4 * V::kWidth) {
+      lanes0 = V::max(lanes0, V::abs(V::load(values + i)));
+      lanes1 = V::max(lanes1, V::abs(V::load(values + i + V::kWidth)));
+      lanes2 = V::max(lanes2, V::abs(V::load(values + i + 2 * V::kWidth)));
+      lanes3 = V::max(lanes3, V::abs(V::load(values + i + 3 * V::kWidth)));
+    }
+    for (; i + V::kWidth <= n; i += V::kWidth) lanes0 = V::max(lanes0, V::abs(V::load(values + i)));
+    best = V::reduce_max(V::max(V::max(lanes0, lanes1), V::max(lanes2, lanes3)));
   }
   for (; i < n; ++i) best = ScalarOps::max(best, ScalarOps::abs(values[i]));
   return best;
@@ -52,7 +61,9 @@ struct SignedCode {  // exp_avg: value = scale * q|q| / 127^2
     using F = typename Ops::F;
     const F position = Ops::sqrt(Ops::abs(value) * inverse_scale) * F(kSignedMax);
     const F magnitude = Ops::min(position + F(0.5f), F(kSignedMax));
-    Ops::store_truncated(code, Ops::sign(value) * magnitude);  // truncation is sign-symmetric
+    // Truncation is sign-symmetric; a zero value has magnitude 0.5, which truncates to code 0
+    // whatever sign it is given.
+    Ops::store_truncated(code, Ops::copysign(magnitude, value));
   }
 };
 
@@ -201,20 +212,22 @@ inline std::uint32_t rounding_high_key(std::uint64_t key, std::uint64_t element)
   return static_cast<std::uint32_t>(x);
 }
 
-// n fp32 master values of elements first_element.. rounded stochastically into kept[0, n). A
-// vector whose lanes would carry into the element's high word ends the vector loop (at most once
-// every 2^32 elements), so each element gets its noise whatever the level.
+// n fp32 master values of elements first_element.. rounded stochastically into kept[0, n). The
+// lanes of a vector share the first element's high word up to the next multiple of 2^32; past it
+// (at most once in 2^32 elements) the block ends element by element, so each element gets its
+// noise whatever the level.
 template <class V>
 void round_master(std::uint64_t key, std::uint64_t first_element, const float* values,
                   std::size_t n, Bf16* kept) {
+  const std::uint32_t high_key = rounding_high_key(key, first_element);
+  const auto first_low = static_cast<std::uint32_t>(first_element);
+  const std::uint64_t same_high =
+      std::uint64_t{std::numeric_limits<std::uint32_t>::max()} - first_low + 1;
+  const auto vector_end = static_cast<std::size_t>(std::min<std::uint64_t>(n, same_high));
   std::size_t i = 0;
-  if constexpr (V::kWidth > 1) {
-    for (; i + V::kWidth <= n; i += V::kWidth) {
-      const std::uint64_t element = first_element + i;
-      const auto low = static_cast<std::uint32_t>(element);
-      if (low > std::numeric_limits<std::uint32_t>::max() - (V::kWidth - 1)) break;
-      V::store_stochastic(kept + i, V::load(values + i), rounding_high_key(key, element), low);
-    }
+  for (; i + V::kWidth <= vector_end; i += V::kWidth) {
+    V::store_stochastic(kept + i, V::load(values + i), high_key,
+                        first_low + static_cast<std::uint32_t>(i));
   }
   for (; i < n; ++i) {
     const std::uint64_t element = first_element + i;

@@ -80,6 +80,7 @@ struct ScalarOps {
     *p = static_cast<std::uint8_t>(static_cast<int>(x));
   }
   static F abs(F x) { return __builtin_fabsf(x); }
+  static F copysign(F magnitude, F sign) { return __builtin_copysignf(magnitude, sign); }
   static F min(F a, F b) { return b < a ? b : a; }
   static F max(F a, F b) { return a < b ? b : a; }
   static float reduce_max(F x) { return x; }
@@ -106,6 +107,7 @@ struct VectorOpsBase {
     return xsimd::select(x > zero, one, zero) - xsimd::select(x < zero, one, zero);
   }
   static F abs(F x) { return xsimd::abs(x); }
+  static F copysign(F magnitude, F sign) { return xsimd::copysign(magnitude, sign); }
   // Written as selects so NaN-free inputs give the scalar ternary's result in every lane.
   static F min(F a, F b) { return xsimd::select(b < a, b, a); }
   static F max(F a, F b) { return xsimd::select(a < b, b, a); }
