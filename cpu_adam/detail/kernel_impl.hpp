@@ -27,6 +27,27 @@ inline void store_out(const UpdateArgs& args, std::size_t i, typename Ops::F val
   if constexpr (!std::is_void_v<Out>) Ops::store(static_cast<Out*>(args.param_out) + i, value);
 }
 
+// Master = float: args.master, fp32. Master = Bf16: args.master_bf16, stored by stochastic
+// rounding (step_compressed's bf16 master, its block's elements in one 2^32 range of indices).
+template <class Ops, class Master>
+inline typename Ops::F load_master(const UpdateArgs& args, std::size_t i) {
+  if constexpr (std::is_same_v<Master, Bf16>) {
+    return Ops::load(args.master_bf16 + i);
+  } else {
+    return Ops::load(args.master + i);
+  }
+}
+
+template <class Ops, class Master>
+inline void store_master(const UpdateArgs& args, std::size_t i, typename Ops::F value) {
+  if constexpr (std::is_same_v<Master, Bf16>) {
+    Ops::store_stochastic(args.master_bf16 + i, value, args.rounding_high_key,
+                          args.rounding_first_low + static_cast<std::uint32_t>(i));
+  } else {
+    Ops::store(args.master + i, value);
+  }
+}
+
 template <class Ops, class Grad>
 inline typename Ops::F load_scaled_grad(const UpdateArgs& args, std::size_t i) {
   using F = typename Ops::F;
@@ -34,11 +55,11 @@ inline typename Ops::F load_scaled_grad(const UpdateArgs& args, std::size_t i) {
 }
 
 struct AdamRule {
-  template <class Ops, class Grad, class Out>
+  template <class Ops, class Grad, class Out, class Master>
   static void apply(const UpdateArgs& args, std::size_t i) {
     using F = typename Ops::F;
     const UpdateConstants& c = args.constants;
-    F param = Ops::load(args.master + i);
+    F param = load_master<Ops, Master>(args, i);
     F grad = load_scaled_grad<Ops, Grad>(args, i);
     if (c.use_l2) grad = grad + F(c.l2) * param;
     const F exp_avg = F(c.beta1) * Ops::load(args.exp_avg + i) + F(c.one_minus_beta1) * grad;
@@ -53,17 +74,17 @@ struct AdamRule {
     param = param - F(c.step_size) * (exp_avg / denom);
     Ops::store(args.exp_avg + i, exp_avg);
     Ops::store(args.exp_avg_sq + i, exp_avg_sq);
-    Ops::store(args.master + i, param);
+    store_master<Ops, Master>(args, i, param);
     store_out<Ops, Out>(args, i, param);
   }
 };
 
 struct AdagradRule {
-  template <class Ops, class Grad, class Out>
+  template <class Ops, class Grad, class Out, class Master>
   static void apply(const UpdateArgs& args, std::size_t i) {
     using F = typename Ops::F;
     const UpdateConstants& c = args.constants;
-    F param = Ops::load(args.master + i);
+    F param = load_master<Ops, Master>(args, i);
     F grad = load_scaled_grad<Ops, Grad>(args, i);
     if (c.use_l2) grad = grad + F(c.l2) * param;
     const F sum_sq = Ops::load(args.exp_avg_sq + i) + grad * grad;
@@ -71,45 +92,47 @@ struct AdagradRule {
     if (args.exp_avg_sq_root != nullptr) Ops::store(args.exp_avg_sq_root + i, root);
     param = param - F(c.step_size) * (grad / (root + F(c.eps)));
     Ops::store(args.exp_avg_sq + i, sum_sq);
-    Ops::store(args.master + i, param);
+    store_master<Ops, Master>(args, i, param);
     store_out<Ops, Out>(args, i, param);
   }
 };
 
 struct LionRule {
-  template <class Ops, class Grad, class Out>
+  template <class Ops, class Grad, class Out, class Master>
   static void apply(const UpdateArgs& args, std::size_t i) {
     using F = typename Ops::F;
     const UpdateConstants& c = args.constants;
-    F param = Ops::load(args.master + i);
+    F param = load_master<Ops, Master>(args, i);
     const F grad = load_scaled_grad<Ops, Grad>(args, i);
     const F exp_avg = Ops::load(args.exp_avg + i);
     const F direction = F(c.beta1) * exp_avg + F(c.one_minus_beta1) * grad;
     if (c.use_decay) param = param * F(c.decay);
     param = param - F(c.step_size) * Ops::sign(direction);
     Ops::store(args.exp_avg + i, F(c.beta2) * exp_avg + F(c.one_minus_beta2) * grad);
-    Ops::store(args.master + i, param);
+    store_master<Ops, Master>(args, i, param);
     store_out<Ops, Out>(args, i, param);
   }
 };
 
-template <class V, class Rule, class Grad, class Out>
+template <class V, class Rule, class Grad, class Out, class Master = float>
 void update_kernel(const UpdateArgs& shared_args, std::size_t begin, std::size_t end) {
   // A local copy: the float stores could alias the caller's constants and pointers, which would
   // then be reloaded every vector; a copy whose address never escapes stays in registers.
   const UpdateArgs args = shared_args;
   std::size_t i = begin;
-  for (; i + V::kWidth <= end; i += V::kWidth) Rule::template apply<V, Grad, Out>(args, i);
-  for (; i < end; ++i) Rule::template apply<ScalarOps, Grad, Out>(args, i);
+  for (; i + V::kWidth <= end; i += V::kWidth) {
+    Rule::template apply<V, Grad, Out, Master>(args, i);
+  }
+  for (; i < end; ++i) Rule::template apply<ScalarOps, Grad, Out, Master>(args, i);
 }
 
 // The n elements of the block at `first` through the rule, each decay run with its constants.
-template <class V, class Rule, class Grad, class Out>
+template <class V, class Rule, class Grad, class Out, class Master>
 void update_runs(const CompressedArgs& a, UpdateArgs block, std::uint64_t first, std::size_t n) {
   const std::uint64_t last = first + n;
   if (a.run_count == 0) {
     block.constants = a.with_decay;
-    update_kernel<V, Rule, Grad, Out>(block, 0, n);
+    update_kernel<V, Rule, Grad, Out, Master>(block, 0, n);
     return;
   }
   // The first run that ends after `first`.
@@ -120,13 +143,16 @@ void update_runs(const CompressedArgs& a, UpdateArgs block, std::uint64_t first,
     const std::uint64_t begin = std::max(run->begin, first);
     const std::uint64_t end = std::min(run->begin + run->numel, last);
     block.constants = run->weight_decay ? a.with_decay : a.without_decay;
-    update_kernel<V, Rule, Grad, Out>(block, begin - first, end - first);
+    update_kernel<V, Rule, Grad, Out, Master>(block, begin - first, end - first);
   }
 }
 
-// Decode a block into fp32, the very update of update_kernel, encode it back. bf16 masters round
-// stochastically, and param_out is then written from the rounded master (what the model keeps).
-// int8 exp_avg_sq is encoded from the roots the update took (encode_root_block).
+// Decode a block's moments into fp32, the very update of update_kernel, encode them back. The
+// master is updated where it lies: fp32 in place; bf16 read and rounded stochastically by the
+// update itself, and param_out then written from the rounded master (what the model keeps). A
+// block whose element indices cross a multiple of 2^32 (its noise lanes would carry into the high
+// word) instead goes through an fp32 copy and round_master, which gives the same bits. int8
+// exp_avg_sq is encoded from the roots the update took (encode_root_block).
 template <class V, class Rule, class Grad, class Out>
 void compressed_kernel(const CompressedArgs& a, std::size_t begin_block, std::size_t end_block) {
   alignas(64) float master[kQuantBlockElems];
@@ -139,7 +165,6 @@ void compressed_kernel(const CompressedArgs& a, std::size_t begin_block, std::si
     const std::uint64_t first = b * kQuantBlockElems;
     const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(
         kQuantBlockElems, a.numel - first));
-    decode_moment<V>(a.master_dtype, MomentKind::kExpAvg, a.master, first, n, master);
     if (a.exp_avg) {
       decode_moment<V>(a.moment_dtype, MomentKind::kExpAvg, a.exp_avg, first, n, exp_avg);
     }
@@ -147,16 +172,26 @@ void compressed_kernel(const CompressedArgs& a, std::size_t begin_block, std::si
       decode_moment<V>(a.moment_dtype, MomentKind::kExpAvgSq, a.exp_avg_sq, first, n, exp_avg_sq);
     }
     UpdateArgs block;
-    block.master = master;
     block.exp_avg = exp_avg;
     block.exp_avg_sq = exp_avg_sq;
     block.grad = static_cast<const Grad*>(a.grad) + first;
     if (int8_sq) block.exp_avg_sq_root = exp_avg_sq_root;
-    if (bf16_master) {
-      update_runs<V, Rule, Grad, void>(a, block, first, n);
-    } else {
+    Bf16* kept = reinterpret_cast<Bf16*>(a.master) + first;
+    const std::uint64_t element = a.first_element + first;
+    if (!bf16_master) {
+      block.master = reinterpret_cast<float*>(a.master) + first;
       if constexpr (!std::is_void_v<Out>) block.param_out = static_cast<Out*>(a.param_out) + first;
-      update_runs<V, Rule, Grad, Out>(a, block, first, n);
+      update_runs<V, Rule, Grad, Out, float>(a, block, first, n);
+    } else if ((element & 0xFFFF'FFFFu) + n <= (std::uint64_t{1} << 32)) {
+      block.master_bf16 = kept;
+      block.rounding_high_key = rounding_high_key(a.rounding_key, element);
+      block.rounding_first_low = static_cast<std::uint32_t>(element);
+      update_runs<V, Rule, Grad, void, Bf16>(a, block, first, n);
+    } else {
+      decode_moment<V>(StateDType::kBf16, MomentKind::kExpAvg, a.master, first, n, master);
+      block.master = master;
+      update_runs<V, Rule, Grad, void, float>(a, block, first, n);
+      round_master<V>(a.rounding_key, element, master, n, kept);
     }
     if (a.exp_avg) {
       encode_moment<V>(a.moment_dtype, MomentKind::kExpAvg, exp_avg, first, n, a.exp_avg);
@@ -167,12 +202,7 @@ void compressed_kernel(const CompressedArgs& a, std::size_t begin_block, std::si
     } else if (a.exp_avg_sq) {
       encode_moment<V>(a.moment_dtype, MomentKind::kExpAvgSq, exp_avg_sq, first, n, a.exp_avg_sq);
     }
-    if (!bf16_master) {
-      std::memcpy(a.master + first * sizeof(float), master, n * sizeof(float));
-      continue;
-    }
-    Bf16* kept = reinterpret_cast<Bf16*>(a.master) + first;
-    round_master<V>(a.rounding_key, a.first_element + first, master, n, kept);
+    if (!bf16_master) continue;
     if constexpr (std::is_same_v<Out, Bf16>) {
       std::memcpy(static_cast<Bf16*>(a.param_out) + first, kept, n * sizeof(Bf16));
     } else if constexpr (std::is_same_v<Out, Fp16>) {

@@ -49,6 +49,11 @@ struct UpdateArgs {
   // When set (step_compressed with int8 moments), Adam and Adagrad store sqrt(exp_avg_sq) here, the
   // root they divide by, so the square-law code of exp_avg_sq reuses it instead of taking it again.
   float* exp_avg_sq_root = nullptr;
+  // step_compressed's bf16 master, updated in place and rounded stochastically: element i's noise
+  // is stochastic_noise(rounding_high_key, rounding_first_low + i) (vector_ops.hpp).
+  Bf16* master_bf16 = nullptr;
+  std::uint32_t rounding_high_key = 0;
+  std::uint32_t rounding_first_low = 0;
   UpdateConstants constants;
 };
 
