@@ -54,6 +54,9 @@ struct UpdateArgs {
   Bf16* master_bf16 = nullptr;
   std::uint32_t rounding_high_key = 0;
   std::uint32_t rounding_first_low = 0;
+  // step_compressed's bf16 moments, updated in place (rounded to nearest). See kernel_impl.hpp.
+  Bf16* exp_avg_bf16 = nullptr;
+  Bf16* exp_avg_sq_bf16 = nullptr;
   UpdateConstants constants;
 };
 
