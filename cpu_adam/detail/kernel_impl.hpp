@@ -222,9 +222,10 @@ void update_block(const CompressedArgs& a, UpdateArgs& block, std::uint64_t firs
 }
 
 // One block: the update reads and writes fp32 and bf16 state where it lies; int8 moments go
-// through cache-resident fp32 buffers and are encoded once the block's absmax is known (exp_avg_sq from the roots the update took,
-// encode_root_block). A bf16 master is rounded stochastically by the update itself, and param_out
-// then written from the rounded master (what the model keeps). A block whose element indices
+// through cache-resident fp32 buffers and are encoded once the block's absmax is known
+// (exp_avg_sq from the roots the update took, encode_root_block). A bf16 master is rounded
+// stochastically by the update itself, and param_out then written from the rounded master (what
+// the model keeps). A block whose element indices
 // cross a multiple of 2^32 (its noise lanes would carry into the high word) instead updates an
 // fp32 copy of its master and rounds it with round_master, which gives the same bits.
 template <class V, class Rule, class Grad, class Out>

@@ -402,9 +402,9 @@ int run_bench_adam(const BenchAdamOptions& options) {
     const std::string name = "(e) AdamW compressed: " + options.master_dtype + " master, " +
                              std::string(cpu_adam::state_dtype_name(c.moment_dtype)) + " moments";
     row(name.c_str(), c.seconds, c.bytes_per_param);
-    std::printf("      time per element / (b): %.2fx   (%.3f bytes per parameter, %.2fx of (b)'s)\n",
-                c.seconds / f.optimizer_s, c.bytes_per_param,
-                c.bytes_per_param / bytes(f.bytes_per_param));
+    std::printf(
+        "      time per element / (b): %.2fx   (%.3f bytes per parameter, %.2fx of (b)'s)\n",
+        c.seconds / f.optimizer_s, c.bytes_per_param, c.bytes_per_param / bytes(f.bytes_per_param));
   }
   row("(c) fused full step", f.fused_s, bytes(f.full_step_bytes_fused));
   std::printf("      of which the norm, fed chunk by chunk as gradients land: %.1f ms\n",
