@@ -16,7 +16,10 @@
 //                                                  counts).
 //  - Encoding picks the code nearest in the companded domain (sqrt(|m|/scale) * 127,
 //    (v/scale)^(1/4) * 255), rounding half up; the decoded value is then one of the two codes that
-//    bracket the true value.
+//    bracket the true value. (step_compressed computes exp_avg_sq's position from the sqrt(v) its
+//    update took, a few ulp from encode_state's: same guarantee.)
+//  - Decoding multiplies by the fp32 reciprocals of 127^2 and 255 (their products with 127^2 and
+//    255 are exactly 1, so the top codes decode to the scale itself).
 // bf16 master weights are rounded stochastically by the optimizer (unbiased; see
 // compressed_step.hpp) and to nearest even when written from fp32 (checkpoint load, import).
 #pragma once

@@ -46,6 +46,17 @@ struct UpdateArgs {
   float* exp_avg_sq = nullptr;  // Adam, Adagrad (the running sum of squares)
   const void* grad = nullptr;
   void* param_out = nullptr;
+  // When set (step_compressed with int8 moments), Adam and Adagrad store sqrt(exp_avg_sq) here, the
+  // root they divide by, so the square-law code of exp_avg_sq reuses it instead of taking it again.
+  float* exp_avg_sq_root = nullptr;
+  // step_compressed's bf16 master, updated in place and rounded stochastically: element i's noise
+  // is stochastic_noise(rounding_high_key, rounding_first_low + i) (vector_ops.hpp).
+  Bf16* master_bf16 = nullptr;
+  std::uint32_t rounding_high_key = 0;
+  std::uint32_t rounding_first_low = 0;
+  // step_compressed's bf16 moments, updated in place (rounded to nearest). See kernel_impl.hpp.
+  Bf16* exp_avg_bf16 = nullptr;
+  Bf16* exp_avg_sq_bf16 = nullptr;
   UpdateConstants constants;
 };
 

@@ -5,7 +5,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "cpu_adam/detail/vector_ops.hpp"
 #include "cpu_adam/state_format.hpp"
@@ -13,20 +15,34 @@
 namespace strata::cpu_adam::detail {
 namespace {
 
-// The square of the largest signed code, and the largest non-negative code.
-inline constexpr float kSignedSquare = 127.0f * 127.0f;
+// The largest signed code and the largest non-negative code. Decoding multiplies by the fp32
+// reciprocals of 127^2 and 255 instead of dividing (a division costs several multiplies); both
+// reciprocals times their divisor round to exactly 1, so the top codes still decode to the scale
+// itself and encode(decode(x)) keeps every scale and code (state_format.hpp).
 inline constexpr float kSignedMax = 127.0f;
 inline constexpr float kUnsignedMax = 255.0f;
+inline constexpr float kInverseSignedSquare = 1.0f / (127.0f * 127.0f);
+inline constexpr float kInverseUnsignedMax = 1.0f / 255.0f;
+static_assert(kInverseSignedSquare * (127.0f * 127.0f) == 1.0f);
+static_assert(kInverseUnsignedMax * 255.0f == 1.0f);
 
 template <class V>
 float block_absmax(const float* values, std::size_t n) {
-  // max is exact, so the lane layout cannot change the result (NaN-free input).
+  // max is exact, so the lane layout cannot change the result (NaN-free input). Four
+  // accumulators: one would wait on its compare-and-select chain every vector.
   std::size_t i = 0;
   float best = 0.0f;
   if constexpr (V::kWidth > 1) {
-    typename V::F lanes(0.0f);
-    for (; i + V::kWidth <= n; i += V::kWidth) lanes = V::max(lanes, V::abs(V::load(values + i)));
-    best = V::reduce_max(lanes);
+    using F = typename V::F;
+    F lanes0(0.0f), lanes1(0.0f), lanes2(0.0f), lanes3(0.0f);
+    for (; i + 4 * V::kWidth <= n; i += 4 * V::kWidth) {
+      lanes0 = V::max(lanes0, V::abs(V::load(values + i)));
+      lanes1 = V::max(lanes1, V::abs(V::load(values + i + V::kWidth)));
+      lanes2 = V::max(lanes2, V::abs(V::load(values + i + 2 * V::kWidth)));
+      lanes3 = V::max(lanes3, V::abs(V::load(values + i + 3 * V::kWidth)));
+    }
+    for (; i + V::kWidth <= n; i += V::kWidth) lanes0 = V::max(lanes0, V::abs(V::load(values + i)));
+    best = V::reduce_max(V::max(V::max(lanes0, lanes1), V::max(lanes2, lanes3)));
   }
   for (; i < n; ++i) best = ScalarOps::max(best, ScalarOps::abs(values[i]));
   return best;
@@ -38,14 +54,16 @@ struct SignedCode {  // exp_avg: value = scale * q|q| / 127^2
   static typename Ops::F decode(const Code* code, typename Ops::F scale) {
     using F = typename Ops::F;
     const F q = Ops::load(code);
-    return scale * ((q * Ops::abs(q)) / F(kSignedSquare));
+    return scale * ((q * Ops::abs(q)) * F(kInverseSignedSquare));
   }
   template <class Ops>
   static void encode(Code* code, typename Ops::F value, typename Ops::F inverse_scale) {
     using F = typename Ops::F;
     const F position = Ops::sqrt(Ops::abs(value) * inverse_scale) * F(kSignedMax);
     const F magnitude = Ops::min(position + F(0.5f), F(kSignedMax));
-    Ops::store_truncated(code, Ops::sign(value) * magnitude);  // truncation is sign-symmetric
+    // Truncation is sign-symmetric; a zero value has magnitude 0.5, which truncates to code 0
+    // whatever sign it is given.
+    Ops::store_truncated(code, Ops::copysign(magnitude, value));
   }
 };
 
@@ -54,7 +72,7 @@ struct UnsignedCode {  // exp_avg_sq: value = scale * (c / 255)^4
   template <class Ops>
   static typename Ops::F decode(const Code* code, typename Ops::F scale) {
     using F = typename Ops::F;
-    const F t = Ops::load(code) / F(kUnsignedMax);
+    const F t = Ops::load(code) * F(kInverseUnsignedMax);
     const F t2 = t * t;
     return scale * (t2 * t2);
   }
@@ -78,6 +96,33 @@ void encode_block(const float* values, std::size_t n, std::byte* block) {
     Code::template encode<V>(codes + i, V::load(values + i), typename V::F(inverse));
   }
   for (; i < n; ++i) Code::template encode<ScalarOps>(codes + i, values[i], inverse);
+  std::memset(codes + n, 0, kQuantBlockElems - n);
+}
+
+// UnsignedCode's block from the values and their square roots (which the update computed anyway):
+// (v / scale)^(1/4) * 255 = sqrt(sqrt(v)) * (255 / scale^(1/4)), the factor once per block in
+// double, so each element takes one sqrt instead of two. The position differs from encode's by a
+// few ulp, which can only move a value within a few ulp of a code boundary to the other of its two
+// bracketing codes; the scale is the same absmax.
+template <class V>
+void encode_root_block(const float* values, const float* roots, std::size_t n, std::byte* block) {
+  const float scale = block_absmax<V>(values, n);
+  std::memcpy(block, &scale, sizeof(float));
+  auto* codes = reinterpret_cast<std::uint8_t*>(block + sizeof(float));
+  const float factor =
+      scale > 0.0f
+          ? static_cast<float>(255.0 / __builtin_sqrt(__builtin_sqrt(static_cast<double>(scale))))
+          : 0.0f;
+  using F = typename V::F;
+  std::size_t i = 0;
+  for (; i + V::kWidth <= n; i += V::kWidth) {
+    const F position = V::sqrt(V::load(roots + i)) * F(factor);
+    V::store_truncated(codes + i, V::min(position + F(0.5f), F(kUnsignedMax)));
+  }
+  for (; i < n; ++i) {
+    const float position = ScalarOps::sqrt(roots[i]) * factor;
+    ScalarOps::store_truncated(codes + i, ScalarOps::min(position + 0.5f, kUnsignedMax));
+  }
   std::memset(codes + n, 0, kQuantBlockElems - n);
 }
 
@@ -147,9 +192,10 @@ void encode_moment(StateDType dtype, MomentKind moment, const float* values, std
   }
 }
 
-// Stochastic rounding of fp32 to bf16: add 16 random bits below the kept ones and cut them off,
-// so the result rounds up with probability (distance to the lower bf16) / (bf16 spacing).
-// Non-finite values round to nearest (NaNs stay NaN). Integer arithmetic only: exact anywhere.
+// Stochastic rounding of bf16 masters (round_stochastic, stochastic_noise in vector_ops.hpp):
+// the noise is a function of (seed, step, element) only. The 64-bit (seed, step) key and the
+// element's high 32 bits are mixed here once per vector; the 32-bit hash of the low bits runs in
+// the lanes.
 inline std::uint64_t rounding_key(std::uint64_t seed, std::uint64_t step) {
   std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + step;
   x ^= x >> 31;
@@ -158,20 +204,36 @@ inline std::uint64_t rounding_key(std::uint64_t seed, std::uint64_t step) {
   return x;
 }
 
-inline std::uint32_t rounding_noise(std::uint64_t key, std::uint64_t element) {
-  std::uint64_t x = key ^ (element * 0xD1B54A32D192ED03ull);
-  x ^= x >> 32;
-  x *= 0xD6E8FEB86659FD93ull;
+inline std::uint32_t rounding_high_key(std::uint64_t key, std::uint64_t element) {
+  std::uint64_t x = key ^ ((element >> 32) * 0xD1B54A32D192ED03ull);
   x ^= x >> 32;
   x *= 0xD6E8FEB86659FD93ull;
   x ^= x >> 32;
   return static_cast<std::uint32_t>(x);
 }
 
-inline Bf16 round_stochastic(float value, std::uint32_t noise) {
-  const std::uint32_t bits = strata::detail::float_bits(value);
-  if ((bits & 0x7F80'0000u) == 0x7F80'0000u) return to_bf16(value);
-  return Bf16{static_cast<std::uint16_t>((bits + (noise & 0xFFFFu)) >> 16)};
+// n fp32 master values of elements first_element.. rounded stochastically into kept[0, n). The
+// lanes of a vector share the first element's high word up to the next multiple of 2^32; past it
+// (at most once in 2^32 elements) the block ends element by element, so each element gets its
+// noise whatever the level.
+template <class V>
+void round_master(std::uint64_t key, std::uint64_t first_element, const float* values,
+                  std::size_t n, Bf16* kept) {
+  const std::uint32_t high_key = rounding_high_key(key, first_element);
+  const auto first_low = static_cast<std::uint32_t>(first_element);
+  const std::uint64_t same_high =
+      std::uint64_t{std::numeric_limits<std::uint32_t>::max()} - first_low + 1;
+  const auto vector_end = static_cast<std::size_t>(std::min<std::uint64_t>(n, same_high));
+  std::size_t i = 0;
+  for (; i + V::kWidth <= vector_end; i += V::kWidth) {
+    V::store_stochastic(kept + i, V::load(values + i), high_key,
+                        first_low + static_cast<std::uint32_t>(i));
+  }
+  for (; i < n; ++i) {
+    const std::uint64_t element = first_element + i;
+    ScalarOps::store_stochastic(kept + i, values[i], rounding_high_key(key, element),
+                                static_cast<std::uint32_t>(element));
+  }
 }
 
 }  // namespace

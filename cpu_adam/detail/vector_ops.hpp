@@ -1,7 +1,9 @@
-// Per-instruction-set vector primitives for the kernels: loads of fp32/bf16/fp16 into fp32
-// vectors, rounding stores back, widening to double, sqrt and sign. xsimd does the arithmetic;
-// the 16-bit conversions, which xsimd 8.1 does not provide, are intrinsics here. Every primitive is
-// exact or correctly rounded, so a vector lane computes the same bits as ScalarOps on one element.
+// Per-instruction-set vector primitives for the kernels: loads of fp32/bf16/fp16 and of the 8-bit
+// state codes into fp32 vectors, rounding stores back (to nearest, truncating to a code, or
+// stochastically to bf16), widening to double, sqrt and sign. xsimd does the arithmetic; the 16-
+// and 8-bit conversions and the 32-bit integer hash, which xsimd 8.1 provides only as scalar
+// loops (or not at all), are intrinsics here. Every primitive is exact or correctly rounded, so a
+// vector lane computes the same bits as ScalarOps on one element.
 // Each specialisation exists only in the translation unit compiled with its instruction set.
 #pragma once
 
@@ -21,6 +23,34 @@
 namespace strata::cpu_adam::detail {
 namespace {  // internal linkage: each kernel TU gets its own copies, compiled with its own flags
 
+// The stochastic-rounding noise of one element: a 32-bit hash of its low 32 bits, keyed by a
+// 32-bit key that already mixes (seed, step) and the element's high 32 bits (rounding_high_key in
+// state_codec.hpp). 32-bit lanes so it vectorizes; the finalizer is Wellons' "lowbias32"
+// (bias 0.17), after an odd multiply that spreads consecutive indices. Every step is a bijection
+// of 32-bit words, so for a fixed key distinct elements never share noise.
+inline constexpr std::uint32_t kNoiseSpread = 0x9E37'79B1u;
+inline constexpr std::uint32_t kNoiseMix1 = 0x7FEB'352Du;
+inline constexpr std::uint32_t kNoiseMix2 = 0x846C'A68Bu;
+
+inline std::uint32_t stochastic_noise(std::uint32_t high_key, std::uint32_t low) {
+  std::uint32_t x = low * kNoiseSpread + high_key;
+  x ^= x >> 16;
+  x *= kNoiseMix1;
+  x ^= x >> 15;
+  x *= kNoiseMix2;
+  x ^= x >> 16;
+  return x;
+}
+
+// fp32 -> bf16 bits given the noise: add 16 random bits below the kept ones and cut them off, so
+// the result rounds up with probability (distance to the lower bf16) / (bf16 spacing). Inf and
+// NaN round to nearest (NaNs stay NaN). Integer arithmetic only: exact anywhere.
+inline Bf16 round_stochastic(float value, std::uint32_t noise) {
+  const std::uint32_t bits = strata::detail::float_bits(value);
+  if ((bits & 0x7F80'0000u) == 0x7F80'0000u) return to_bf16(value);
+  return Bf16{static_cast<std::uint16_t>((bits + (noise & 0xFFFFu)) >> 16)};
+}
+
 // One element at a time. Also the tail of every vector loop, so tails match the lanes.
 struct ScalarOps {
   using F = float;
@@ -32,6 +62,10 @@ struct ScalarOps {
   static void store(float* p, F x) { *p = x; }
   static void store(Bf16* p, F x) { *p = to_bf16(x); }
   static void store(Fp16* p, F x) { *p = to_fp16(x); }
+  // Stochastic rounding of element `low` (its low 32 bits) under `high_key`.
+  static void store_stochastic(Bf16* p, F x, std::uint32_t high_key, std::uint32_t low) {
+    *p = round_stochastic(x, stochastic_noise(high_key, low));
+  }
   // The builtin, not std::sqrt: at -O0 std::sqrt(float) is a weak out-of-line function that a
   // wider level's file would also emit (compiled with its flags).
   static F sqrt(F x) { return __builtin_sqrtf(x); }
@@ -46,6 +80,7 @@ struct ScalarOps {
     *p = static_cast<std::uint8_t>(static_cast<int>(x));
   }
   static F abs(F x) { return __builtin_fabsf(x); }
+  static F copysign(F magnitude, F sign) { return __builtin_copysignf(magnitude, sign); }
   static F min(F a, F b) { return b < a ? b : a; }
   static F max(F a, F b) { return a < b ? b : a; }
   static float reduce_max(F x) { return x; }
@@ -71,16 +106,8 @@ struct VectorOpsBase {
     const F one(1.0f);
     return xsimd::select(x > zero, one, zero) - xsimd::select(x < zero, one, zero);
   }
-  // The 8-bit state codes: xsimd's converting loads and stores (element-wise exact conversions).
-  static F load(const std::int8_t* p) { return F::load_unaligned(p); }
-  static F load(const std::uint8_t* p) { return F::load_unaligned(p); }
-  static void store_truncated(std::int8_t* p, F x) {
-    xsimd::batch_cast<std::int32_t>(x).store_unaligned(p);
-  }
-  static void store_truncated(std::uint8_t* p, F x) {
-    xsimd::batch_cast<std::int32_t>(x).store_unaligned(p);
-  }
   static F abs(F x) { return xsimd::abs(x); }
+  static F copysign(F magnitude, F sign) { return xsimd::copysign(magnitude, sign); }
   // Written as selects so NaN-free inputs give the scalar ternary's result in every lane.
   static F min(F a, F b) { return xsimd::select(b < a, b, a); }
   static F max(F a, F b) { return xsimd::select(a < b, b, a); }
@@ -116,20 +143,62 @@ struct VectorOps<xsimd::avx512bw> : VectorOpsBase<xsimd::avx512bw> {
   static F load(const Fp16* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
-  static void store(Bf16* p, F x) {
+  // fp32 bits whose top half is the bf16 nearest to x (ties to even, NaNs quieted).
+  static __m512i nearest_bits(F x) {
     const __m512i bits = _mm512_castps_si512(x);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
     const __m512i rounded =
         _mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb));
     const __m512i quiet = _mm512_or_si512(bits, _mm512_set1_epi32(0x0040'0000));
     const __mmask16 is_nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    const __m512i chosen = _mm512_mask_blend_epi32(is_nan, rounded, quiet);
+    return _mm512_mask_blend_epi32(is_nan, rounded, quiet);
+  }
+  static void store(Bf16* p, F x) {
+    const __m512i chosen = nearest_bits(x);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
                         _mm512_cvtepi32_epi16(_mm512_srli_epi32(chosen, 16)));
   }
   static void store(Fp16* p, F x) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
                         _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  // 8-bit codes: sign/zero extension and truncating conversion; the narrowing is exact (codes are
+  // in range by construction).
+  static F load(const std::int8_t* p) {
+    return _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static F load(const std::uint8_t* p) {
+    return _mm512_cvtepi32_ps(
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static void store_truncated(std::int8_t* p, F x) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(x)));
+  }
+  static void store_truncated(std::uint8_t* p, F x) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(x)));
+  }
+  static void store_stochastic(Bf16* p, F x, std::uint32_t high_key, std::uint32_t low) {
+    const __m512i lanes = _mm512_add_epi32(
+        _mm512_set1_epi32(static_cast<int>(low)),
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    __m512i h = _mm512_add_epi32(
+        _mm512_mullo_epi32(lanes, _mm512_set1_epi32(static_cast<int>(kNoiseSpread))),
+        _mm512_set1_epi32(static_cast<int>(high_key)));
+    h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
+    h = _mm512_mullo_epi32(h, _mm512_set1_epi32(static_cast<int>(kNoiseMix1)));
+    h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 15));
+    h = _mm512_mullo_epi32(h, _mm512_set1_epi32(static_cast<int>(kNoiseMix2)));
+    h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
+    const __m512i bits = _mm512_castps_si512(x);
+    const __m512i stochastic =
+        _mm512_add_epi32(bits, _mm512_and_si512(h, _mm512_set1_epi32(0xFFFF)));
+    const __m512i exponent = _mm512_set1_epi32(0x7F80'0000);
+    const __mmask16 special =
+        _mm512_cmpeq_epi32_mask(_mm512_and_si512(bits, exponent), exponent);
+    const __m512i chosen = _mm512_mask_blend_epi32(special, stochastic, nearest_bits(x));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_cvtepi32_epi16(_mm512_srli_epi32(chosen, 16)));
   }
 };
 #endif
@@ -147,24 +216,69 @@ struct VectorOps<xsimd::fma3<xsimd::avx2>> : VectorOpsBase<xsimd::fma3<xsimd::av
   static F load(const Fp16* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
-  static void store(Bf16* p, F x) {
+  // fp32 bits whose top half is the bf16 nearest to x (ties to even, NaNs quieted).
+  static __m256i nearest_bits(F x) {
     const __m256i bits = _mm256_castps_si256(x);
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
     const __m256i rounded =
         _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb));
     const __m256i quiet = _mm256_or_si256(bits, _mm256_set1_epi32(0x0040'0000));
     const __m256 is_nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-    const __m256i chosen = _mm256_castps_si256(
+    return _mm256_castps_si256(
         _mm256_blendv_ps(_mm256_castsi256_ps(rounded), _mm256_castsi256_ps(quiet), is_nan));
+  }
+  static void store_top_halves(Bf16* p, __m256i chosen) {
     const __m256i shifted = _mm256_srli_epi32(chosen, 16);
     // packus works per 128-bit lane: [r0..r3 r0..r3 | r4..r7 r4..r7]; gather qwords 0 and 2.
     const __m256i packed =
         _mm256_permute4x64_epi64(_mm256_packus_epi32(shifted, shifted), _MM_SHUFFLE(3, 1, 2, 0));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
   }
+  static void store(Bf16* p, F x) { store_top_halves(p, nearest_bits(x)); }
   static void store(Fp16* p, F x) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
                      _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  // 8-bit codes: sign/zero extension and truncating conversion; the saturating packs are exact
+  // (codes are in range by construction).
+  static F load(const std::int8_t* p) {
+    return _mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static F load(const std::uint8_t* p) {
+    return _mm256_cvtepi32_ps(
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static __m128i truncated_words(F x) {
+    const __m256i integers = _mm256_cvttps_epi32(x);
+    return _mm_packs_epi32(_mm256_castsi256_si128(integers),
+                           _mm256_extracti128_si256(integers, 1));
+  }
+  static void store_truncated(std::int8_t* p, F x) {
+    const __m128i words = truncated_words(x);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_packs_epi16(words, words));
+  }
+  static void store_truncated(std::uint8_t* p, F x) {
+    const __m128i words = truncated_words(x);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_packus_epi16(words, words));
+  }
+  static void store_stochastic(Bf16* p, F x, std::uint32_t high_key, std::uint32_t low) {
+    const __m256i lanes = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(low)),
+                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256i h = _mm256_add_epi32(
+        _mm256_mullo_epi32(lanes, _mm256_set1_epi32(static_cast<int>(kNoiseSpread))),
+        _mm256_set1_epi32(static_cast<int>(high_key)));
+    h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
+    h = _mm256_mullo_epi32(h, _mm256_set1_epi32(static_cast<int>(kNoiseMix1)));
+    h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 15));
+    h = _mm256_mullo_epi32(h, _mm256_set1_epi32(static_cast<int>(kNoiseMix2)));
+    h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
+    const __m256i bits = _mm256_castps_si256(x);
+    const __m256i stochastic =
+        _mm256_add_epi32(bits, _mm256_and_si256(h, _mm256_set1_epi32(0xFFFF)));
+    const __m256i exponent = _mm256_set1_epi32(0x7F80'0000);
+    const __m256i special = _mm256_cmpeq_epi32(_mm256_and_si256(bits, exponent), exponent);
+    store_top_halves(p, _mm256_blendv_epi8(stochastic, nearest_bits(x), special));
   }
 };
 #endif
@@ -215,17 +329,73 @@ struct VectorOps<xsimd::sse2> : VectorOpsBase<xsimd::sse2> {
   static F load(const Fp16* p) {  // SSE2 has no F16C: exact scalar conversions
     return _mm_setr_ps(to_float(p[0]), to_float(p[1]), to_float(p[2]), to_float(p[3]));
   }
-  static void store(Bf16* p, F x) {
+  static __m128i select(__m128i mask, __m128i if_set, __m128i if_clear) {
+    return _mm_or_si128(_mm_and_si128(mask, if_set), _mm_andnot_si128(mask, if_clear));
+  }
+  // fp32 bits whose top half is the bf16 nearest to x (ties to even, NaNs quieted).
+  static __m128i nearest_bits(F x) {
     const __m128i bits = _mm_castps_si128(x);
     const __m128i lsb = _mm_and_si128(_mm_srli_epi32(bits, 16), _mm_set1_epi32(1));
     const __m128i rounded = _mm_add_epi32(bits, _mm_add_epi32(_mm_set1_epi32(0x7FFF), lsb));
     const __m128i quiet = _mm_or_si128(bits, _mm_set1_epi32(0x0040'0000));
-    const __m128i is_nan = _mm_castps_si128(_mm_cmpunord_ps(x, x));
-    const __m128i chosen =
-        _mm_or_si128(_mm_and_si128(is_nan, quiet), _mm_andnot_si128(is_nan, rounded));
+    return select(_mm_castps_si128(_mm_cmpunord_ps(x, x)), quiet, rounded);
+  }
+  static void store_top_halves(Bf16* p, __m128i chosen) {
     // An arithmetic shift keeps each top half in int16 range, so the signed pack is exact.
     const __m128i shifted = _mm_srai_epi32(chosen, 16);
     _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_packs_epi32(shifted, shifted));
+  }
+  static void store(Bf16* p, F x) { store_top_halves(p, nearest_bits(x)); }
+  // 8-bit codes: widening by unpacking (sign-extended by an arithmetic shift), truncating
+  // conversion narrowed by packs that are exact (codes are in range by construction).
+  static F load(const std::int8_t* p) {
+    std::int32_t word;
+    std::memcpy(&word, p, sizeof(word));
+    __m128i x = _mm_cvtsi32_si128(word);
+    x = _mm_unpacklo_epi8(x, x);
+    x = _mm_unpacklo_epi16(x, x);
+    return _mm_cvtepi32_ps(_mm_srai_epi32(x, 24));
+  }
+  static F load(const std::uint8_t* p) {
+    std::int32_t word;
+    std::memcpy(&word, p, sizeof(word));
+    const __m128i zero = _mm_setzero_si128();
+    const __m128i x = _mm_unpacklo_epi8(_mm_cvtsi32_si128(word), zero);
+    return _mm_cvtepi32_ps(_mm_unpacklo_epi16(x, zero));
+  }
+  static void store_truncated(std::int8_t* p, F x) {
+    const __m128i words = _mm_packs_epi32(_mm_cvttps_epi32(x), _mm_setzero_si128());
+    const std::int32_t word = _mm_cvtsi128_si32(_mm_packs_epi16(words, words));
+    std::memcpy(p, &word, sizeof(word));
+  }
+  static void store_truncated(std::uint8_t* p, F x) {
+    const __m128i words = _mm_packs_epi32(_mm_cvttps_epi32(x), _mm_setzero_si128());
+    const std::int32_t word = _mm_cvtsi128_si32(_mm_packus_epi16(words, words));
+    std::memcpy(p, &word, sizeof(word));
+  }
+  // Low 32 bits of each lane's product with a constant (SSE2 has no 32-bit mullo).
+  static __m128i multiply_low(__m128i x, std::uint32_t constant) {
+    const __m128i c = _mm_set1_epi32(static_cast<int>(constant));
+    const __m128i even = _mm_mul_epu32(x, c);
+    const __m128i odd = _mm_mul_epu32(_mm_srli_epi64(x, 32), c);
+    return _mm_unpacklo_epi32(_mm_shuffle_epi32(even, _MM_SHUFFLE(0, 0, 2, 0)),
+                              _mm_shuffle_epi32(odd, _MM_SHUFFLE(0, 0, 2, 0)));
+  }
+  static void store_stochastic(Bf16* p, F x, std::uint32_t high_key, std::uint32_t low) {
+    const __m128i lanes =
+        _mm_add_epi32(_mm_set1_epi32(static_cast<int>(low)), _mm_setr_epi32(0, 1, 2, 3));
+    __m128i h = _mm_add_epi32(multiply_low(lanes, kNoiseSpread),
+                              _mm_set1_epi32(static_cast<int>(high_key)));
+    h = _mm_xor_si128(h, _mm_srli_epi32(h, 16));
+    h = multiply_low(h, kNoiseMix1);
+    h = _mm_xor_si128(h, _mm_srli_epi32(h, 15));
+    h = multiply_low(h, kNoiseMix2);
+    h = _mm_xor_si128(h, _mm_srli_epi32(h, 16));
+    const __m128i bits = _mm_castps_si128(x);
+    const __m128i stochastic = _mm_add_epi32(bits, _mm_and_si128(h, _mm_set1_epi32(0xFFFF)));
+    const __m128i exponent = _mm_set1_epi32(0x7F80'0000);
+    const __m128i special = _mm_cmpeq_epi32(_mm_and_si128(bits, exponent), exponent);
+    store_top_halves(p, select(special, nearest_bits(x), stochastic));
   }
   static void store(Fp16* p, F x) {
     alignas(16) float values[4];

@@ -1,6 +1,7 @@
 // `strata bench adam`: the CPU optimizer against the memory bound of its own access pattern, and
 // the fused full step (norm fed as gradients arrive + unscale + clip + AdamW + 16-bit copy-out)
-// against the same work done as separate passes.
+// against the same work done as separate passes; with --state-dtype, the fused compressed step
+// (step_compressed: decode, update, encode per block) on the same parameters, beside the fp32 one.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
@@ -20,8 +22,10 @@
 
 #include "base/units.hpp"
 #include "cpu_adam/cast.hpp"
+#include "cpu_adam/compressed_step.hpp"
 #include "cpu_adam/grad_norm.hpp"
 #include "cpu_adam/optimizer.hpp"
+#include "cpu_adam/state_format.hpp"
 #include "runtime/cli/commands.hpp"
 
 namespace strata::cli {
@@ -37,6 +41,8 @@ struct BenchAdamOptions {
   std::string grad_dtype = "fp32";
   std::string param_out = "none";
   std::string simd;  // empty: best available
+  std::vector<std::string> state_dtypes;  // moment formats of the compressed rows; empty: none
+  std::string master_dtype = "bf16";      // master format of the compressed rows
   int repeats = 5;
   bool json = false;
 };
@@ -94,6 +100,14 @@ struct Figures {
   std::size_t full_step_bytes_separate = 0;
 };
 
+// One compressed row: AdamW by step_compressed() over its own copy of the state.
+struct CompressedRow {
+  cpu_adam::StateDType moment_dtype = cpu_adam::StateDType::kFp32;
+  std::vector<std::byte> master, exp_avg, exp_avg_sq;
+  double seconds = 1e300;
+  double bytes_per_param = 0;
+};
+
 int run_bench_adam(const BenchAdamOptions& options) {
   double params_value = 0;
   std::size_t used = 0;
@@ -131,6 +145,23 @@ int run_bench_adam(const BenchAdamOptions& options) {
     }
   }
   const cpu_adam::SimdLevel level = exec.simd_level.value_or(cpu_adam::best_simd_level());
+  const std::optional<cpu_adam::StateDType> master_dtype =
+      cpu_adam::parse_state_dtype(options.master_dtype);
+  if (!master_dtype || *master_dtype == cpu_adam::StateDType::kInt8) {
+    std::cerr << "strata bench adam: --master-dtype must be fp32 or bf16\n";
+    return kExitBadInput;
+  }
+  std::vector<CompressedRow> compressed(options.state_dtypes.size());
+  for (std::size_t k = 0; k < compressed.size(); ++k) {
+    const std::optional<cpu_adam::StateDType> dtype =
+        cpu_adam::parse_state_dtype(options.state_dtypes[k]);
+    if (!dtype) {
+      std::cerr << "strata bench adam: --state-dtype \"" << options.state_dtypes[k]
+                << "\" is not fp32, bf16 or int8\n";
+      return kExitBadInput;
+    }
+    compressed[k].moment_dtype = *dtype;
+  }
   // The full-step comparison always writes a 16-bit copy: the one asked for, else bf16.
   const DType copy_dtype = out_dtype.value_or(DType::kBf16);
 
@@ -178,6 +209,21 @@ int run_bench_adam(const BenchAdamOptions& options) {
   const double loss_scale = *grad_dtype == DType::kFp16 ? 1024.0 : 1.0;
   const double max_norm = 1.0;
 
+  // The compressed rows start from the same values, encoded (moments from the zeros of step 0).
+  for (CompressedRow& row : compressed) {
+    row.master.resize(cpu_adam::state_bytes(*master_dtype, count));
+    row.exp_avg.resize(cpu_adam::state_bytes(row.moment_dtype, count));
+    row.exp_avg_sq.resize(cpu_adam::state_bytes(row.moment_dtype, count));
+    cpu_adam::encode_state(*master_dtype, cpu_adam::MomentKind::kExpAvg, master.as<float>(), count,
+                           row.master.data(), arena);
+    cpu_adam::encode_state(row.moment_dtype, cpu_adam::MomentKind::kExpAvg, exp_avg.as<float>(),
+                           count, row.exp_avg.data(), arena);
+    cpu_adam::encode_state(row.moment_dtype, cpu_adam::MomentKind::kExpAvgSq,
+                           exp_avg_sq.as<float>(), count, row.exp_avg_sq.data(), arena);
+    row.bytes_per_param = cpu_adam::compressed_bytes_per_element(
+        hyper.algorithm, *master_dtype, row.moment_dtype, *grad_dtype, out_dtype);
+  }
+
   Figures f;
   f.bytes_per_param = cpu_adam::bytes_per_element(hyper.algorithm, *grad_dtype, out_dtype);
   const int repeats = std::max(1, options.repeats);
@@ -196,6 +242,24 @@ int run_bench_adam(const BenchAdamOptions& options) {
     hyper.step = ++step_index;
     const Clock::time_point start = Clock::now();
     cpu_adam::step(hyper, spans, cpu_adam::GradScaling{loss_scale, 1.0}, arena, exec);
+    return seconds_since(start);
+  };
+
+  // (e) the fused compressed step, one sub-group of `count` elements.
+  auto run_compressed = [&](CompressedRow& row) {
+    cpu_adam::CompressedSpans c;
+    c.numel = count;
+    c.master_dtype = *master_dtype;
+    c.moment_dtype = row.moment_dtype;
+    c.master = row.master.data();
+    c.exp_avg = row.exp_avg.data();
+    c.exp_avg_sq = row.exp_avg_sq.data();
+    c.grad = spans.grad;
+    c.param_out = spans.param_out;
+    hyper.step = ++step_index;
+    const Clock::time_point start = Clock::now();
+    cpu_adam::step_compressed(hyper, c, cpu_adam::GradScaling{loss_scale, 1.0},
+                              cpu_adam::StochasticRounding{}, {}, arena, exec);
     return seconds_since(start);
   };
 
@@ -258,6 +322,7 @@ int run_bench_adam(const BenchAdamOptions& options) {
   for (int r = 0; r < repeats; ++r) {
     f.bound_s = std::min(f.bound_s, run_bound());
     f.optimizer_s = std::min(f.optimizer_s, run_optimizer());
+    for (CompressedRow& row : compressed) row.seconds = std::min(row.seconds, run_compressed(row));
     const double fused = run_fused();
     if (fused < f.fused_s) {
       f.fused_s = fused;
@@ -304,6 +369,17 @@ int run_bench_adam(const BenchAdamOptions& options) {
     j["separate_norm_pass_s"] = f.separate_pass_s[0];
     j["norm_pass_gb_per_s"] = n * static_cast<double>(element_bytes) / f.separate_pass_s[0] / 1e9;
     j["fused_speedup"] = fused_speedup;
+    j["master_dtype"] = options.master_dtype;
+    nlohmann::json rows = nlohmann::json::array();
+    for (const CompressedRow& row : compressed) {
+      rows.push_back({{"state_dtype", std::string(cpu_adam::state_dtype_name(row.moment_dtype))},
+                      {"seconds", row.seconds},
+                      {"bytes_per_param", row.bytes_per_param},
+                      {"gb_per_s", n * row.bytes_per_param / row.seconds / 1e9},
+                      {"ns_per_element", row.seconds / n * 1e9},
+                      {"time_ratio", row.seconds / f.optimizer_s}});
+    }
+    j["compressed"] = rows;
     std::cout << j.dump() << "\n";
     return 0;
   }
@@ -312,19 +388,28 @@ int run_bench_adam(const BenchAdamOptions& options) {
       "best of %d, load average %.2f\n",
       count, options.threads, options.grad_dtype.c_str(), options.param_out.c_str(),
       level_name.c_str(), repeats, load_average());
-  std::printf("  %-44s %9s %12s %9s\n", "", "ms", "params/s", "GB/s");
-  auto row = [&](const char* name, double seconds, std::size_t bytes) {
-    std::printf("  %-44s %9.1f %12.3e %9.1f\n", name, seconds * 1e3, n / seconds,
-                n * static_cast<double>(bytes) / seconds / 1e9);
+  std::printf("  %-48s %9s %12s %9s %8s\n", "", "ms", "params/s", "GB/s", "ns/elem");
+  auto row = [&](const char* name, double seconds, double bytes) {
+    std::printf("  %-48s %9.1f %12.3e %9.1f %8.3f\n", name, seconds * 1e3, n / seconds,
+                n * bytes / seconds / 1e9, seconds / n * 1e9);
   };
-  row("(a) memory bound (same arrays, no arithmetic)", f.bound_s, f.bytes_per_param);
-  row("(b) AdamW", f.optimizer_s, f.bytes_per_param);
+  const auto bytes = [](std::size_t b) { return static_cast<double>(b); };
+  row("(a) memory bound (same arrays, no arithmetic)", f.bound_s, bytes(f.bytes_per_param));
+  row("(b) AdamW", f.optimizer_s, bytes(f.bytes_per_param));
   std::printf("  ratio optimizer / bound: %.3f   (%zu bytes per parameter)\n", ratio,
               f.bytes_per_param);
-  row("(c) fused full step", f.fused_s, f.full_step_bytes_fused);
+  for (const CompressedRow& c : compressed) {
+    const std::string name = "(e) AdamW compressed: " + options.master_dtype + " master, " +
+                             std::string(cpu_adam::state_dtype_name(c.moment_dtype)) + " moments";
+    row(name.c_str(), c.seconds, c.bytes_per_param);
+    std::printf(
+        "      time per element / (b): %.2fx   (%.3f bytes per parameter, %.2fx of (b)'s)\n",
+        c.seconds / f.optimizer_s, c.bytes_per_param, c.bytes_per_param / bytes(f.bytes_per_param));
+  }
+  row("(c) fused full step", f.fused_s, bytes(f.full_step_bytes_fused));
   std::printf("      of which the norm, fed chunk by chunk as gradients land: %.1f ms\n",
               f.fused_norm_s * 1e3);
-  row("(d) separate passes", f.separate_s, f.full_step_bytes_separate);
+  row("(d) separate passes", f.separate_s, bytes(f.full_step_bytes_separate));
   std::printf("      norm %.1f ms (%.1f GB/s), unscale %.1f ms, AdamW %.1f ms, cast %.1f ms\n",
               f.separate_pass_s[0] * 1e3,
               n * static_cast<double>(element_bytes) / f.separate_pass_s[0] / 1e9,
@@ -351,6 +436,11 @@ void add_bench_adam_command(CLI::App& bench) {
                    "none | bf16 | fp16: fused copy of the new weights (default none)");
   adam->add_option("--simd", options->simd,
                    "force a SIMD level: scalar | sse2 | avx2 | avx512 (default: best available)");
+  adam->add_option("--state-dtype", options->state_dtypes,
+                   "fp32 | bf16 | int8, one or more: also time step_compressed() with moments in "
+                   "each format, printed beside (b) (default: none)");
+  adam->add_option("--master-dtype", options->master_dtype,
+                   "fp32 | bf16: the master format of the --state-dtype rows (default bf16)");
   adam->add_option("--repeats", options->repeats, "timed runs per figure; best is kept (default 5)")
       ->check(CLI::Range(1, 1000));
   adam->add_flag("--json", options->json, "print one JSON object");

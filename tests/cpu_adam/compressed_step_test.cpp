@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include <oneapi/tbb/task_arena.h>
@@ -28,10 +30,11 @@ struct State {
   StateDType master_dtype;
   StateDType moment_dtype;
   std::vector<std::byte> master, exp_avg, exp_avg_sq;
-  TypedBuffer out{DType::kBf16, kCount};
+  TypedBuffer out;
 
-  State(StateDType master_in, StateDType moment_in, std::uint64_t seed, bool edges = true)
-      : master_dtype(master_in), moment_dtype(moment_in) {
+  State(StateDType master_in, StateDType moment_in, std::uint64_t seed, bool edges = true,
+        DType out_dtype = DType::kBf16)
+      : master_dtype(master_in), moment_dtype(moment_in), out(out_dtype, kCount) {
     std::mt19937_64 rng(seed);
     std::vector<float> m(kCount), a(kCount), s(kCount);
     for (std::size_t i = 0; i < kCount; ++i) {
@@ -151,6 +154,75 @@ TEST(CompressedStep, SameBytesForEverySimdLevelThreadCountAndChunking) {
       }
     }
   }
+}
+
+// The rounding noise hashes the element's low 32 bits in vector lanes: a sub-group whose elements
+// cross 2^32 (lanes that would carry into the high word) and an fp16 copy-out of the rounded
+// master must still give the same bytes at every level, and the two sides of 2^32 must differ.
+TEST(CompressedStep, Bf16MasterSameBytesAcrossTheHighWordAtEveryLevel) {
+  const std::uint64_t seed = testing::test_seed(34);
+  const std::uint64_t first_element = (std::uint64_t{1} << 32) - 2 * kQuantBlockElems - 3;
+  std::optional<State> reference;
+  for (SimdLevel level : available_simd_levels()) {
+    State state(StateDType::kBf16, StateDType::kInt8, seed, true, DType::kFp16);
+    tbb::task_arena arena(2);
+    ExecOptions options;
+    options.simd_level = level;
+    options.chunk_elems = kQuantBlockElems;
+    for (int step = 1; step <= 2; ++step) {
+      const TypedBuffer grad = random_grad(DType::kBf16, seed + step);
+      step_compressed(hyper_for(Algorithm::kAdamW, step), state.spans(grad), {},
+                      {seed, first_element}, {}, arena, options);
+    }
+    EXPECT_TRUE(state.out.guards_intact());
+    if (!reference) {
+      reference.emplace(std::move(state));
+    } else {
+      ASSERT_TRUE(state == *reference)
+          << "level " << simd_level_name(level) << " " << testing::seed_note(seed);
+    }
+  }
+  // Shifting the elements by 2^32 changes only their high words: the bits must change.
+  State shifted(StateDType::kBf16, StateDType::kInt8, seed, true, DType::kFp16);
+  tbb::task_arena arena(2);
+  for (int step = 1; step <= 2; ++step) {
+    const TypedBuffer grad = random_grad(DType::kBf16, seed + step);
+    step_compressed(hyper_for(Algorithm::kAdamW, step), shifted.spans(grad), {},
+                    {seed, first_element + (std::uint64_t{1} << 32)}, {}, arena);
+  }
+  EXPECT_NE(shifted.master, reference->master) << testing::seed_note(seed);
+}
+
+// A bf16 master is rounded inside the update, except in a block whose elements cross a multiple
+// of 2^32, which takes an fp32 copy and a separate rounding pass. With bf16 moments nothing
+// depends on where blocks start, so one call whose block 2 crosses 2^32 must equal two calls split
+// at 2^32 (no block crosses).
+TEST(CompressedStep, Bf16MasterBlockAcrossTheHighWordMatchesTheInPlacePath) {
+  const std::uint64_t seed = testing::test_seed(35);
+  const std::uint64_t split = 2 * kQuantBlockElems + 3;
+  const std::uint64_t first_element = (std::uint64_t{1} << 32) - split;
+  State whole(StateDType::kBf16, StateDType::kBf16, seed);
+  State halves(StateDType::kBf16, StateDType::kBf16, seed);
+  tbb::task_arena arena(2);
+  for (int step = 1; step <= 2; ++step) {
+    const TypedBuffer grad = random_grad(DType::kFp32, seed + step);
+    const Hyperparams h = hyper_for(Algorithm::kAdamW, step);
+    step_compressed(h, whole.spans(grad), {}, {seed, first_element}, {}, arena);
+    for (const auto& [begin, end] : {std::pair<std::uint64_t, std::uint64_t>{0, split},
+                                     std::pair<std::uint64_t, std::uint64_t>{split, kCount}}) {
+      CompressedSpans part = halves.spans(grad);
+      part.numel = end - begin;
+      part.master += begin * sizeof(Bf16);
+      part.exp_avg += begin * sizeof(Bf16);
+      part.exp_avg_sq += begin * sizeof(Bf16);
+      part.grad = ConstTypedSpan(static_cast<const float*>(grad.data()) + begin, end - begin,
+                                 DType::kFp32);
+      part.param_out = TypedSpan(static_cast<Bf16*>(halves.out.data()) + begin, end - begin,
+                                 DType::kBf16);
+      step_compressed(h, part, {}, {seed, first_element + begin}, {}, arena);
+    }
+  }
+  EXPECT_TRUE(whole == halves) << testing::seed_note(seed);
 }
 
 // Weight decay alone (zero gradients) moves every element from x0 to the same fp32 target x0 * d,
