@@ -19,14 +19,13 @@ fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 cp examples/configs/all_device.toml "$out/all_device.toml"
-cp examples/configs/params_optimizer_nvme.toml "$out/nvme_overlap.toml"
-# The same config with the optimizer after the backward ([zero] overlap_optimizer = false).
-sed 's/^\[zero\]$/[zero]\noverlap_optimizer = false/' examples/configs/params_optimizer_nvme.toml \
-  >"$out/nvme_serial.toml"
+# The NVMe config as shipped ([zero] defer_update = true), and with the step's updates in step():
+# during the backward (overlap_optimizer, the default) or after it.
+cp examples/configs/params_optimizer_nvme.toml "$out/nvme_defer.toml"
+grep -q '^defer_update = true' "$out/nvme_defer.toml" || { echo "no defer_update key" >&2; exit 1; }
+sed 's/^defer_update = true/defer_update = false/' "$out/nvme_defer.toml" >"$out/nvme_overlap.toml"
+sed 's/^\[zero\]$/[zero]\noverlap_optimizer = false/' "$out/nvme_overlap.toml" >"$out/nvme_serial.toml"
 grep -q '^overlap_optimizer = false' "$out/nvme_serial.toml" || { echo "no [zero] table" >&2; exit 1; }
-# The same config with the step's updates deferred to the next forward's gathers.
-sed 's/^\[zero\]$/[zero]\ndefer_update = true/' examples/configs/params_optimizer_nvme.toml \
-  >"$out/nvme_defer.toml"
 # Both without clipping (grad_clip = 0): early in this fine-tune every step clips at 1.0, and a
 # step after a clipped one runs serially, so these two show what the overlap itself hides.
 for config in nvme_overlap nvme_serial nvme_defer; do
