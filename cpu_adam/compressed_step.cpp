@@ -16,6 +16,11 @@ void check_spans(Algorithm algorithm, const CompressedSpans& spans) {
   if (spans.master_dtype == StateDType::kInt8) {
     throw std::invalid_argument("cpu_adam: master weights must be fp32 or bf16, got int8");
   }
+  if (spans.compensation != nullptr && spans.master_dtype != StateDType::kBf16) {
+    throw std::invalid_argument(
+        "cpu_adam: a Kahan compensation needs bf16 master weights, got " +
+        std::string(state_dtype_name(spans.master_dtype)));
+  }
   STRATA_ASSERT(spans.grad.count == spans.numel, "grad length differs from numel");
   STRATA_ASSERT(spans.numel == 0 || (spans.master != nullptr && spans.grad.present()),
                 "master or grad missing");
@@ -48,6 +53,7 @@ void step_compressed(const Hyperparams& hyperparams, const CompressedSpans& span
   check_runs(decay_runs, spans.numel);
   detail::CompressedArgs args;
   args.master = spans.master;
+  args.compensation = spans.compensation;
   args.exp_avg = detail::uses_exp_avg(hyperparams.algorithm) ? spans.exp_avg : nullptr;
   args.exp_avg_sq = detail::uses_exp_avg_sq(hyperparams.algorithm) ? spans.exp_avg_sq : nullptr;
   args.grad = spans.grad.data;
@@ -76,10 +82,11 @@ void step_compressed(const Hyperparams& hyperparams, const CompressedSpans& span
 
 double compressed_bytes_per_element(Algorithm algorithm, StateDType master_dtype,
                                     StateDType moment_dtype, DType grad_dtype,
-                                    std::optional<DType> param_out_dtype) {
+                                    std::optional<DType> param_out_dtype, bool compensated) {
   constexpr double kBlock = static_cast<double>(kQuantBlockElems);
   const double moment = static_cast<double>(state_bytes(moment_dtype, kQuantBlockElems)) / kBlock;
-  const double master = static_cast<double>(state_bytes(master_dtype, kQuantBlockElems)) / kBlock;
+  const double master = static_cast<double>(state_bytes(master_dtype, kQuantBlockElems)) / kBlock +
+                        (compensated ? 2.0 : 0.0);
   const double moments = (detail::uses_exp_avg(algorithm) ? moment : 0.0) +
                          (detail::uses_exp_avg_sq(algorithm) ? moment : 0.0);
   return 2 * (master + moments) + static_cast<double>(dtype_bytes(grad_dtype)) +

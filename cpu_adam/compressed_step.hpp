@@ -9,6 +9,10 @@
 //    bf16, so E[rounded] = the fp32 result. The bits are a hash of (seed, step, first_element + i):
 //    the same inputs give the same bits whatever the thread count, chunking or SIMD level, and
 //    different sub-groups (different first_element) draw different bits.
+//  - A bf16 master with `compensation` (Kahan; [optimizer] master_rounding = "kahan") is not
+//    rounded stochastically: the update applies to weight + compensation (summed in fp32), and
+//    its result is split back into the weight rounded to nearest and the rest cut toward zero to
+//    bf16 (state_format.hpp's split_compensated). Deterministic, with no random bits.
 //  - param_out, when present, receives the weights as kept: the rounded bf16 master converted, or
 //    the fp32 master rounded to nearest even (as step() does).
 //  - decay_runs, when not empty, cut the sub-group into runs that do or do not take weight decay
@@ -34,6 +38,7 @@ struct CompressedSpans {
   StateDType master_dtype = StateDType::kFp32;  // fp32 or bf16
   StateDType moment_dtype = StateDType::kFp32;  // fp32, bf16 or int8
   std::byte* master = nullptr;                  // state_bytes(master_dtype, numel) bytes
+  std::byte* compensation = nullptr;  // bf16 master only: numel bf16 low parts (Kahan), or null
   std::byte* exp_avg = nullptr;     // state_bytes(moment_dtype, numel); null for Adagrad
   std::byte* exp_avg_sq = nullptr;  // the same; null for Lion
   ConstTypedSpan grad;              // numel elements, fp32, bf16 or fp16
@@ -61,6 +66,7 @@ void step_compressed(const Hyperparams& hyperparams, const CompressedSpans& span
 // Bytes step_compressed() moves per element (the state read and written, grad, param_out).
 double compressed_bytes_per_element(Algorithm algorithm, StateDType master_dtype,
                                     StateDType moment_dtype, DType grad_dtype,
-                                    std::optional<DType> param_out_dtype);
+                                    std::optional<DType> param_out_dtype,
+                                    bool compensated = false);
 
 }  // namespace strata::cpu_adam

@@ -3,6 +3,7 @@
 #include "base/assert.hpp"
 #include "cpu_adam/detail/kernel_table.hpp"
 #include "cpu_adam/detail/parallel.hpp"
+#include "cpu_adam/detail/state_codec.hpp"
 
 namespace strata::cpu_adam {
 namespace {
@@ -70,6 +71,28 @@ void encode_state(StateDType dtype, MomentKind moment, const float* values, std:
   const detail::EncodeFn encode = detail::kernels_for(options).encode;
   for_each_block(numel, arena, options, [&](std::uint64_t first, std::size_t n) {
     encode(dtype, moment, values + first, first, n, encoded);
+  });
+}
+
+void add_compensation(const std::byte* low, std::uint64_t numel, float* values,
+                      tbb::task_arena& arena, const ExecOptions& options) {
+  STRATA_ASSERT(numel == 0 || (low != nullptr && values != nullptr));
+  const auto* parts = reinterpret_cast<const Bf16*>(low);
+  for_each_block(numel, arena, options, [&](std::uint64_t first, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      values[first + i] =
+          detail::ScalarOps::add_nonzero(values[first + i], detail::ScalarOps::load(parts + first + i));
+    }
+  });
+}
+
+void split_compensated(const float* values, std::uint64_t numel, std::byte* weights,
+                       std::byte* low, tbb::task_arena& arena, const ExecOptions& options) {
+  STRATA_ASSERT(numel == 0 || (values != nullptr && weights != nullptr && low != nullptr));
+  for_each_block(numel, arena, options, [&](std::uint64_t first, std::size_t n) {
+    detail::split_compensated<detail::ScalarOps>(values + first, n,
+                                                 reinterpret_cast<Bf16*>(weights) + first,
+                                                 reinterpret_cast<Bf16*>(low) + first);
   });
 }
 

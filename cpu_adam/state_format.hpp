@@ -22,6 +22,11 @@
 //    255 are exactly 1, so the top codes decode to the scale itself).
 // bf16 master weights are rounded stochastically by the optimizer (unbiased; see
 // compressed_step.hpp) and to nearest even when written from fp32 (checkpoint load, import).
+// A Kahan-compensated bf16 master ([optimizer] master_rounding = "kahan") is two bf16 arrays of
+// the same length, the weights and their low parts ("compensation"); the value is their fp32 sum.
+// The weights are the value rounded to nearest even; the low part is the rest, cut toward zero.
+// So |low| <= half a unit in the last place of the weight, the sum is exact in fp32 (16
+// significant bits at most), and split(join(w, low)) = (w, low).
 #pragma once
 
 #include <cstddef>
@@ -43,5 +48,13 @@ void decode_state(StateDType dtype, MomentKind moment, const std::byte* encoded,
                   const ExecOptions& options = {});
 void encode_state(StateDType dtype, MomentKind moment, const float* values, std::uint64_t numel,
                   std::byte* encoded, tbb::task_arena& arena, const ExecOptions& options = {});
+
+// The compensated master (above): values[i] += low[i] (values holding the weights as fp32; a
+// zero low leaves them as they are), and the split of fp32 values into weights and low parts
+// (a zero low is +0). Bitwise the step's own join and split.
+void add_compensation(const std::byte* low, std::uint64_t numel, float* values,
+                      tbb::task_arena& arena, const ExecOptions& options = {});
+void split_compensated(const float* values, std::uint64_t numel, std::byte* weights,
+                       std::byte* low, tbb::task_arena& arena, const ExecOptions& options = {});
 
 }  // namespace strata::cpu_adam

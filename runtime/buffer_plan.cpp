@@ -8,9 +8,13 @@
 namespace strata::runtime {
 namespace {
 
-bool kind_kept(OptimizerType type, ShardKind kind) {
-  if (kind == ShardKind::kExpAvg) return type != OptimizerType::kAdagrad;
-  if (kind == ShardKind::kExpAvgSq) return type != OptimizerType::kLion;
+bool kind_kept(const OptimizerConfig& optimizer, ShardKind kind) {
+  if (kind == ShardKind::kExpAvg) return optimizer.type != OptimizerType::kAdagrad;
+  if (kind == ShardKind::kExpAvgSq) return optimizer.type != OptimizerType::kLion;
+  if (kind == ShardKind::kCompensation) {
+    return optimizer.master_rounding == MasterRounding::kKahan &&
+           optimizer.master_dtype == cpu_adam::StateDType::kBf16;
+  }
   return true;
 }
 
@@ -101,8 +105,8 @@ void plan_state(BufferPlan& plan, const Config& config, const UnitLayout& layout
 void plan_nvme_staging(BufferPlan& plan, const Config& config) {
   if (!plan.any_nvme) return;
   // Offsets in a pipeline buffer, in the order the optimizer reads them.
-  for (ShardKind kind : {ShardKind::kMaster, ShardKind::kExpAvg, ShardKind::kExpAvgSq,
-                         ShardKind::kGrad, ShardKind::kParam}) {
+  for (ShardKind kind : {ShardKind::kMaster, ShardKind::kCompensation, ShardKind::kExpAvg,
+                         ShardKind::kExpAvgSq, ShardKind::kGrad, ShardKind::kParam}) {
     if (!plan.on(kind, Tier::kNvme)) continue;
     plan.pipeline_offsets[static_cast<std::size_t>(kind)] = plan.pipeline_buffer_bytes;
     plan.pipeline_buffer_bytes +=
@@ -147,8 +151,8 @@ void plan_undo_copies(BufferPlan& plan, const Config& config, const BufferPlanIn
   for (std::size_t u = layouts.size(); u-- > 0;) {
     const SubGroupCount groups = count_sub_groups(layouts[u].shard_numel, config.zero.sub_group_size);
     std::uint64_t bytes = 0;
-    for (ShardKind kind : {ShardKind::kMaster, ShardKind::kExpAvg, ShardKind::kExpAvgSq,
-                           ShardKind::kParam}) {
+    for (ShardKind kind : {ShardKind::kMaster, ShardKind::kCompensation, ShardKind::kExpAvg,
+                           ShardKind::kExpAvgSq, ShardKind::kParam}) {
       const KindPlacement& placement = plan.kind(kind);
       if (!placement.kept || plan.tier_of(kind, u) == Tier::kNvme) continue;
       bytes += groups.full * placement.bytes(groups.size) + placement.bytes(groups.remainder);
@@ -166,13 +170,15 @@ std::array<KindPlacement, kShardKindCount> place_kinds(const Config& config,
   std::array<KindPlacement, kShardKindCount> kinds{};
   for (ShardKind kind : kAllShardKinds) {
     KindPlacement& placement = kinds[static_cast<std::size_t>(kind)];
-    placement.kept = kind_kept(config.optimizer.type, kind);
+    placement.kept = kind_kept(config.optimizer, kind);
     placement.tier = home_tier(config.zero, kind);
     // Parameters as configured; gradients too, except that accumulating over micro-batches keeps
     // them in fp32 (no rounding per addition); optimizer state as [optimizer] master_dtype and
     // state_dtype say.
-    const cpu_adam::StateDType state = kind == ShardKind::kMaster ? config.optimizer.master_dtype
-                                                                  : config.optimizer.state_dtype;
+    const cpu_adam::StateDType state =
+        kind == ShardKind::kMaster || kind == ShardKind::kCompensation
+            ? config.optimizer.master_dtype
+            : config.optimizer.state_dtype;
     placement.dtype = kind == ShardKind::kParam ? config.precision.params
                       : kind == ShardKind::kGrad
                           ? (grad_accumulation > 1 ? DType::kFp32

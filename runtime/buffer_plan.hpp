@@ -17,11 +17,16 @@ namespace strata::runtime {
 
 // The state kinds each rank keeps per unit shard. kParam holds the parameters in their compute
 // type ([precision] params: bf16, fp16 or fp32), the copy gathered for the forward and backward.
-enum class ShardKind : std::uint8_t { kParam, kGrad, kMaster, kExpAvg, kExpAvgSq };
-inline constexpr std::size_t kShardKindCount = 5;
+// kCompensation is a Kahan-compensated bf16 master's low parts ([optimizer] master_rounding =
+// "kahan"; cpu_adam/state_format.hpp): optimizer state, homed with the master.
+enum class ShardKind : std::uint8_t { kParam, kGrad, kMaster, kExpAvg, kExpAvgSq, kCompensation };
+inline constexpr std::size_t kShardKindCount = 6;
 inline constexpr std::array<ShardKind, kShardKindCount> kAllShardKinds = {
-    ShardKind::kParam, ShardKind::kGrad, ShardKind::kMaster, ShardKind::kExpAvg,
-    ShardKind::kExpAvgSq};
+    ShardKind::kParam,  ShardKind::kGrad,     ShardKind::kMaster,
+    ShardKind::kExpAvg, ShardKind::kExpAvgSq, ShardKind::kCompensation};
+// The optimizer's kinds, in the order a sub-group's update reads them.
+inline constexpr std::array<ShardKind, 4> kOptimizerShardKinds = {
+    ShardKind::kMaster, ShardKind::kCompensation, ShardKind::kExpAvg, ShardKind::kExpAvgSq};
 
 // Where one kind lives and in which element type; `kept` is false for a moment the optimizer
 // does not keep (Adagrad has no exp_avg, Lion no exp_avg_sq), and for parameters `in_master`.

@@ -73,8 +73,9 @@ std::uint64_t config_hash(const EngineState& state) {
       to_string(opt.schedule), opt.lr_decay_steps, opt.min_lr,
       // fp32 state adds nothing, so hashes recorded before the state formats existed still match.
       compressed_state(state.config())
-          ? fmt::format(" state={} master={}", cpu_adam::state_dtype_name(opt.state_dtype),
-                        cpu_adam::state_dtype_name(opt.master_dtype))
+          ? fmt::format(" state={} master={}{}", cpu_adam::state_dtype_name(opt.state_dtype),
+                        cpu_adam::state_dtype_name(opt.master_dtype),
+                        opt.master_rounding == MasterRounding::kKahan ? " kahan" : "")
           : std::string());
   return XXH3_64bits(text.data(), text.size());
 }

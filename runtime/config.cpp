@@ -179,6 +179,16 @@ void read_optimizer(TableReader& root, OptimizerConfig& optimizer) {
                       {"int8", StateDType::kInt8}});
   section->read_enum("master_dtype", optimizer.master_dtype,
                      {{"fp32", StateDType::kFp32}, {"bf16", StateDType::kBf16}});
+  section->read_enum("master_rounding", optimizer.master_rounding,
+                     {{"stochastic", MasterRounding::kStochastic},
+                      {"kahan", MasterRounding::kKahan}});
+  if (optimizer.master_rounding == MasterRounding::kKahan &&
+      optimizer.master_dtype != StateDType::kBf16) {
+    section->fail("master_rounding",
+                  "master_rounding = \"kahan\" compensates a bf16 master's rounding: it needs "
+                  "master_dtype = \"bf16\" (an fp32 master rounds to nearest and keeps no "
+                  "compensation)");
+  }
   section->finish();
 }
 
@@ -401,6 +411,16 @@ std::string_view to_string(LrScheduleKind kind) {
       return "linear";
     case LrScheduleKind::kCosine:
       return "cosine";
+  }
+  return "?";
+}
+
+std::string_view to_string(MasterRounding rounding) {
+  switch (rounding) {
+    case MasterRounding::kStochastic:
+      return "stochastic";
+    case MasterRounding::kKahan:
+      return "kahan";
   }
   return "?";
 }

@@ -32,6 +32,9 @@ enum class OnExistingStore { kRefuse, kOverwrite, kResume };
 enum class OptimizerType { kAdamW, kAdam, kAdagrad, kLion };
 // The learning rate after warm-up: held, or decayed (linearly or along a half cosine) to min_lr.
 enum class LrScheduleKind { kConstant, kLinear, kCosine };
+// How a bf16 master keeps what the update's rounding loses: stochastic rounding (unbiased, no
+// extra state), or a Kahan compensation term (a second bf16 per element, deterministic).
+enum class MasterRounding { kStochastic, kKahan };
 
 std::string_view to_string(Tier tier);
 // The config name of a precision: dtype_name() (base/dtype.hpp).
@@ -42,6 +45,7 @@ std::string_view to_string(IoEngineKind kind);
 std::string_view to_string(OnExistingStore policy);
 std::string_view to_string(OptimizerType type);
 std::string_view to_string(LrScheduleKind kind);
+std::string_view to_string(MasterRounding rounding);
 
 inline constexpr std::int32_t kLocalRankDevice = -1;
 
@@ -134,9 +138,11 @@ struct OptimizerConfig {
   std::uint64_t lr_decay_steps = 0;  // linear, cosine: > warmup_steps
   double min_lr = 0.0;               // linear, cosine: <= lr
   // How the state is kept (cpu_adam/state_format.hpp): the moments in fp32, bf16 or int8 blocks,
-  // the master weights in fp32 or bf16 (rounded stochastically each step).
+  // the master weights in fp32 or bf16, rounded stochastically each step or Kahan-compensated
+  // (master_rounding; bf16 master only).
   cpu_adam::StateDType state_dtype = cpu_adam::StateDType::kFp32;
   cpu_adam::StateDType master_dtype = cpu_adam::StateDType::kFp32;
+  MasterRounding master_rounding = MasterRounding::kStochastic;
 
   bool operator==(const OptimizerConfig&) const = default;
 };

@@ -42,6 +42,8 @@ std::string_view kind_name(Kind kind) {
       return "exp_avg";
     case Kind::kExpAvgSq:
       return "exp_avg_sq";
+    case Kind::kCompensation:
+      return "compensation";
   }
   return "?";
 }

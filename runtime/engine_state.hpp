@@ -86,10 +86,10 @@ struct GatheredCopy {
 };
 
 // What an optimizer update reads and what it writes, per sub-group.
-inline constexpr std::array<Kind, 4> kUpdateReadKinds = {Kind::kMaster, Kind::kExpAvg,
-                                                         Kind::kExpAvgSq, Kind::kGrad};
-inline constexpr std::array<Kind, 4> kUpdateWriteKinds = {Kind::kMaster, Kind::kExpAvg,
-                                                          Kind::kExpAvgSq, Kind::kParam};
+inline constexpr std::array<Kind, 5> kUpdateReadKinds = {
+    Kind::kMaster, Kind::kCompensation, Kind::kExpAvg, Kind::kExpAvgSq, Kind::kGrad};
+inline constexpr std::array<Kind, 5> kUpdateWriteKinds = {
+    Kind::kMaster, Kind::kCompensation, Kind::kExpAvg, Kind::kExpAvgSq, Kind::kParam};
 
 struct UnitState {
   UnitSpec spec;

@@ -183,21 +183,22 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
   const auto grad_bytes = static_cast<std::uint32_t>(dtype_bytes(grad_dtype));
   // The optimizer row: each kept kind in its own format ([optimizer] master_dtype, state_dtype).
   std::string optimizer_layout;
-  for (ShardKind kind : {ShardKind::kMaster, ShardKind::kExpAvg, ShardKind::kExpAvgSq}) {
+  for (ShardKind kind : kOptimizerShardKinds) {
     const KindPlacement& placement = buffers.kind(kind);
     if (!placement.kept) continue;
     const bool adagrad_sum = kind == ShardKind::kExpAvgSq && !buffers.kind(ShardKind::kExpAvg).kept;
     optimizer_layout += fmt::format(
         "{}{} {}", optimizer_layout.empty() ? "" : " + ",
         cpu_adam::state_dtype_name(placement.state_dtype()),
-        kind == ShardKind::kMaster ? "master"
-        : kind == ShardKind::kExpAvg ? "exp_avg"
+        kind == ShardKind::kMaster         ? "master"
+        : kind == ShardKind::kCompensation ? "compensation"
+        : kind == ShardKind::kExpAvg       ? "exp_avg"
         : adagrad_sum                ? "sum of squares"  // Adagrad's exp_avg_sq
                                      : "exp_avg_sq");
   }
   const auto optimizer_bytes = [&](std::uint64_t elements) {
     std::uint64_t bytes = 0;
-    for (ShardKind kind : {ShardKind::kMaster, ShardKind::kExpAvg, ShardKind::kExpAvgSq}) {
+    for (ShardKind kind : kOptimizerShardKinds) {
       if (buffers.kind(kind).kept) bytes += buffers.kind(kind).bytes(elements);
     }
     return bytes;

@@ -172,6 +172,7 @@ class EngineState::OptimizerPipeline {
     spans.numel = u.groups[group(i)].numel;
     spans.master_dtype = u.home(Kind::kMaster).state_dtype();
     spans.master = location(i, Kind::kMaster);
+    if (u.has(Kind::kCompensation)) spans.compensation = location(i, Kind::kCompensation);
     if (u.has(Kind::kExpAvg)) {
       spans.moment_dtype = u.home(Kind::kExpAvg).state_dtype();
       spans.exp_avg = location(i, Kind::kExpAvg);

@@ -145,6 +145,14 @@ void EngineState::read_group_fp32(UnitId id, Kind kind, std::size_t group, std::
     return;
   }
   cpu_adam::convert(cpu_adam::ConstTypedSpan(bytes, sub.numel, home.dtype), out, *arena_);
+  // A compensated master's value is the weights plus their low parts (the staging is free again:
+  // the weights are converted).
+  if (kind == Kind::kMaster && unit.has(Kind::kCompensation)) {
+    std::byte* low = window(unit, Kind::kCompensation, group,
+                            staging_outside_step(Kind::kCompensation));
+    fill(unit, Kind::kCompensation, group, low);
+    cpu_adam::add_compensation(low, sub.numel, out.data(), *arena_);
+  }
 }
 
 void EngineState::write_group_fp32(UnitId id, Kind kind, std::size_t group,
@@ -154,6 +162,15 @@ void EngineState::write_group_fp32(UnitId id, Kind kind, std::size_t group,
   if (!unit.has(kind)) return;
   const SubGroup& sub = unit.groups.at(group);
   STRATA_ASSERT(values.size() == sub.numel, "group size mismatch");
+  // A compensated master: the weights and their low parts, each a sub-group of bf16.
+  if (kind == Kind::kMaster && unit.has(Kind::kCompensation)) {
+    std::vector<std::byte> weights(sub.numel * 2);
+    std::vector<std::byte> low(sub.numel * 2);
+    cpu_adam::split_compensated(values.data(), sub.numel, weights.data(), low.data(), *arena_);
+    write_group(unit, Kind::kMaster, group, weights);
+    write_group(unit, Kind::kCompensation, group, low);
+    return;
+  }
   std::byte* bytes = window(unit, kind, group, staging_outside_step(kind));
   const ShardHome& home = unit.home(kind);
   if (home.quantized) {

@@ -27,12 +27,19 @@ inline void store_out(const UpdateArgs& args, std::size_t i, typename Ops::F val
   if constexpr (!std::is_void_v<Out>) Ops::store(static_cast<Out*>(args.param_out) + i, value);
 }
 
+// The Master type of a Kahan-compensated bf16 master: args.master_bf16 + args.master_low.
+struct KahanBf16 {};
+
 // Master = float: args.master, fp32. Master = Bf16: args.master_bf16, stored by stochastic
 // rounding (step_compressed's bf16 master, its block's elements in one 2^32 range of indices).
+// Master = KahanBf16: weights and low parts joined on load and split on store (state_codec.hpp's
+// join (add_nonzero) and split_compensated, element by element).
 template <class Ops, class Master>
 inline typename Ops::F load_master(const UpdateArgs& args, std::size_t i) {
   if constexpr (std::is_same_v<Master, Bf16>) {
     return Ops::load(args.master_bf16 + i);
+  } else if constexpr (std::is_same_v<Master, KahanBf16>) {
+    return Ops::add_nonzero(Ops::load(args.master_bf16 + i), Ops::load(args.master_low + i));
   } else {
     return Ops::load(args.master + i);
   }
@@ -40,9 +47,14 @@ inline typename Ops::F load_master(const UpdateArgs& args, std::size_t i) {
 
 template <class Ops, class Master>
 inline void store_master(const UpdateArgs& args, std::size_t i, typename Ops::F value) {
+  using F = typename Ops::F;
   if constexpr (std::is_same_v<Master, Bf16>) {
     Ops::store_stochastic(args.master_bf16 + i, value, args.rounding_high_key,
                           args.rounding_first_low + static_cast<std::uint32_t>(i));
+  } else if constexpr (std::is_same_v<Master, KahanBf16>) {
+    Ops::store(args.master_bf16 + i, value);
+    const F residual = value - Ops::load(args.master_bf16 + i);
+    Ops::store(args.master_low + i, Ops::truncate_bf16(Ops::nan_to_zero(residual)) + F(0.0f));
   } else {
     Ops::store(args.master + i, value);
   }
@@ -225,7 +237,8 @@ void update_block(const CompressedArgs& a, UpdateArgs& block, std::uint64_t firs
 // through cache-resident fp32 buffers and are encoded once the block's absmax is known
 // (exp_avg_sq from the roots the update took, encode_root_block). A bf16 master is rounded
 // stochastically by the update itself, and param_out then written from the rounded master (what
-// the model keeps). A block whose element indices
+// the model keeps); a compensated one (Kahan) is joined with its low parts as it is loaded and
+// split back as it is stored. A block whose element indices
 // cross a multiple of 2^32 (its noise lanes would carry into the high word) instead updates an
 // fp32 copy of its master and rounds it with round_master, which gives the same bits.
 template <class V, class Rule, class Grad, class Out>
@@ -249,6 +262,10 @@ void compressed_kernel(const CompressedArgs& a, std::size_t begin_block, std::si
       block.master = reinterpret_cast<float*>(a.master) + first;
       if constexpr (!std::is_void_v<Out>) block.param_out = static_cast<Out*>(a.param_out) + first;
       update_block<V, Rule, Grad, Out, float>(a, block, first, n, exp_avg, exp_avg_sq);
+    } else if (a.compensation != nullptr) {
+      block.master_bf16 = kept;
+      block.master_low = reinterpret_cast<Bf16*>(a.compensation) + first;
+      update_block<V, Rule, Grad, void, KahanBf16>(a, block, first, n, exp_avg, exp_avg_sq);
     } else if ((element & 0xFFFF'FFFFu) + n <= (std::uint64_t{1} << 32)) {
       block.master_bf16 = kept;
       block.rounding_high_key = rounding_high_key(a.rounding_key, element);

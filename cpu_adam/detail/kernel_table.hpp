@@ -54,6 +54,9 @@ struct UpdateArgs {
   Bf16* master_bf16 = nullptr;
   std::uint32_t rounding_high_key = 0;
   std::uint32_t rounding_first_low = 0;
+  // ... or, Kahan-compensated (master_bf16 + master_low, joined and split as state_codec.hpp's
+  // split_compensated do), updated in place with no rounding bits.
+  Bf16* master_low = nullptr;
   // step_compressed's bf16 moments, updated in place (rounded to nearest). See kernel_impl.hpp.
   Bf16* exp_avg_bf16 = nullptr;
   Bf16* exp_avg_sq_bf16 = nullptr;
@@ -63,6 +66,7 @@ struct UpdateArgs {
 // step_compressed(): one sub-group, its state in the formats of state_format.hpp.
 struct CompressedArgs {
   std::byte* master = nullptr;
+  std::byte* compensation = nullptr;  // bf16 master only: Kahan's low parts (null: stochastic)
   std::byte* exp_avg = nullptr;
   std::byte* exp_avg_sq = nullptr;
   const void* grad = nullptr;

@@ -236,5 +236,30 @@ void round_master(std::uint64_t key, std::uint64_t first_element, const float* v
   }
 }
 
+// A Kahan-compensated bf16 master (CompressedSpans::compensation): the value is weight + low,
+// summed in fp32 (exact: low is at most half of weight's last place, so the sum needs 16
+// significant bits); a zero low leaves the weight as it is, the sign of a zero included
+// (Ops::add_nonzero; kernel_impl.hpp's load_master, state_format.cpp's add_compensation).
+// The split back: weight = the value rounded to nearest even bf16, low = what that lost (exact in
+// fp32) cut toward zero to bf16. Cutting toward zero makes the split a fixed point: |low| reaches
+// half of weight's last place only when the value was that tie itself, so weight + low rounds to
+// weight again, and a split of join(weight, low) gives back the same two (a checkpoint stores the
+// joined value). A zero low is +0, and a non-finite value keeps low = +0.
+template <class V>
+void split_compensated(const float* values, std::size_t n, Bf16* weight, Bf16* low) {
+  std::size_t i = 0;
+  for (; i + V::kWidth <= n; i += V::kWidth) {
+    const typename V::F x = V::load(values + i);
+    V::store(weight + i, x);
+    const typename V::F residual = x - V::load(weight + i);
+    V::store(low + i, V::truncate_bf16(V::nan_to_zero(residual)) + typename V::F(0.0f));
+  }
+  for (; i < n; ++i) {
+    ScalarOps::store(weight + i, values[i]);
+    const float residual = values[i] - ScalarOps::load(weight + i);
+    ScalarOps::store(low + i, ScalarOps::truncate_bf16(ScalarOps::nan_to_zero(residual)) + 0.0f);
+  }
+}
+
 }  // namespace
 }  // namespace strata::cpu_adam::detail

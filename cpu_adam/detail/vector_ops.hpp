@@ -80,6 +80,13 @@ struct ScalarOps {
     *p = static_cast<std::uint8_t>(static_cast<int>(x));
   }
   static F abs(F x) { return __builtin_fabsf(x); }
+  // x with its low 16 bits cleared: x cut to bf16 toward zero, still as fp32.
+  static F truncate_bf16(F x) {
+    return strata::detail::bits_float(strata::detail::float_bits(x) & 0xFFFF'0000u);
+  }
+  static F nan_to_zero(F x) { return x == x ? x : 0.0f; }
+  // a + b, or a itself when b is zero (so -0 + 0 stays -0).
+  static F add_nonzero(F a, F b) { return b == 0.0f ? a : a + b; }
   static F copysign(F magnitude, F sign) { return __builtin_copysignf(magnitude, sign); }
   static F min(F a, F b) { return b < a ? b : a; }
   static F max(F a, F b) { return a < b ? b : a; }
@@ -107,6 +114,12 @@ struct VectorOpsBase {
     return xsimd::select(x > zero, one, zero) - xsimd::select(x < zero, one, zero);
   }
   static F abs(F x) { return xsimd::abs(x); }
+  static F truncate_bf16(F x) {
+    // The mask as a float (a NaN pattern; broadcasting keeps its bits).
+    return xsimd::bitwise_and(x, F(strata::detail::bits_float(0xFFFF'0000u)));
+  }
+  static F nan_to_zero(F x) { return xsimd::select(x == x, x, F(0.0f)); }
+  static F add_nonzero(F a, F b) { return xsimd::select(b == F(0.0f), a, a + b); }
   static F copysign(F magnitude, F sign) { return xsimd::copysign(magnitude, sign); }
   // Written as selects so NaN-free inputs give the scalar ternary's result in every lane.
   static F min(F a, F b) { return xsimd::select(b < a, b, a); }

@@ -43,6 +43,7 @@ struct BenchAdamOptions {
   std::string simd;  // empty: best available
   std::vector<std::string> state_dtypes;  // moment formats of the compressed rows; empty: none
   std::string master_dtype = "bf16";      // master format of the compressed rows
+  std::string master_rounding = "stochastic";  // ... and, bf16, its rounding: or "kahan"
   int repeats = 5;
   bool json = false;
 };
@@ -103,7 +104,7 @@ struct Figures {
 // One compressed row: AdamW by step_compressed() over its own copy of the state.
 struct CompressedRow {
   cpu_adam::StateDType moment_dtype = cpu_adam::StateDType::kFp32;
-  std::vector<std::byte> master, exp_avg, exp_avg_sq;
+  std::vector<std::byte> master, compensation, exp_avg, exp_avg_sq;  // compensation: kahan
   double seconds = 1e300;
   double bytes_per_param = 0;
 };
@@ -149,6 +150,17 @@ int run_bench_adam(const BenchAdamOptions& options) {
       cpu_adam::parse_state_dtype(options.master_dtype);
   if (!master_dtype || *master_dtype == cpu_adam::StateDType::kInt8) {
     std::cerr << "strata bench adam: --master-dtype must be fp32 or bf16\n";
+    return kExitBadInput;
+  }
+  if (options.master_rounding != "stochastic" && options.master_rounding != "kahan") {
+    std::cerr << "strata bench adam: --master-rounding \"" << options.master_rounding
+              << "\" is not stochastic or kahan\n";
+    return kExitBadInput;
+  }
+  const bool kahan = options.master_rounding == "kahan";
+  if (kahan && *master_dtype != cpu_adam::StateDType::kBf16) {
+    std::cerr << "strata bench adam: --master-rounding kahan compensates a bf16 master: it needs "
+                 "--master-dtype bf16\n";
     return kExitBadInput;
   }
   std::vector<CompressedRow> compressed(options.state_dtypes.size());
@@ -216,12 +228,17 @@ int run_bench_adam(const BenchAdamOptions& options) {
     row.exp_avg_sq.resize(cpu_adam::state_bytes(row.moment_dtype, count));
     cpu_adam::encode_state(*master_dtype, cpu_adam::MomentKind::kExpAvg, master.as<float>(), count,
                            row.master.data(), arena);
+    if (kahan) {
+      row.compensation.resize(count * sizeof(Bf16));
+      cpu_adam::split_compensated(master.as<float>(), count, row.master.data(),
+                                  row.compensation.data(), arena);
+    }
     cpu_adam::encode_state(row.moment_dtype, cpu_adam::MomentKind::kExpAvg, exp_avg.as<float>(),
                            count, row.exp_avg.data(), arena);
     cpu_adam::encode_state(row.moment_dtype, cpu_adam::MomentKind::kExpAvgSq,
                            exp_avg_sq.as<float>(), count, row.exp_avg_sq.data(), arena);
     row.bytes_per_param = cpu_adam::compressed_bytes_per_element(
-        hyper.algorithm, *master_dtype, row.moment_dtype, *grad_dtype, out_dtype);
+        hyper.algorithm, *master_dtype, row.moment_dtype, *grad_dtype, out_dtype, kahan);
   }
 
   Figures f;
@@ -252,6 +269,7 @@ int run_bench_adam(const BenchAdamOptions& options) {
     c.master_dtype = *master_dtype;
     c.moment_dtype = row.moment_dtype;
     c.master = row.master.data();
+    if (!row.compensation.empty()) c.compensation = row.compensation.data();
     c.exp_avg = row.exp_avg.data();
     c.exp_avg_sq = row.exp_avg_sq.data();
     c.grad = spans.grad;
@@ -370,6 +388,7 @@ int run_bench_adam(const BenchAdamOptions& options) {
     j["norm_pass_gb_per_s"] = n * static_cast<double>(element_bytes) / f.separate_pass_s[0] / 1e9;
     j["fused_speedup"] = fused_speedup;
     j["master_dtype"] = options.master_dtype;
+    j["master_rounding"] = options.master_rounding;
     nlohmann::json rows = nlohmann::json::array();
     for (const CompressedRow& row : compressed) {
       rows.push_back({{"state_dtype", std::string(cpu_adam::state_dtype_name(row.moment_dtype))},
@@ -399,7 +418,8 @@ int run_bench_adam(const BenchAdamOptions& options) {
   std::printf("  ratio optimizer / bound: %.3f   (%zu bytes per parameter)\n", ratio,
               f.bytes_per_param);
   for (const CompressedRow& c : compressed) {
-    const std::string name = "(e) AdamW compressed: " + options.master_dtype + " master, " +
+    const std::string name = "(e) AdamW compressed: " + options.master_dtype +
+                             (options.master_rounding == "kahan" ? " master + kahan, " : " master, ") +
                              std::string(cpu_adam::state_dtype_name(c.moment_dtype)) + " moments";
     row(name.c_str(), c.seconds, c.bytes_per_param);
     std::printf(
@@ -441,6 +461,9 @@ void add_bench_adam_command(CLI::App& bench) {
                    "each format, printed beside (b) (default: none)");
   adam->add_option("--master-dtype", options->master_dtype,
                    "fp32 | bf16: the master format of the --state-dtype rows (default bf16)");
+  adam->add_option("--master-rounding", options->master_rounding,
+                   "stochastic | kahan: how a bf16 master of those rows rounds (default "
+                   "stochastic; kahan adds a bf16 compensation per element)");
   adam->add_option("--repeats", options->repeats, "timed runs per figure; best is kept (default 5)")
       ->check(CLI::Range(1, 1000));
   adam->add_flag("--json", options->json, "print one JSON object");

@@ -76,6 +76,10 @@ class SyntheticCompressedState {
         exp_avg_(cpu_adam::state_bytes(moment_dtype_, count)),
         exp_avg_sq_(cpu_adam::state_bytes(moment_dtype_, count)),
         grad_(count, to_bf16(1e-3f)) {
+    if (config.optimizer.master_rounding == runtime::MasterRounding::kKahan &&
+        master_dtype_ == cpu_adam::StateDType::kBf16) {
+      compensation_.resize(count * sizeof(Bf16));
+    }
     // The buffer plan's rule for parameters that are the master's own bytes.
     const runtime::KindPlacement params =
         runtime::place_kinds(config, 1)[static_cast<std::size_t>(runtime::ShardKind::kParam)];
@@ -91,6 +95,7 @@ class SyntheticCompressedState {
     spans.master_dtype = master_dtype_;
     spans.moment_dtype = moment_dtype_;
     spans.master = master_.data();
+    if (!compensation_.empty()) spans.compensation = compensation_.data();
     spans.exp_avg = exp_avg_.data();
     spans.exp_avg_sq = exp_avg_sq_.data();
     spans.grad = cpu_adam::ConstTypedSpan(grad_.data(), count, DType::kBf16);
@@ -103,7 +108,7 @@ class SyntheticCompressedState {
  private:
   cpu_adam::StateDType master_dtype_;
   cpu_adam::StateDType moment_dtype_;
-  std::vector<std::byte> master_, exp_avg_, exp_avg_sq_;
+  std::vector<std::byte> master_, compensation_, exp_avg_, exp_avg_sq_;  // compensation: Kahan
   std::vector<Bf16> grad_;
   DType param_dtype_ = DType::kFp32;  // kFp32: no parameters written out
   std::vector<std::byte> param_out_;

@@ -1,6 +1,7 @@
 // Proves step_compressed(): with fp32 state it is step() bit for bit (decay runs included); every
 // state format gives the same bytes for every SIMD level, thread count and chunking; bf16 masters
-// round stochastically without bias; and 8-bit moments track the fp32 update.
+// round stochastically without bias, Kahan-compensated ones follow a float64 reference; and 8-bit
+// moments track the fp32 update.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,14 +27,16 @@ using testing::TypedBuffer;
 constexpr std::size_t kCount = 4 * kQuantBlockElems + 123;
 
 // A sub-group's state in the given formats, filled from the same fp32 values.
+// kahan: a bf16 master with its compensation (the master's values split into weights and low
+// parts).
 struct State {
   StateDType master_dtype;
   StateDType moment_dtype;
-  std::vector<std::byte> master, exp_avg, exp_avg_sq;
+  std::vector<std::byte> master, compensation, exp_avg, exp_avg_sq;
   TypedBuffer out;
 
   State(StateDType master_in, StateDType moment_in, std::uint64_t seed, bool edges = true,
-        DType out_dtype = DType::kBf16)
+        DType out_dtype = DType::kBf16, bool kahan = false)
       : master_dtype(master_in), moment_dtype(moment_in), out(out_dtype, kCount) {
     std::mt19937_64 rng(seed);
     std::vector<float> m(kCount), a(kCount), s(kCount);
@@ -47,6 +50,10 @@ struct State {
     exp_avg.resize(state_bytes(moment_dtype, kCount));
     exp_avg_sq.resize(state_bytes(moment_dtype, kCount));
     encode_state(master_dtype, MomentKind::kExpAvg, m.data(), kCount, master.data(), arena);
+    if (kahan) {
+      compensation.resize(kCount * sizeof(Bf16));
+      split_compensated(m.data(), kCount, master.data(), compensation.data(), arena);
+    }
     encode_state(moment_dtype, MomentKind::kExpAvg, a.data(), kCount, exp_avg.data(), arena);
     encode_state(moment_dtype, MomentKind::kExpAvgSq, s.data(), kCount, exp_avg_sq.data(), arena);
   }
@@ -56,6 +63,7 @@ struct State {
     spans.master_dtype = master_dtype;
     spans.moment_dtype = moment_dtype;
     spans.master = master.data();
+    if (!compensation.empty()) spans.compensation = compensation.data();
     spans.exp_avg = exp_avg.data();
     spans.exp_avg_sq = exp_avg_sq.data();
     spans.grad = grad.cspan();
@@ -63,7 +71,8 @@ struct State {
     return spans;
   }
   bool operator==(const State& other) const {
-    return master == other.master && exp_avg == other.exp_avg && exp_avg_sq == other.exp_avg_sq &&
+    return master == other.master && compensation == other.compensation &&
+           exp_avg == other.exp_avg && exp_avg_sq == other.exp_avg_sq &&
            out.same_bytes(other.out);
   }
 };
@@ -125,13 +134,16 @@ TEST(CompressedStep, Fp32StateIsStepBitForBit) {
 
 TEST(CompressedStep, SameBytesForEverySimdLevelThreadCountAndChunking) {
   const std::uint64_t seed = testing::test_seed(32);
+  // The masters: fp32, bf16 rounded stochastically, bf16 with a Kahan compensation.
+  const std::pair<StateDType, bool> masters[] = {
+      {StateDType::kFp32, false}, {StateDType::kBf16, false}, {StateDType::kBf16, true}};
   for (Algorithm algorithm : {Algorithm::kAdamW, Algorithm::kAdagrad, Algorithm::kLion}) {
-    for (StateDType master : {StateDType::kFp32, StateDType::kBf16}) {
+    for (const auto& [master, kahan] : masters) {
       for (StateDType moment : {StateDType::kBf16, StateDType::kInt8}) {
         std::optional<State> reference;
         for (SimdLevel level : available_simd_levels()) {
           for (int threads : {1, 3}) {
-            State state(master, moment, seed);
+            State state(master, moment, seed, true, DType::kBf16, kahan);
             tbb::task_arena arena(threads);
             ExecOptions options;
             options.simd_level = level;
@@ -146,7 +158,7 @@ TEST(CompressedStep, SameBytesForEverySimdLevelThreadCountAndChunking) {
             else
               ASSERT_TRUE(state == *reference)
                   << "algorithm " << static_cast<int>(algorithm) << " master "
-                  << state_dtype_name(master) << " moments " << state_dtype_name(moment)
+                  << state_dtype_name(master) << (kahan ? " (kahan)" : "") << " moments " << state_dtype_name(moment)
                   << " level " << simd_level_name(level) << " threads " << threads << " "
                   << testing::seed_note(seed);
           }
@@ -302,6 +314,145 @@ TEST(CompressedStep, Int8MomentsTrackTheFp32Update) {
   std::printf("int8+bf16 vs fp32 after 10 steps: mean |drift| %.3g, mean |move| %.3g\n",
               drift / kCount, moved / kCount);
   EXPECT_LT(drift, 0.1 * moved) << testing::seed_note(seed);
+}
+
+// The compensated master's split (state_format.hpp): weights to nearest, low parts toward zero,
+// |low| <= half the weight's last place, the pair 16 bits of the value, and split(join) the same
+// pair, ties included (a checkpoint stores the joined value and loads it back).
+TEST(CompressedStep, KahanSplitIsAFixedPointOfItsJoin) {
+  const std::uint64_t seed = testing::test_seed(34);
+  std::mt19937_64 rng(seed);
+  std::vector<float> values(kCount);
+  for (float& v : values) v = testing::random_value(rng, -30, 30, true);
+  // Ties: halfway between two bf16 values, and a hair either side.
+  values[0] = 1.0f + 0x1p-8f;
+  values[1] = 1.0f + 3 * 0x1p-8f;
+  values[2] = std::nextafter(1.0f + 0x1p-8f, 2.0f);
+  values[3] = -std::nextafter(1.0f + 0x1p-8f, 0.0f);
+  tbb::task_arena arena(2);
+  std::vector<std::byte> weights(kCount * sizeof(Bf16)), low(kCount * sizeof(Bf16));
+  split_compensated(values.data(), kCount, weights.data(), low.data(), arena);
+  std::vector<float> joined(kCount);
+  decode_state(StateDType::kBf16, MomentKind::kExpAvg, weights.data(), kCount, joined.data(),
+               arena);
+  add_compensation(low.data(), kCount, joined.data(), arena);
+  const auto* w = reinterpret_cast<const Bf16*>(weights.data());
+  const auto* l = reinterpret_cast<const Bf16*>(low.data());
+  for (std::size_t i = 0; i < kCount; ++i) {
+    const float x = values[i];
+    if (!std::isfinite(x)) continue;
+    ASSERT_EQ(to_float(w[i]), to_float(to_bf16(x))) << "element " << i << " value " << x;
+    const double weight = to_float(w[i]);
+    if (weight == 0 || !std::isfinite(weight)) continue;
+    const double half_ulp = std::ldexp(1.0, std::ilogb(weight) - 8);
+    EXPECT_LE(std::fabs(double{to_float(l[i])}), half_ulp) << "element " << i;
+    // 16 significant bits, down to bf16's subnormal spacing (2^-133).
+    EXPECT_LE(std::fabs(double{joined[i]} - x), std::ldexp(std::fabs(double{x}), -15) + 0x1p-133)
+        << "element " << i << " value " << x;
+  }
+  EXPECT_EQ(joined[0], values[0]);  // the tie is kept exactly: 1 + 2^-8 = 1 (even) + 2^-8
+  EXPECT_EQ(joined[1], values[1]);
+  std::vector<std::byte> weights2(weights.size()), low2(low.size());
+  split_compensated(joined.data(), kCount, weights2.data(), low2.data(), arena);
+  for (std::size_t i = 0; i < kCount; ++i) {
+    if (std::memcmp(&weights2[2 * i], &weights[2 * i], 2) != 0 ||
+        std::memcmp(&low2[2 * i], &low[2 * i], 2) != 0) {
+      ADD_FAILURE() << "element " << i << " value " << values[i] << " weight " << to_float(w[i])
+                    << " low " << to_float(l[i]) << " joined " << joined[i];
+    }
+  }
+}
+
+// 400 AdamW steps whose per-step change (1e-4) is a seventieth of the weights' bf16 spacing
+// (2^-7 in [1, 2)): a bf16 master rounded to nearest never moves, a Kahan-compensated one follows
+// a float64 reference of the same recurrence, and its weights stay within a bf16 spacing of it.
+TEST(CompressedStep, KahanMasterTracksAFloat64Reference) {
+  constexpr std::size_t kElements = 3 * kQuantBlockElems + 17;
+  constexpr int kSteps = 400;
+  const std::uint64_t seed = testing::test_seed(35);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> start_dist(1.0f, 1.9f);
+  std::uniform_real_distribution<float> grad_dist(-1e-2f, 1e-2f);
+  std::vector<float> start(kElements), grad(kElements);
+  for (std::size_t i = 0; i < kElements; ++i) {
+    start[i] = to_float(to_bf16(start_dist(rng)));
+    grad[i] = grad_dist(rng);
+  }
+  Hyperparams h = hyper_for(Algorithm::kAdamW, 1);
+  h.lr = 1e-4;
+  h.weight_decay = 0.01;
+  h.eps = 1e-8;
+  // Kahan, and bf16 rounded to nearest (an fp32 master rounded after every step).
+  std::vector<Bf16> weights(kElements), nearest(kElements);
+  std::vector<Bf16> low(kElements, Bf16{0});
+  std::vector<float> nearest_fp32(kElements);
+  for (std::size_t i = 0; i < kElements; ++i) weights[i] = nearest[i] = to_bf16(start[i]);
+  std::vector<float> m1(kElements, 0.0f), v1(kElements, 0.0f), m2 = m1, v2 = v1;
+  std::vector<double> ref(start.begin(), start.end()), m(kElements, 0.0), v(kElements, 0.0);
+  tbb::task_arena arena(2);
+  for (int step = 1; step <= kSteps; ++step) {
+    h.step = step;
+    CompressedSpans spans;
+    spans.numel = kElements;
+    spans.master_dtype = StateDType::kBf16;
+    spans.moment_dtype = StateDType::kFp32;
+    spans.master = reinterpret_cast<std::byte*>(weights.data());
+    spans.compensation = reinterpret_cast<std::byte*>(low.data());
+    spans.exp_avg = reinterpret_cast<std::byte*>(m1.data());
+    spans.exp_avg_sq = reinterpret_cast<std::byte*>(v1.data());
+    spans.grad = std::span<const float>(grad);
+    step_compressed(h, spans, {}, {}, {}, arena);
+    for (std::size_t i = 0; i < kElements; ++i) nearest_fp32[i] = to_float(nearest[i]);
+    CompressedSpans plain = spans;
+    plain.master_dtype = StateDType::kFp32;
+    plain.master = reinterpret_cast<std::byte*>(nearest_fp32.data());
+    plain.compensation = nullptr;
+    plain.exp_avg = reinterpret_cast<std::byte*>(m2.data());
+    plain.exp_avg_sq = reinterpret_cast<std::byte*>(v2.data());
+    step_compressed(h, plain, {}, {}, {}, arena);
+    for (std::size_t i = 0; i < kElements; ++i) nearest[i] = to_bf16(nearest_fp32[i]);
+    const double bc1 = 1 - std::pow(h.beta1, step);
+    const double bc2 = 1 - std::pow(h.beta2, step);
+    for (std::size_t i = 0; i < kElements; ++i) {
+      const double g = grad[i];
+      m[i] = h.beta1 * m[i] + (1 - h.beta1) * g;
+      v[i] = h.beta2 * v[i] + (1 - h.beta2) * g * g;
+      ref[i] *= 1 - h.lr * h.weight_decay;
+      ref[i] -= h.lr * (m[i] / bc1) / (std::sqrt(v[i] / bc2) + h.eps);
+    }
+  }
+  double moved = 0, kahan_error = 0, nearest_error = 0, worst_weight = 0;
+  for (std::size_t i = 0; i < kElements; ++i) {
+    const double value = double{to_float(weights[i])} + double{to_float(low[i])};
+    moved += std::fabs(ref[i] - start[i]);
+    kahan_error += std::fabs(value - ref[i]);
+    nearest_error += std::fabs(double{to_float(nearest[i])} - ref[i]);
+    worst_weight = std::max(worst_weight, std::fabs(double{to_float(weights[i])} - ref[i]));
+  }
+  std::printf("after %d steps: mean |move| %.3g, mean |error| kahan %.3g, bf16 to nearest %.3g, "
+              "worst kahan weight error %.3g (bf16 spacing 0.0078)\n",
+              kSteps, moved / kElements, kahan_error / kElements, nearest_error / kElements,
+              worst_weight);
+  // Each step's change is ~6 units in the low part's last place (2^-16 of the weight).
+  EXPECT_LT(kahan_error, 0.03 * moved) << testing::seed_note(seed);
+  EXPECT_GT(nearest_error, 0.5 * moved);  // the test can tell compensation from none
+  EXPECT_LE(worst_weight, 0x1p-7);
+}
+
+TEST(CompressedStep, RejectsACompensationWithoutABf16Master) {
+  std::vector<float> master(4), grad(4), moments(8);
+  std::vector<Bf16> low(4);
+  CompressedSpans spans;
+  spans.numel = 4;
+  spans.master_dtype = StateDType::kFp32;
+  spans.master = reinterpret_cast<std::byte*>(master.data());
+  spans.compensation = reinterpret_cast<std::byte*>(low.data());
+  spans.exp_avg = reinterpret_cast<std::byte*>(moments.data());
+  spans.exp_avg_sq = reinterpret_cast<std::byte*>(moments.data() + 4);
+  spans.grad = std::span<const float>(grad);
+  tbb::task_arena arena(1);
+  EXPECT_THROW(step_compressed(hyper_for(Algorithm::kAdamW, 1), spans, {}, {}, {}, arena),
+               std::invalid_argument);
 }
 
 TEST(CompressedStep, RejectsAnInt8Master) {

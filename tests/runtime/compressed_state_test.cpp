@@ -2,7 +2,10 @@
 // "bf16") keeps the Engine's invariants: every placement is bitwise the all-on-device run of the
 // same formats, bf16 parameters kept in a bf16 master's bytes are bitwise their own copy, the
 // NVMe store's resume and checkpoint save/load continue bitwise, training still lowers the loss,
-// NVMe traffic shrinks with the bytes, and bad values are errors naming the key.
+// NVMe traffic shrinks with the bytes, and bad values are errors naming the key; and the same of a
+// Kahan-compensated bf16 master (master_rounding = "kahan"), which also tracks an fp32 master more
+// closely than stochastic rounding.
+#include <cmath>
 #include <cstring>
 #include <tuple>
 
@@ -11,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "base/debug_knobs.hpp"
+#include "base/float16.hpp"
 #include "runtime/buffer_plan.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/comm/local_comm.hpp"
@@ -281,6 +285,124 @@ TEST(CompressedState, CheckpointSaveLoadContinuesBitwise) {
   expect_same_state(second.state(), straight.state, "saved at step 3, loaded, 2 more steps");
 }
 
+// ---- Kahan-compensated bf16 master ([optimizer] master_rounding = "kahan") -------------------
+
+Config kahan(Config config) {
+  config.optimizer.master_dtype = StateDType::kBf16;
+  config.optimizer.master_rounding = MasterRounding::kKahan;
+  return config;
+}
+
+class KahanPlacement : public ::testing::TestWithParam<std::tuple<Tier, Tier, Access>> {};
+
+// The compensation is state like the moments: every placement of it and of the rest, on both data
+// paths, is the all-on-device run bit for bit.
+TEST_P(KahanPlacement, IsBitwiseIdenticalToAllOnDevice) {
+  ScratchDir reference_dir;
+  const Trained reference =
+      train(kahan(compressed(reference_dir, StateDType::kInt8, StateDType::kBf16)), 4);
+  const auto [params, optimizer, access] = GetParam();
+  ScratchDir dir;
+  const Trained got = train(kahan(compressed(dir, StateDType::kInt8, StateDType::kBf16, params,
+                                             Tier::kDevice, optimizer)),
+                            4, access);
+  expect_bitwise(got, reference,
+                 fmt::format("kahan: params {} optimizer {} {}", to_string(params),
+                             to_string(optimizer), access == Access::kStaged ? "staged" : "direct"));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Int8Kahan, KahanPlacement,
+    ::testing::Combine(::testing::Values(Tier::kDevice, Tier::kNvme),
+                       ::testing::Values(Tier::kHost, Tier::kNvme),
+                       ::testing::Values(Access::kAuto, Access::kStaged)),
+    [](const auto& param_info) {
+      return fmt::format("params_{}_optimizer_{}_{}", to_string(std::get<0>(param_info.param)),
+                         to_string(std::get<1>(param_info.param)),
+                         std::get<2>(param_info.param) == Access::kStaged ? "staged" : "direct");
+    });
+
+// The masters' movement over a run (final - start), every third state array (state(): per unit
+// master, exp_avg, exp_avg_sq).
+std::vector<double> master_moves(const Config& config, int steps) {
+  const Trained start = train(config, 0);
+  ScratchDir dir;
+  Config again = config;
+  again.tiers.nvme.paths = {dir.path().string()};
+  const Trained end = train(again, steps);
+  std::vector<double> moves;
+  for (std::size_t s = 0; s < end.state.size(); s += 3) {
+    for (std::size_t i = 0; i < end.state[s].size(); ++i) {
+      moves.push_back(double{end.state[s][i]} - start.state[s][i]);
+    }
+  }
+  return moves;
+}
+
+double mean_abs_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  double sum = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) sum += std::fabs(a[i] - b[i]);
+  return sum / static_cast<double>(a.size());
+}
+
+// Twelve steps with fp32 moments: how far the compensated master moves stays nearer to how far the
+// fp32 master moves than the stochastically rounded one's does, and it holds values no bf16 can
+// (the master the Engine reports is weights + compensation).
+TEST(CompressedState, KahanMasterTracksTheFp32MasterCloserThanStochasticRounding) {
+  ScratchDir fp32_dir, stochastic_dir, kahan_dir;
+  const std::vector<double> fp32 =
+      master_moves(compressed(fp32_dir, StateDType::kFp32, StateDType::kFp32), 12);
+  const std::vector<double> stochastic =
+      master_moves(compressed(stochastic_dir, StateDType::kFp32, StateDType::kBf16), 12);
+  const Config kahan_config = kahan(compressed(kahan_dir, StateDType::kFp32, StateDType::kBf16));
+  const std::vector<double> compensated = master_moves(kahan_config, 12);
+  ScratchDir loss_dir;
+  Config loss_config = kahan_config;
+  loss_config.tiers.nvme.paths = {loss_dir.path().string()};
+  const Trained run = train(loss_config, 12);
+  EXPECT_LT(run.losses.back(), 0.7f * run.losses.front());
+  const double stochastic_error = mean_abs_difference(stochastic, fp32);
+  const double kahan_error = mean_abs_difference(compensated, fp32);
+  std::printf("12 steps, mean |master's move - fp32 master's move|: stochastic %.3g, kahan %.3g, "
+              "mean |fp32 move| %.3g\n",
+              stochastic_error, kahan_error, mean_abs_difference(fp32, std::vector<double>(fp32.size())));
+  EXPECT_LT(kahan_error, 0.5 * stochastic_error);
+  std::size_t beyond_bf16 = 0;
+  for (float v : run.state[0]) beyond_bf16 += to_float(to_bf16(v)) != v ? 1 : 0;
+  EXPECT_GT(beyond_bf16, 0u);
+}
+
+TEST(CompressedState, KahanResumesFromTheNvmeStoreAndCheckpointsBitwise) {
+  ScratchDir straight_dir;
+  const Trained straight = train(kahan(compressed(straight_dir, StateDType::kInt8,
+                                                  StateDType::kBf16, Tier::kNvme, Tier::kDevice,
+                                                  Tier::kNvme)),
+                                 5);
+  ScratchDir dir;
+  const Config config = kahan(compressed(dir, StateDType::kInt8, StateDType::kBf16, Tier::kNvme,
+                                         Tier::kDevice, Tier::kNvme));
+  train(config, 2);
+  ScratchDir checkpoint_dir, other_dir;
+  const auto checkpoint = checkpoint_dir.path() / "ckpt";
+  {
+    TrainedModel resumed(config, EngineOptions{.resume = true});
+    EXPECT_EQ(resumed.engine->step_count(), 2u);
+    resumed.train(1);
+    EXPECT_EQ(resumed.losses[0], straight.losses[2]);
+    resumed.engine->save(checkpoint);
+  }
+  // Loaded into another placement: the saved values (weights + compensation) split back into the
+  // very same two.
+  TrainedModel loaded(kahan(compressed(other_dir, StateDType::kInt8, StateDType::kBf16,
+                                       Tier::kDevice, Tier::kHost, Tier::kHost)));
+  loaded.engine->load(checkpoint);
+  EXPECT_EQ(loaded.engine->step_count(), 3u);
+  loaded.train(2);
+  EXPECT_EQ(loaded.losses[0], straight.losses[3]);
+  EXPECT_EQ(loaded.losses[1], straight.losses[4]);
+  expect_same_state(loaded.state(), straight.state, "resumed at 2, saved at 3, loaded");
+}
+
 TEST(CompressedState, ConfigErrorsNameTheKeyAndValue) {
   const auto error_of = [](const char* text) {
     try {
@@ -300,6 +422,18 @@ TEST(CompressedState, ConfigErrorsNameTheKeyAndValue) {
       parse_config("[optimizer]\nstate_dtype = \"int8\"\nmaster_dtype = \"bf16\"\n");
   EXPECT_EQ(good.optimizer.state_dtype, StateDType::kInt8);
   EXPECT_EQ(good.optimizer.master_dtype, StateDType::kBf16);
+  EXPECT_EQ(good.optimizer.master_rounding, MasterRounding::kStochastic);
+  const std::string kahan_fp32 = error_of("[optimizer]\nmaster_rounding = \"kahan\"\n");
+  EXPECT_THAT(kahan_fp32, HasSubstr("master_rounding"));
+  EXPECT_THAT(kahan_fp32, HasSubstr("master_dtype = \"bf16\""));
+  EXPECT_THAT(kahan_fp32, HasSubstr(":2:"));  // the line of the key
+  const std::string bad_rounding =
+      error_of("[optimizer]\nmaster_dtype = \"bf16\"\nmaster_rounding = \"nearest\"\n");
+  EXPECT_THAT(bad_rounding, HasSubstr("master_rounding"));
+  EXPECT_THAT(bad_rounding, HasSubstr("nearest"));
+  EXPECT_EQ(parse_config("[optimizer]\nmaster_dtype = \"bf16\"\nmaster_rounding = \"kahan\"\n")
+                .optimizer.master_rounding,
+            MasterRounding::kKahan);
 }
 
 // `strata plan`'s arithmetic for the example configs: the optimizer row is 2 + 2 x 1024/1020 bytes
@@ -347,6 +481,28 @@ TEST(CompressedStatePlan, HugeTomlNvmeTrafficFollowsTheStateBytes) {
 }
 
 // fp16 parameters are a rounding of the master, not its bytes: they keep their own copy.
+// The compensation is 2 more bytes per parameter of optimizer state, read and written each step;
+// the parameters stay the weights' own bytes.
+TEST(CompressedStatePlan, KahanAddsTwoBytesPerParameterOfOptimizerState) {
+  Config stochastic =
+      load_config(std::string(STRATA_SOURCE_DIR) + "/examples/configs/huge.toml");
+  stochastic.optimizer.state_dtype = StateDType::kInt8;
+  stochastic.optimizer.master_dtype = StateDType::kBf16;
+  Config compensated = stochastic;
+  compensated.optimizer.master_rounding = MasterRounding::kKahan;
+  const MemoryPlan a = plan_of(stochastic);
+  const MemoryPlan b = plan_of(compensated);
+  const StateRow& optimizer = b.states.back();
+  EXPECT_EQ(optimizer.layout, "bf16 master + bf16 compensation + int8 exp_avg + int8 exp_avg_sq");
+  EXPECT_DOUBLE_EQ(optimizer.bytes_per_param - a.states.back().bytes_per_param, 2.0);
+  EXPECT_EQ(b.states.front().bytes_per_rank, 0u);  // parameters still in the master's bytes
+  const std::uint64_t compensation = 2 * optimizer.elements_per_rank;
+  EXPECT_EQ(b.traffic(StateKind::kOptimizer).read_bytes,
+            a.traffic(StateKind::kOptimizer).read_bytes + compensation);
+  EXPECT_EQ(b.traffic(StateKind::kOptimizer).write_bytes,
+            a.traffic(StateKind::kOptimizer).write_bytes + compensation);
+}
+
 TEST(CompressedStatePlan, Fp16ParamsKeepTheirOwnCopy) {
   Config config = load_config(std::string(STRATA_SOURCE_DIR) + "/examples/configs/huge.toml");
   config.optimizer.state_dtype = StateDType::kInt8;

@@ -73,6 +73,7 @@ const std::map<std::string, Consumer>& consumers() {
       {"optimizer.min_lr", {"runtime/lr_schedule.cpp", "optimizer.min_lr"}},
       {"optimizer.state_dtype", {"runtime/buffer_plan.cpp", "config.optimizer.state_dtype"}},
       {"optimizer.master_dtype", {"runtime/buffer_plan.cpp", "config.optimizer.master_dtype"}},
+      {"optimizer.master_rounding", {"runtime/buffer_plan.cpp", "optimizer.master_rounding"}},
       {"precision.params", {"runtime/engine_setup.cpp", "config.precision.params"}},
       {"precision.grads", {"runtime/engine_setup.cpp", "config.precision.grads"}},
       {"precision.reduce_dtype", {"runtime/engine_setup.cpp", "gradient_reduce_dtype("}},

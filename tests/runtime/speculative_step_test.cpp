@@ -182,6 +182,34 @@ TEST(SpeculativeStep, ClippedStepsUndoAndRedoBitwise) {
   }
 }
 
+// A Kahan-compensated bf16 master with int8 moments: the compensation is written by the update
+// like the master, so the undo copies, the A/B slots and the deferred updates carry it too.
+TEST(SpeculativeStep, AKahanMasterIsUndoneRedoneAndDeferredBitwise) {
+  const auto kahan = [](Config config) {
+    config.optimizer.state_dtype = cpu_adam::StateDType::kInt8;
+    config.optimizer.master_dtype = cpu_adam::StateDType::kBf16;
+    config.optimizer.master_rounding = MasterRounding::kKahan;
+    return config;
+  };
+  for (const auto& [params, optimizer] : kPlacements) {
+    ScratchDir serial_dir, overlap_dir, deferred_dir;
+    Config serial = kahan(config_for(serial_dir, params, optimizer, false));
+    Config overlap = kahan(config_for(overlap_dir, params, optimizer, true));
+    Config deferred = kahan(config_for(deferred_dir, params, optimizer, false));
+    deferred.zero.defer_update = true;
+    const double clip = clip_between_last_unit_and_total(serial);
+    serial.optimizer.grad_clip = overlap.optimizer.grad_clip = deferred.optimizer.grad_clip = clip;
+    const TrainedRun a = train(serial, 3);
+    const TrainedRun b = train(overlap, 3);
+    const TrainedRun c = train(deferred, 3);
+    const std::string what = "kahan, " + name_of(params, optimizer);
+    expect_bitwise(a, b, what + ", overlap");
+    expect_bitwise(a, c, what + ", deferred");
+    EXPECT_GT(b.redone, 0u) << what << ": nothing was undone";
+    EXPECT_GT(c.deferred, 0u) << what << ": nothing was deferred";
+  }
+}
+
 TEST(SpeculativeStep, AnOverflowSkipsTheStepAndUndoesTheSpeculatedUnits) {
   for (const auto& [params, optimizer] : kPlacements) {
     ScratchDir serial_dir, overlap_dir;
