@@ -82,7 +82,11 @@ void print_profile(const MachineProfile& profile) {
   std::cout << fmt::format("  host memory: {:.1f} GB/s (parallel memcpy), checksum: {:.1f} GB/s "
                            "(XXH3, one thread)\n",
                            profile.host_memory_gb_per_s, profile.checksum_gb_per_s);
-  std::cout << "  Adam:";
+  std::cout << "  Adam, "
+            << (profile.adam.empty()
+                    ? std::string("not measured")
+                    : runtime::tune::describe_adam_update(profile.adam.front().update))
+            << ":";
   for (const runtime::tune::AdamPoint& p : profile.adam) {
     std::cout << fmt::format("  {} thread{} {:.3g} params/s", p.threads, p.threads == 1 ? "" : "s",
                              p.params_per_s);
@@ -170,6 +174,8 @@ int run_tune(const TuneOptions& options) {
   measure.budget_s = *budget_s;
   measure.nvme = config.tiers.nvme;
   measure.device = config.tiers.device.kind;
+  measure.adam_update = runtime::tune::adam_update(config);
+  measure.compressed_param_out = runtime::tune::compressed_param_out(config);
   measure.log = &std::cout;
   const auto started = std::chrono::steady_clock::now();
   MachineProfile profile = runtime::tune::measure_machine(measure);

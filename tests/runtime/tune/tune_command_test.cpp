@@ -60,6 +60,7 @@ TEST(TuneCommand, WritesAConfigThatPlans) {
   EXPECT_THAT(result.output, HasSubstr("checksum: XXH3"));
   EXPECT_THAT(result.output, HasSubstr("ms per sub-group"));  // the Engine calibration ran
   EXPECT_THAT(result.output, HasSubstr("nvme: confirmed"));   // and the chosen point twice
+  EXPECT_THAT(result.output, HasSubstr("Adam, cpu_adam::step (fp32 master and moments):"));
   EXPECT_THAT(result.output, HasSubstr("params/s"));
   EXPECT_THAT(result.output, HasSubstr("GPU copies: skipped"));
   EXPECT_THAT(result.output, HasSubstr("predicted step: "));
