@@ -1,9 +1,10 @@
 // `strata tune CONFIG [--model DIR | --params N] [--time-budget 120s] [--write TUNED.toml]
-// [--validate]`: measure this machine (runtime/tune/measure.hpp), choose the NVMe knobs, optimizer
-// threads, placement and pipeline sizes that minimise the predicted step time within the budgets
-// (runtime/tune/choose.hpp), print the measurements, the choice and the prediction, and write the
-// tuned config as commented TOML. --validate then times the optimizer step of the tuned config and
-// of a few hand configs with `strata bench step`'s machinery (tune_validate.cpp).
+// [--validate [--validate-rounds 3]]`: measure this machine (runtime/tune/measure.hpp), choose the
+// NVMe knobs, optimizer threads, placement and pipeline sizes that minimise the predicted step time
+// within the budgets (runtime/tune/choose.hpp), print the measurements, the choice and the
+// prediction, and write the tuned config as commented TOML. --validate then times the optimizer
+// step of the tuned config and of a few hand configs with `strata bench step`'s machinery,
+// alternately over rounds, and prints two verdicts (tune_validate.cpp).
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -27,6 +28,9 @@ namespace {
 
 using runtime::tune::MachineProfile;
 
+// A bound on --validate-rounds: each round runs every config of the validation once.
+constexpr int kMaxValidateRounds = 100;
+
 struct TuneOptions {
   std::string config_path;
   std::string model_dir;
@@ -36,6 +40,7 @@ struct TuneOptions {
   double compute_tflops = 0;
   bool validate = false;
   std::string validate_params = "1e7";
+  int validate_rounds = 3;
 };
 
 [[noreturn]] void bad_input(const std::string& message) {
@@ -82,7 +87,11 @@ void print_profile(const MachineProfile& profile) {
   std::cout << fmt::format("  host memory: {:.1f} GB/s (parallel memcpy), checksum: {:.1f} GB/s "
                            "(XXH3, one thread)\n",
                            profile.host_memory_gb_per_s, profile.checksum_gb_per_s);
-  std::cout << "  Adam:";
+  std::cout << "  Adam, "
+            << (profile.adam.empty()
+                    ? std::string("not measured")
+                    : runtime::tune::describe_adam_update(profile.adam.front().update))
+            << ":";
   for (const runtime::tune::AdamPoint& p : profile.adam) {
     std::cout << fmt::format("  {} thread{} {:.3g} params/s", p.threads, p.threads == 1 ? "" : "s",
                              p.params_per_s);
@@ -163,6 +172,11 @@ int run_tune(const TuneOptions& options) {
     bad_input(fmt::format("--time-budget: \"{}\" is not a duration (e.g. 120s, 2m, 90)",
                           options.time_budget));
   }
+  if (options.validate_rounds < 1 || options.validate_rounds > kMaxValidateRounds) {
+    bad_input(fmt::format("--validate-rounds: {} is not a number of rounds between 1 and {} "
+                          "(each round times every config once)",
+                          options.validate_rounds, kMaxValidateRounds));
+  }
 
   std::cout << fmt::format("strata tune: {}, {} parameters, {} rank(s), time budget {:.0f} s\n",
                            config.source, inputs.params, inputs.ranks, *budget_s);
@@ -170,6 +184,8 @@ int run_tune(const TuneOptions& options) {
   measure.budget_s = *budget_s;
   measure.nvme = config.tiers.nvme;
   measure.device = config.tiers.device.kind;
+  measure.adam_update = runtime::tune::adam_update(config);
+  measure.compressed_param_out = runtime::tune::compressed_param_out(config);
   measure.log = &std::cout;
   const auto started = std::chrono::steady_clock::now();
   MachineProfile profile = runtime::tune::measure_machine(measure);
@@ -215,7 +231,8 @@ int run_tune(const TuneOptions& options) {
     if (!params) bad_input(fmt::format("--validate-params: \"{}\" is not a whole count",
                                        options.validate_params));
     validate_choice(config, choice->config, profile, *params,
-                    choice->prediction.plan.unit_elements);
+                    choice->prediction.plan.unit_elements,
+                    static_cast<std::uint32_t>(options.validate_rounds));
   }
   return 0;
 }
@@ -239,9 +256,15 @@ void add_tune_command(CLI::App& app) {
                    "forward+backward rate for the compute estimate (default 0: left out)")
       ->check(CLI::Range(0.0, 1e6));
   tune->add_flag("--validate", options->validate,
-                 "time the tuned config's optimizer step and a grid of hand configs");
+                 "time the tuned config's optimizer step and a grid of hand configs, alternately "
+                 "over rounds, and print the verdicts (within 15% of the prediction; against the "
+                 "best)");
   tune->add_option("--validate-params", options->validate_params,
                    "parameters of the validation steps")
+      ->capture_default_str();
+  tune->add_option("--validate-rounds", options->validate_rounds,
+                   "rounds of --validate: each times every config once, in an order that changes "
+                   "each round; medians and min..max spreads over the rounds (1 or more)")
       ->capture_default_str();
   tune->callback([options] {
     int code = 0;

@@ -55,9 +55,12 @@ void add_reasons(TuneChoice& choice, const MachineProfile& profile) {
     reason("tiers.nvme.queue_depth", point);
     reason("tiers.nvme.rings", point);
   }
-  reason("optimizer.threads", fmt::format("Adam {:.3g} params/s with {} threads (the fewest within "
-                                          "2% of the best measured)",
-                                          adam_params_per_s(profile, c.optimizer.threads), c.optimizer.threads));
+  const AdamUpdate update = adam_update(c);
+  reason("optimizer.threads",
+         fmt::format("Adam {:.3g} params/s with {} threads (the fewest within 2% of the best "
+                     "measured; {})",
+                     adam_params_per_s(profile, c.optimizer.threads, update), c.optimizer.threads,
+                     describe_adam_update(update)));
   const std::string placement = fmt::format(
       "the fastest predicted placement that fits: step {:.3f} s (forward+backward {:.3f} s, "
       "optimizer {:.3f} s)",
@@ -127,12 +130,14 @@ std::optional<IoPoint> choose_io_point(const MachineProfile& profile) {
   return *chosen;
 }
 
-std::uint32_t choose_adam_threads(const MachineProfile& profile) {
+std::uint32_t choose_adam_threads(const MachineProfile& profile, const AdamUpdate& update) {
   double best_rate = 0;
-  for (const AdamPoint& point : profile.adam) best_rate = std::max(best_rate, point.params_per_s);
+  for (const AdamPoint& point : profile.adam) {
+    if (point.update == update) best_rate = std::max(best_rate, point.params_per_s);
+  }
   std::uint32_t chosen = 0;
   for (const AdamPoint& point : profile.adam) {
-    if (point.params_per_s < kNearBest * best_rate) continue;
+    if (point.update != update || point.params_per_s < kNearBest * best_rate) continue;
     if (chosen == 0 || point.threads < chosen) chosen = point.threads;
   }
   return chosen;
@@ -146,7 +151,9 @@ std::optional<TuneChoice> choose_config(const Config& base, const PlanInputs& in
     tuned.tiers.nvme.queue_depth = io->queue_depth;
     tuned.tiers.nvme.rings = io->rings;
   }
-  if (!profile.adam.empty()) tuned.optimizer.threads = choose_adam_threads(profile);
+  if (const std::uint32_t threads = choose_adam_threads(profile, adam_update(base)); threads > 0) {
+    tuned.optimizer.threads = threads;
+  }
 
   const bool nvme_measured = !profile.io.empty();
   std::optional<TuneChoice> best;

@@ -31,9 +31,9 @@ struct TuneChoice {
 // in flight (less pinned memory, fewer threads). nullopt when nothing was measured.
 std::optional<IoPoint> choose_io_point(const MachineProfile& profile);
 
-// The fewest threads whose Adam rate is within 2% of the best (the rest stay free for the I/O
-// threads and the device streams).
-std::uint32_t choose_adam_threads(const MachineProfile& profile);
+// The fewest threads whose rate of `update` is within 2% of that update's best (the rest stay free
+// for the I/O threads and the device streams); 0 when the profile holds no point of `update`.
+std::uint32_t choose_adam_threads(const MachineProfile& profile, const AdamUpdate& update);
 
 // Searches the placements and knobs; nullopt when none fits the budgets (the base config's
 // `strata plan` then says what would).

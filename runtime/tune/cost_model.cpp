@@ -5,7 +5,10 @@
 #include <limits>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "base/assert.hpp"
+#include "cpu_adam/state_dtype.hpp"
 #include "runtime/partition.hpp"
 
 namespace strata::runtime::tune {
@@ -19,6 +22,11 @@ double seconds_for(std::uint64_t bytes, double mb_per_s) {
   if (bytes == 0) return 0;
   return mb_per_s > 0 ? static_cast<double>(bytes) / (mb_per_s * 1e6)
                       : std::numeric_limits<double>::infinity();
+}
+
+double seconds_for_elements(std::uint64_t elements, double per_s) {
+  if (elements == 0) return 0;
+  return per_s > 0 ? static_cast<double>(elements) / per_s : std::numeric_limits<double>::infinity();
 }
 
 // The store's checksum thread over `bytes` (0 when the profile has no XXH3 rate).
@@ -121,8 +129,10 @@ void predict_optimizer(const Config& config, const MachineProfile& profile, cons
                        StepPrediction& out) {
   const MemoryPlan& plan = out.plan;
   const StateRow& optimizer = row(plan, StateKind::kOptimizer);
-  out.adam_s = static_cast<double>(optimizer.elements_per_rank) /
-               adam_params_per_s(profile, config.optimizer.threads);
+  // The rate of the update this config runs (0, not measured: no finite prediction).
+  out.adam_s = seconds_for_elements(
+      optimizer.elements_per_rank,
+      adam_params_per_s(profile, config.optimizer.threads, adam_update(config)));
   if (io != nullptr) {
     std::uint64_t bytes = 0;  // reads of optimizer state and gradients, writes of both and params
     bytes += plan.traffic(StateKind::kOptimizer).read_bytes + plan.traffic(StateKind::kOptimizer).write_bytes;
@@ -192,16 +202,33 @@ double flush_mb_per_s(const MachineProfile& profile) {
   return n % 2 == 1 ? rates[n / 2] : (rates[n / 2 - 1] + rates[n / 2]) / 2;
 }
 
-double adam_params_per_s(const MachineProfile& profile, std::uint32_t threads) {
-  STRATA_ASSERT(!profile.adam.empty());
-  const AdamPoint* best = &profile.adam.front();
+AdamUpdate adam_update(const Config& config) {
+  return {config.optimizer.master_dtype, config.optimizer.state_dtype,
+          config.optimizer.master_rounding == MasterRounding::kKahan &&
+              config.optimizer.master_dtype == cpu_adam::StateDType::kBf16};
+}
+
+std::string describe_adam_update(const AdamUpdate& update) {
+  if (!update.compressed()) return "cpu_adam::step (fp32 master and moments)";
+  return fmt::format("cpu_adam::step_compressed ({} master{}, {} moments)",
+                     cpu_adam::state_dtype_name(update.master_dtype),
+                     update.kahan ? " + Kahan compensation" : "",
+                     cpu_adam::state_dtype_name(update.state_dtype));
+}
+
+double adam_params_per_s(const MachineProfile& profile, std::uint32_t threads,
+                         const AdamUpdate& update) {
+  const AdamPoint* best = nullptr;
   for (const AdamPoint& point : profile.adam) {
+    if (point.update != update) continue;
     const bool better =
-        threads == 0 ? point.params_per_s > best->params_per_s
-                     : log2_distance(point.threads, threads) < log2_distance(best->threads, threads);
+        best == nullptr ||
+        (threads == 0
+             ? point.params_per_s > best->params_per_s
+             : log2_distance(point.threads, threads) < log2_distance(best->threads, threads));
     if (better) best = &point;
   }
-  return best->params_per_s;
+  return best != nullptr ? best->params_per_s : 0;
 }
 
 StepPrediction predict_step(const Config& config, const PlanInputs& inputs,

@@ -16,10 +16,14 @@
 // NVMe phase takes at least its bytes over the measured XXH3 rate. t_commit is the fsync that
 // makes the step durable ([tiers.nvme] fsync): every byte the step wrote over the measured flush
 // rate (flush_mb_per_s). t_sub_group is what each streamed sub-group costs beyond its bytes
-// (thread hand-offs), calibrated on the Engine by `strata tune` (MachineProfile).
+// (thread hand-offs), calibrated on the Engine by `strata tune` (MachineProfile). t_adam is the
+// optimizer elements over the measured rate of the update the config runs: cpu_adam::step for
+// fp32 state, cpu_adam::step_compressed in the config's formats otherwise (AdamUpdate); the NVMe
+// bytes are the plan's, in those formats.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "runtime/config.hpp"
 #include "runtime/memory_plan.hpp"
@@ -52,9 +56,18 @@ const IoPoint& nearest_io_point(const MachineProfile& profile, const NvmeTierCon
 // not the queue depth's, so every point is a sample of it); 0 when none was measured.
 double flush_mb_per_s(const MachineProfile& profile);
 
-// Adam rate at `threads` (0: every hardware thread, the best measured); the nearest thread count
-// measured otherwise.
-double adam_params_per_s(const MachineProfile& profile, std::uint32_t threads);
+// The update the Engine runs for `config`'s [optimizer] master_dtype and state_dtype.
+AdamUpdate adam_update(const Config& config);
+
+// "cpu_adam::step (fp32 master and moments)" or "cpu_adam::step_compressed (bf16 master, int8
+// moments)": which update a rate belongs to, for the printed tables.
+std::string describe_adam_update(const AdamUpdate& update);
+
+// Adam rate of `update` at `threads` (0: every hardware thread, the best measured); the nearest
+// thread count measured otherwise. Only points of `update` count: 0 when the profile holds none
+// (the rate of another update would misprice the step; predict_step then predicts no finite time).
+double adam_params_per_s(const MachineProfile& profile, std::uint32_t threads,
+                         const AdamUpdate& update);
 
 StepPrediction predict_step(const Config& config, const PlanInputs& inputs,
                             const MachineProfile& profile);

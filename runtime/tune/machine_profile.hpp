@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "cpu_adam/state_dtype.hpp"
+
 namespace strata::runtime::tune {
 
 // One point of the NVMe grid, over the config's paths striped. MB/s are 1e6 bytes per second.
@@ -31,17 +33,32 @@ struct PathPoint {
   double write_mb_per_s = 0;
 };
 
-// CPU Adam (cpu_adam::step) over state in memory with `threads` threads.
+// The update an Adam rate was measured on: cpu_adam::step over fp32 master weights and moments,
+// or, when either is kept in another format ([optimizer] master_dtype, state_dtype), the fused
+// cpu_adam::step_compressed the Engine then runs (decode, update, encode per block).
+struct AdamUpdate {
+  cpu_adam::StateDType master_dtype = cpu_adam::StateDType::kFp32;
+  cpu_adam::StateDType state_dtype = cpu_adam::StateDType::kFp32;
+  bool kahan = false;  // a bf16 master with its compensation ([optimizer] master_rounding)
+  bool compressed() const {
+    return master_dtype != cpu_adam::StateDType::kFp32 ||
+           state_dtype != cpu_adam::StateDType::kFp32;
+  }
+  bool operator==(const AdamUpdate&) const = default;
+};
+
+// CPU Adam over state in memory with `threads` threads, in `update`'s formats.
 struct AdamPoint {
   std::uint32_t threads = 0;
   double params_per_s = 0;
+  AdamUpdate update = {};  // default: the fp32 cpu_adam::step
 };
 
 struct MachineProfile {
   std::vector<IoPoint> io;  // empty: no NVMe path to measure
   std::vector<PathPoint> paths;
   double host_memory_gb_per_s = 0;  // parallel memcpy, 1e9 bytes per second each way
-  std::vector<AdamPoint> adam;      // at least one point
+  std::vector<AdamPoint> adam;      // at least one point, of the update the config runs
   // XXH3 on one thread, 1e9 bytes per second: the NVMe store's checksum thread hashes every byte
   // it reads and writes (tiers/checksum_worker.hpp). 0: not measured, left out.
   double checksum_gb_per_s = 0;

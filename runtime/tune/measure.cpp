@@ -14,7 +14,10 @@
 
 #include "base/float16.hpp"
 #include "base/units.hpp"
+#include "cpu_adam/compressed_step.hpp"
 #include "cpu_adam/optimizer.hpp"
+#include "runtime/buffer_plan.hpp"
+#include "runtime/tune/cost_model.hpp"
 #include "runtime/tune/io_probe.hpp"
 #include "tiers/device/device.hpp"
 #include "tiers/pinned_pool.hpp"
@@ -192,20 +195,32 @@ void measure_checksum(const MeasureOptions& options, MachineProfile& profile) {
                            profile.checksum_gb_per_s, runs));
 }
 
-// Adam over `count` elements held in memory (bf16 gradients and copy-out, as a training step).
-double adam_seconds(std::size_t count, std::uint32_t threads) {
+// Adam over `count` elements held in memory, as a training step: the fp32 update with bf16
+// gradients and copy-out, or the compressed one in the config's formats. Best of three timed runs.
+double adam_seconds(const MeasureOptions& options, std::size_t count, std::uint32_t threads) {
+  cpu_adam::Hyperparams hyper;
+  hyper.step = 1;
+  tbb::task_arena arena(static_cast<int>(threads));
+  auto best_of_three = [](auto run) {
+    run();  // warm the pages
+    double best_s = 1e300;
+    for (int timed = 0; timed < 3; ++timed) {
+      const Clock::time_point start = Clock::now();
+      run();
+      best_s = std::min(best_s, seconds_since(start));
+    }
+    return best_s;
+  };
+  if (options.adam_update.compressed()) {
+    SyntheticCompressedAdamState state(options.adam_update, options.compressed_param_out, count);
+    const cpu_adam::CompressedSpans spans = state.spans(count);
+    return best_of_three([&] {
+      cpu_adam::step_compressed(hyper, spans, {}, cpu_adam::StochasticRounding{}, {}, arena);
+    });
+  }
   const SyntheticAdamState state(count);
   const cpu_adam::ParamSpans spans = state.spans(count);
-  cpu_adam::Hyperparams hyper;
-  tbb::task_arena arena(static_cast<int>(threads));
-  cpu_adam::step(hyper, spans, {}, arena);  // warm the pages
-  double best_s = 1e300;
-  for (int run = 0; run < 3; ++run) {
-    const Clock::time_point start = Clock::now();
-    cpu_adam::step(hyper, spans, {}, arena);
-    best_s = std::min(best_s, seconds_since(start));
-  }
-  return best_s;
+  return best_of_three([&] { cpu_adam::step(hyper, spans, {}, arena); });
 }
 
 void measure_adam(const MeasureOptions& options, MachineProfile& profile) {
@@ -218,7 +233,7 @@ void measure_adam(const MeasureOptions& options, MachineProfile& profile) {
   // 4 Mi elements (64 MiB of fp32 state: past the caches, as the real state is).
   const Clock::time_point start = Clock::now();
   const std::size_t probe = std::size_t{1} << 20;
-  const double probe_rate = static_cast<double>(probe) / adam_seconds(probe, hardware);
+  const double probe_rate = static_cast<double>(probe) / adam_seconds(options, probe, hardware);
   const double left_s = kAdamShare * options.budget_s - seconds_since(start);
   // One thread runs about `hardware` times slower: weigh each point by hardware / threads.
   double weight = 0;
@@ -227,10 +242,13 @@ void measure_adam(const MeasureOptions& options, MachineProfile& profile) {
   const std::size_t count =
       std::clamp<std::size_t>(static_cast<std::size_t>(fit), probe, std::size_t{1} << 22);
   for (std::uint32_t threads : counts) {
-    profile.adam.push_back({threads, static_cast<double>(count) / adam_seconds(count, threads)});
+    profile.adam.push_back({threads,
+                            static_cast<double>(count) / adam_seconds(options, count, threads),
+                            options.adam_update});
   }
-  say(options, fmt::format("adam: {} thread counts over {} elements in {:.1f} s", counts.size(),
-                           count, seconds_since(start)));
+  say(options, fmt::format("adam: {}, {} thread counts over {} elements in {:.1f} s",
+                           describe_adam_update(options.adam_update), counts.size(), count,
+                           seconds_since(start)));
 }
 
 void measure_gpu(const MeasureOptions& options, MachineProfile& profile) {
@@ -286,6 +304,39 @@ cpu_adam::ParamSpans SyntheticAdamState::spans(std::size_t count) const {
   spans.exp_avg_sq = std::span(exp_avg_sq_).first(count);
   spans.grad = cpu_adam::ConstTypedSpan(grad_.data(), count, DType::kBf16);
   spans.param_out = cpu_adam::TypedSpan(param_out_.data(), count, DType::kBf16);
+  return spans;
+}
+
+std::optional<DType> compressed_param_out(const Config& config) {
+  const KindPlacement params =
+      place_kinds(config, 1)[static_cast<std::size_t>(ShardKind::kParam)];
+  if (params.in_master || config.precision.params == DType::kFp32) return std::nullopt;
+  return config.precision.params;
+}
+
+SyntheticCompressedAdamState::SyntheticCompressedAdamState(const AdamUpdate& update,
+                                                           std::optional<DType> param_out,
+                                                           std::uint64_t count)
+    : update_(update),
+      param_dtype_(param_out),
+      master_(cpu_adam::state_bytes(update.master_dtype, count)),
+      compensation_(update.kahan ? count * sizeof(Bf16) : 0),
+      exp_avg_(cpu_adam::state_bytes(update.state_dtype, count)),
+      exp_avg_sq_(cpu_adam::state_bytes(update.state_dtype, count)),
+      grad_(count, to_bf16(1e-3f)),
+      param_out_(param_out ? count * dtype_bytes(*param_out) : 0) {}
+
+cpu_adam::CompressedSpans SyntheticCompressedAdamState::spans(std::uint64_t count) {
+  cpu_adam::CompressedSpans spans;
+  spans.numel = count;
+  spans.master_dtype = update_.master_dtype;
+  spans.moment_dtype = update_.state_dtype;
+  spans.master = master_.data();
+  if (!compensation_.empty()) spans.compensation = compensation_.data();
+  spans.exp_avg = exp_avg_.data();
+  spans.exp_avg_sq = exp_avg_sq_.data();
+  spans.grad = cpu_adam::ConstTypedSpan(grad_.data(), count, DType::kBf16);
+  if (param_dtype_) spans.param_out = cpu_adam::TypedSpan(param_out_.data(), count, *param_dtype_);
   return spans;
 }
 

@@ -147,6 +147,13 @@ void write_optimizer(Writer& w, const OptimizerConfig& o) {
     w.key("lr_decay_steps", fmt::format("{}", o.lr_decay_steps));
     w.key("min_lr", float_value(o.min_lr));
   }
+  w.key("state_dtype", toml_string(cpu_adam::state_dtype_name(o.state_dtype)));
+  w.key("master_dtype", toml_string(cpu_adam::state_dtype_name(o.master_dtype)));
+  if (o.master_dtype == cpu_adam::StateDType::kBf16) {
+    w.key("master_rounding", toml_string(to_string(o.master_rounding)));
+  } else {
+    w.commented_key("master_rounding", "\"stochastic\"", "bf16 master only");
+  }
 }
 
 void write_rest(Writer& w, const Config& c) {

@@ -1,6 +1,7 @@
-// Proves the tune choice on synthetic machines: the I/O point and thread count it keeps, the
-// fastest predicted placement among those that fit (ties to the higher tier), the budgets
-// respected, nothing when nothing fits, and the same answer every time.
+// Proves the tune choice on synthetic machines: the I/O point and thread count it keeps (from the
+// rates of the update the config runs), the fastest predicted placement among those that fit
+// (ties to the higher tier), the budgets respected, nothing when nothing fits, and the same answer
+// every time.
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -36,10 +37,29 @@ TEST(TuneChoice, KeepsTheFewestBytesInFlightNearTheBestMixedRate) {
 }
 
 TEST(TuneChoice, KeepsTheFewestThreadsNearTheBestAdamRate) {
-  EXPECT_EQ(choose_adam_threads(synthetic_machine()), 2u);
+  EXPECT_EQ(choose_adam_threads(synthetic_machine(), {}), 2u);
   MachineProfile m = synthetic_machine();
   m.adam[1].params_per_s = 1.5e8;
-  EXPECT_EQ(choose_adam_threads(m), 4u);
+  EXPECT_EQ(choose_adam_threads(m, {}), 4u);
+}
+
+// The threads come from the rates of the update the config runs, not the fp32 one's.
+TEST(TuneChoice, CompressedStateChoosesThreadsFromItsOwnUpdate) {
+  const AdamUpdate int8{cpu_adam::StateDType::kBf16, cpu_adam::StateDType::kInt8};
+  MachineProfile m = synthetic_machine();  // fp32: 2 threads within 2% of the best
+  m.adam.push_back({1, 0.5e8, int8});
+  m.adam.push_back({2, 0.7e8, int8});
+  m.adam.push_back({4, 1e8, int8});
+  EXPECT_EQ(choose_adam_threads(m, int8), 4u);
+  EXPECT_EQ(choose_adam_threads(MachineProfile{}, int8), 0u);
+  Config base = config_with("budget = \"1TiB\"\n[tiers.host]\nbudget = \"1TiB\"\n");
+  base.optimizer.master_dtype = cpu_adam::StateDType::kBf16;
+  base.optimizer.state_dtype = cpu_adam::StateDType::kInt8;
+  const std::optional<TuneChoice> choice = choose_config(base, PlanInputs(100'000'000, 1), m);
+  ASSERT_TRUE(choice.has_value());
+  EXPECT_EQ(choice->config.optimizer.threads, 4u);
+  EXPECT_DOUBLE_EQ(choice->prediction.adam_s,
+                   static_cast<double>(choice->prediction.plan.params) / 1e8);
 }
 
 TEST(TuneChoice, GenerousBudgetsKeepEverythingOnTheDevice) {

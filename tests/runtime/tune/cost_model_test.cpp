@@ -1,9 +1,11 @@
 // Proves the tune cost model's arithmetic on synthetic machines: Adam alone when nothing streams,
 // NVMe bytes from strata plan over the measured bandwidths, overlap by buffer_count and
 // prefetch_depth, copies on a GPU, the checksum thread, the durable commit and the calibrated
-// per-sub-group cost, and no prediction for NVMe state on unmeasured drives.
+// per-sub-group cost, no prediction for NVMe state on unmeasured drives, and compressed state
+// priced at its own update's rate and its own (smaller) NVMe bytes.
 #include <cmath>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "runtime/tune/cost_model.hpp"
@@ -186,9 +188,73 @@ TEST(CostModel, LooksUpTheNearestMeasuredPoints) {
   nvme.queue_depth = 8;
   nvme.rings = 1;
   EXPECT_EQ(nearest_io_point(m, nvme).block_bytes, 1u << 20);
-  EXPECT_EQ(adam_params_per_s(m, 0), 3e8);  // every thread: the best measured
-  EXPECT_EQ(adam_params_per_s(m, 3), 3e8);  // log2(3) is nearer 4 than 2
-  EXPECT_EQ(adam_params_per_s(m, 1), 1e8);
+  EXPECT_EQ(adam_params_per_s(m, 0, {}), 3e8);  // every thread: the best measured
+  EXPECT_EQ(adam_params_per_s(m, 3, {}), 3e8);  // log2(3) is nearer 4 than 2
+  EXPECT_EQ(adam_params_per_s(m, 1, {}), 1e8);
+}
+
+// Int8 moments and a bf16 master: the update the Engine runs is step_compressed.
+constexpr AdamUpdate kInt8Bf16{cpu_adam::StateDType::kBf16, cpu_adam::StateDType::kInt8};
+
+Config compressed(Config c) {
+  c.optimizer.master_dtype = cpu_adam::StateDType::kBf16;
+  c.optimizer.state_dtype = cpu_adam::StateDType::kInt8;
+  return c;
+}
+
+TEST(CostModel, CompressedStateIsPricedAtItsOwnUpdatesRate) {
+  MachineProfile m = synthetic_machine();
+  // The fused update, half the fp32 rate at 2 threads, and a faster point of another format.
+  m.adam.push_back({2, 1e8, kInt8Bf16});
+  m.adam.push_back({2, 9e8, {cpu_adam::StateDType::kFp32, cpu_adam::StateDType::kBf16}});
+  Config c = base_config();
+  c.zero.optimizer = Tier::kHost;
+  const PlanInputs inputs(1'000'000'000, 1);
+  const StepPrediction fp32 = predict_step(c, inputs, m);
+  const StepPrediction int8 = predict_step(compressed(c), inputs, m);
+  const double elements =
+      static_cast<double>(row(int8.plan, StateKind::kOptimizer).elements_per_rank);
+  EXPECT_DOUBLE_EQ(fp32.adam_s, elements / 2e8);
+  EXPECT_DOUBLE_EQ(int8.adam_s, elements / 1e8);
+  EXPECT_DOUBLE_EQ(int8.step_s, int8.adam_s);
+  EXPECT_EQ(adam_update(compressed(c)), kInt8Bf16);
+  EXPECT_EQ(adam_params_per_s(m, 0, kInt8Bf16), 1e8);  // not the fp32 best, 3e8
+  EXPECT_THAT(describe_adam_update(kInt8Bf16),
+              ::testing::HasSubstr("step_compressed (bf16 master, int8 moments)"));
+  EXPECT_THAT(describe_adam_update({}), ::testing::HasSubstr("cpu_adam::step (fp32"));
+}
+
+// A profile without the config's update has no rate for it: the fp32 one would misprice the step.
+TEST(CostModel, CompressedStateWithoutItsMeasuredRateIsNotPredicted) {
+  Config c = compressed(base_config());
+  c.zero.optimizer = Tier::kHost;
+  const MachineProfile m = synthetic_machine();  // fp32 points only
+  EXPECT_EQ(adam_params_per_s(m, 2, kInt8Bf16), 0);
+  const StepPrediction p = predict_step(c, PlanInputs(1'000'000'000, 1), m);
+  EXPECT_TRUE(std::isinf(p.adam_s));
+  EXPECT_TRUE(std::isinf(p.step_s));
+}
+
+// The optimizer phase streams the state in its stored formats: bf16 master + two int8 moments
+// (2 + 2 x 1024/1020 bytes) instead of 12 bytes of fp32 per parameter.
+TEST(CostModel, Int8StateShrinksTheOptimizerPhasesNvmeBytes) {
+  MachineProfile m = synthetic_machine();
+  m.adam.push_back({2, 1e8, kInt8Bf16});
+  Config c = base_config();
+  c.zero.optimizer = Tier::kNvme;
+  c.zero.sub_group_size = 1 << 24;  // fills the engine's 16 MiB in flight in both formats
+  const PlanInputs inputs(1'000'000'000, 1);
+  const StepPrediction fp32 = predict_step(c, inputs, m);
+  const StepPrediction int8 = predict_step(compressed(c), inputs, m);
+  const NvmeTraffic& t32 = fp32.plan.traffic(StateKind::kOptimizer);
+  const NvmeTraffic& t8 = int8.plan.traffic(StateKind::kOptimizer);
+  const double ratio = static_cast<double>(t8.read_bytes) / static_cast<double>(t32.read_bytes);
+  EXPECT_NEAR(ratio, (2.0 + 2.0 * 1024 / 1020) / 12.0, 1e-3);
+  EXPECT_EQ(int8.io_fill, 1.0);
+  EXPECT_DOUBLE_EQ(int8.nvme_optimizer_s,
+                   static_cast<double>(t8.read_bytes + t8.write_bytes) / 1500e6);
+  EXPECT_LT(int8.nvme_optimizer_s, 0.35 * fp32.nvme_optimizer_s);
+  EXPECT_LT(int8.plan.nvme_write_bytes_per_step, fp32.plan.nvme_write_bytes_per_step);
 }
 
 }  // namespace

@@ -67,6 +67,9 @@ TEST(TunedToml, EveryChangedKeyRoundTrips) {
   c.optimizer.schedule = LrScheduleKind::kCosine;
   c.optimizer.lr_decay_steps = 1000;
   c.optimizer.min_lr = 1.0 / 3.0 * 1e-5;
+  c.optimizer.state_dtype = cpu_adam::StateDType::kInt8;
+  c.optimizer.master_dtype = cpu_adam::StateDType::kBf16;
+  c.optimizer.master_rounding = MasterRounding::kKahan;
   c.precision.params = DType::kFp16;
   c.precision.grads = DType::kFp32;
   c.precision.reduce_dtype = DType::kBf16;
