@@ -1,6 +1,7 @@
 #include "runtime/cli/tune_calibrate.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 #include <filesystem>
 
@@ -10,6 +11,7 @@
 #include "runtime/cli/step_runner.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/tune/cost_model.hpp"
+#include "runtime/tune/validation.hpp"
 
 namespace strata::cli {
 namespace {
@@ -90,6 +92,115 @@ double calibrate_sub_group_overhead(const runtime::Config& given,
       many.measured_s, many.predicted_s, per_group * 1e3);
   profile.sub_group_overhead_s = per_group;
   return per_group;
+}
+
+void choose_io_point_on_engine(const runtime::Config& chosen,
+                               runtime::tune::MachineProfile& profile, std::uint64_t params,
+                               std::uint64_t unit_params, double budget_s, std::ostream& log) {
+  constexpr std::uint64_t kMaxParams = std::uint64_t{1} << 24;
+  constexpr std::uint64_t kMinParams = std::uint64_t{1} << 20;
+  constexpr std::size_t kMaxPoints = 4;
+  constexpr std::uint32_t kRounds = 3;
+  if (chosen.tiers.nvme.paths.empty() || profile.io.size() < 2) return;
+  double best_rate = 0;
+  for (const runtime::tune::IoPoint& p : profile.io) best_rate = std::max(best_rate, p.mixed_mb_per_s);
+  std::vector<std::size_t> points;
+  for (std::size_t i = 0; i < profile.io.size(); ++i) {
+    if (profile.io[i].mixed_mb_per_s >= 0.5 * best_rate) points.push_back(i);
+  }
+  std::sort(points.begin(), points.end(), [&](std::size_t a, std::size_t b) {
+    return profile.io[a].mixed_mb_per_s > profile.io[b].mixed_mb_per_s;
+  });
+  if (points.size() > kMaxPoints) points.resize(kMaxPoints);
+  if (points.size() < 2) return;
+  // A fifth of the time budget: each sample is about five steps' worth (state initialised, two
+  // I/O-only and two real steps), each moving ~24 bytes per parameter of fp32 optimizer state (a
+  // compressed state moves less) at the best mixed rate.
+  const double sample_steps = 5.0 * kRounds * static_cast<double>(points.size());
+  const double affordable = 0.2 * budget_s / sample_steps * best_rate * 1e6 / 24.0;
+  params = std::min({params, kMaxParams,
+                     std::max(kMinParams, static_cast<std::uint64_t>(affordable))});
+  unit_params = std::max<std::uint64_t>(1, std::min(unit_params, params));
+  runtime::Config config = chosen;
+  config.tiers.device.kind = runtime::DeviceKind::kHost;
+  for (std::string& path : config.tiers.nvme.paths) {
+    path = (std::filesystem::path(path) / "strata-tune-io").string();
+    std::filesystem::create_directories(path);
+  }
+  std::vector<std::vector<double>> round_s(points.size());
+  try {
+    std::unique_ptr<runtime::comm::Communicator> comm = runtime::comm::make_communicator();
+    for (std::uint32_t round = 0; round < kRounds; ++round) {
+      for (std::size_t position : runtime::tune::round_order(points.size(), round)) {
+        const runtime::tune::IoPoint& point = profile.io[points[position]];
+        config.tiers.nvme.block_size = point.block_bytes;
+        config.tiers.nvme.queue_depth = point.queue_depth;
+        config.tiers.nvme.rings = point.rings;
+        ::sync();
+        tiers::DeviceOptions device_options;
+        device_options.kind = tiers::DeviceKind::kHost;
+        device_options.budget_bytes = config.tiers.device.budget_bytes;
+        std::unique_ptr<tiers::Device> device = tiers::make_device(device_options);
+        const Timings timings = run_steps(config, *device, *comm, params, unit_params, kSteps,
+                                          runtime::EngineOptions{.overwrite = true});
+        round_s[position].push_back(median(timings.step_s));
+      }
+    }
+  } catch (const std::exception& error) {
+    for (const std::string& path : config.tiers.nvme.paths) std::filesystem::remove_all(path);
+    log << "io on the engine: skipped (" << error.what() << "): the grid's choice stands\n";
+    return;
+  }
+  for (const std::string& path : config.tiers.nvme.paths) std::filesystem::remove_all(path);
+  std::size_t fastest = 0;
+  for (std::size_t k = 1; k < points.size(); ++k) {
+    if (runtime::tune::summarize(round_s[k]).median_s <
+        runtime::tune::summarize(round_s[fastest]).median_s) {
+      fastest = k;
+    }
+  }
+  // The fastest point's mixed rate as the Engine's step sees it: the rate at which the model
+  // predicts the step just measured (bisection: the predicted step falls as the rate rises),
+  // kept within 1/8..8x of the probe's figure.
+  runtime::tune::IoPoint& chosen_point = profile.io[points[fastest]];
+  const double probe_rate = chosen_point.mixed_mb_per_s;
+  config.tiers.nvme.block_size = chosen_point.block_bytes;
+  config.tiers.nvme.queue_depth = chosen_point.queue_depth;
+  config.tiers.nvme.rings = chosen_point.rings;
+  std::vector<std::uint64_t> units;
+  for (std::uint64_t done = 0; done < params; done += unit_params) {
+    units.push_back(std::min(unit_params, params - done));
+  }
+  const runtime::PlanInputs sample(params, 1, units);
+  const double measured_s = runtime::tune::summarize(round_s[fastest]).median_s;
+  const auto predicted_at = [&](double rate) {
+    runtime::tune::MachineProfile p = profile;
+    p.io[points[fastest]].mixed_mb_per_s = rate;
+    p.engine_io_point = points[fastest];
+    return runtime::tune::predict_step(config, sample, p).optimizer_s;
+  };
+  double low = probe_rate / 8;
+  double high = probe_rate * 8;
+  for (int i = 0; i < 50; ++i) {
+    const double mid = std::sqrt(low * high);
+    (predicted_at(mid) > measured_s ? low : high) = mid;
+  }
+  chosen_point.mixed_mb_per_s = std::sqrt(low * high);
+  chosen_point.engine_calibrated = true;
+  for (std::size_t k = 0; k < points.size(); ++k) {
+    const runtime::tune::RoundFigures figures = runtime::tune::summarize(round_s[k]);
+    const runtime::tune::IoPoint& point = profile.io[points[k]];
+    log << fmt::format(
+        "io on the engine: {} x {} x {} ring(s): optimizer step over {} parameters {:.3f} s "
+        "(median of {} rounds, {:.3f}..{:.3f}){}\n",
+        point.block_bytes, point.queue_depth, point.rings, params, figures.median_s, kRounds,
+        figures.min_s, figures.max_s,
+        k == fastest ? fmt::format(": the fastest; its mixed rate as the Engine sees it {:.0f} "
+                                   "MB/s (the probe's {:.0f})",
+                                   point.mixed_mb_per_s, probe_rate)
+                     : std::string());
+  }
+  profile.engine_io_point = points[fastest];
 }
 
 }  // namespace strata::cli

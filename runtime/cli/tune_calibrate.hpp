@@ -19,4 +19,18 @@ namespace strata::cli {
 double calibrate_sub_group_overhead(const runtime::Config& config,
                                     runtime::tune::MachineProfile& profile, std::ostream& log);
 
+// The I/O point of the grid the Engine's own optimizer step runs fastest with. The probe's raw
+// reads and writes can rank queue depths otherwise than the pipeline does (on the development
+// VM the probe put depth 64 ahead of 16 while every Engine step ran faster at 16). Times real
+// steps of `chosen` (its placement and knobs) over min(params, 16 Mi, what a fifth of budget_s
+// affords at the probe's best rate; at least 1 Mi) parameters in units of unit_params, at each
+// grid point whose mixed rate is at least half the best (four at most), alternately over three
+// rounds, sets profile.engine_io_point to the lowest median and calibrates that point's mixed
+// rate to the step measured there (IoPoint::engine_calibrated). Leaves
+// the profile as it was with fewer than two such points, without NVMe, or when the Engine
+// cannot run there (the line says why). One line per point goes to `log`.
+void choose_io_point_on_engine(const runtime::Config& chosen,
+                               runtime::tune::MachineProfile& profile, std::uint64_t params,
+                               std::uint64_t unit_params, double budget_s, std::ostream& log);
+
 }  // namespace strata::cli

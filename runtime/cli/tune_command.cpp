@@ -73,9 +73,10 @@ void print_profile(const MachineProfile& profile) {
                              "flush MB/s", "runs");
     for (const runtime::tune::IoPoint& p : profile.io) {
       std::cout << fmt::format(
-          "  {:>9} {:>6} {:>6} {:>11.0f} {:>11.0f} {:>11.0f} {:>11.0f} {:>5}\n",
+          "  {:>9} {:>6} {:>6} {:>11.0f} {:>11.0f} {:>11.0f} {:>11.0f} {:>5}{}\n",
           runtime::format_binary_bytes(p.block_bytes), p.queue_depth, p.rings, p.read_mb_per_s,
-          p.write_mb_per_s, p.mixed_mb_per_s, p.flush_mb_per_s, p.runs);
+          p.write_mb_per_s, p.mixed_mb_per_s, p.flush_mb_per_s, p.runs,
+          p.engine_calibrated ? "  (mixed: as the Engine's step sees it)" : "");
     }
     std::cout << fmt::format("  flush (median of the points): {:.0f} MB/s\n",
                              runtime::tune::flush_mb_per_s(profile));
@@ -203,6 +204,13 @@ int run_tune(const TuneOptions& options) {
     runtime::tune::confirm_io_point(measure, profile,
                                     static_cast<std::size_t>(&point - profile.io.data()));
     choice = runtime::tune::choose_config(config, inputs, profile);
+  }
+  // The I/O point timed on the Engine's own step with the chosen config (the probe's raw I/O can
+  // rank queue depths otherwise), its rate calibrated on that step, and the choice made again.
+  if (choice) {
+    choose_io_point_on_engine(choice->config, profile, inputs.params,
+                              choice->prediction.plan.unit_elements, *budget_s, std::cout);
+    if (profile.engine_io_point) choice = runtime::tune::choose_config(config, inputs, profile);
   }
   std::cout << fmt::format(
       "measured in {:.1f} s:\n",

@@ -120,11 +120,16 @@ void search_host_fractions(Config c, const PlanInputs& inputs, const MachineProf
 
 std::optional<IoPoint> choose_io_point(const MachineProfile& profile) {
   if (profile.io.empty()) return std::nullopt;
+  if (profile.engine_io_point && *profile.engine_io_point < profile.io.size()) {
+    return profile.io[*profile.engine_io_point];
+  }
   double best_rate = 0;
   for (const IoPoint& point : profile.io) best_rate = std::max(best_rate, point.mixed_mb_per_s);
+  // Rates closer than the grid's own noise (what a confirmation moved a point by) are a tie.
+  const double near_best = std::min(kNearBest, 1.0 - profile.io_noise);
   const IoPoint* chosen = nullptr;
   for (const IoPoint& point : profile.io) {
-    if (point.mixed_mb_per_s < kNearBest * best_rate) continue;
+    if (point.mixed_mb_per_s < near_best * best_rate) continue;
     if (chosen == nullptr || point.in_flight_bytes() < chosen->in_flight_bytes()) chosen = &point;
   }
   return *chosen;

@@ -27,8 +27,11 @@ struct TuneChoice {
   std::vector<std::pair<std::string, std::string>> reasons;
 };
 
-// The IoPoint with the highest mixed bandwidth; within 2% of it, the one with the fewest bytes
-// in flight (less pinned memory, fewer threads). nullopt when nothing was measured.
+// The IoPoint with the highest mixed bandwidth; within 2% of it, or within the grid's noise
+// (MachineProfile::io_noise) when that is larger, the one with the fewest bytes in flight (less
+// pinned memory, fewer threads, and on a noisy probe no choice made on noise); the point the
+// Engine's own step ran fastest with (MachineProfile::engine_io_point) when one was timed.
+// nullopt when nothing was measured.
 std::optional<IoPoint> choose_io_point(const MachineProfile& profile);
 
 // The fewest threads whose rate of `update` is within 2% of that update's best (the rest stay free

@@ -22,7 +22,12 @@ struct IoPoint {
   // Bytes written over the seconds of the fsync that makes them durable (io_probe.hpp); 0: not
   // measured, the commit is left out.
   double flush_mb_per_s = 0;
-  std::uint32_t runs = 1;  // measurements averaged into these rates (confirm_io_point adds one)
+  // Times measured: 1, the grid; 2, confirmed (confirm_io_point), the rates then the second
+  // measurement's alone.
+  std::uint32_t runs = 1;
+  // mixed_mb_per_s is the rate at which the cost model predicts the Engine's own step timed at
+  // this point (runtime/cli/tune_calibrate.hpp's choose_io_point_on_engine), not the probe's.
+  bool engine_calibrated = false;
   std::uint64_t in_flight_bytes() const { return block_bytes * queue_depth * rings; }
 };
 
@@ -56,6 +61,12 @@ struct AdamPoint {
 
 struct MachineProfile {
   std::vector<IoPoint> io;  // empty: no NVMe path to measure
+  // The I/O grid's own noise: the largest relative difference of a confirmed point's mixed rate
+  // between its grid run and its confirmation (confirm_io_point); 0 until one is confirmed.
+  double io_noise = 0;
+  // The point of `io` the Engine's own optimizer step ran fastest with, timed on the chosen config
+  // (runtime/cli/tune_calibrate.hpp's choose_io_point_on_engine); when set, the choice takes it.
+  std::optional<std::size_t> engine_io_point;
   std::vector<PathPoint> paths;
   double host_memory_gb_per_s = 0;  // parallel memcpy, 1e9 bytes per second each way
   std::vector<AdamPoint> adam;      // at least one point, of the update the config runs

@@ -1,6 +1,7 @@
 #include "runtime/tune/measure.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -348,16 +349,21 @@ void confirm_io_point(const MeasureOptions& options, MachineProfile& profile, st
   const std::uint64_t size = std::min(cap, std::max(min_point_bytes(grid_point), 64 * kMiB));
   const std::vector<std::filesystem::path> dirs(nvme.paths.begin(), nvme.paths.end());
   const IoPointResult again = measure_io_point(spec_for(nvme, dirs, grid_point, size));
-  const double n = point.runs;
-  const auto mean = [n](double kept, double added) { return (kept * n + added) / (n + 1); };
   say(options, fmt::format("nvme: confirmed {} x {} x {} ring(s): mixed {:.0f} MB/s (grid {:.0f}), "
                            "flush {:.0f} MB/s (grid {:.0f})",
                            point.block_bytes, point.queue_depth, point.rings, again.mixed_mb_per_s,
                            point.mixed_mb_per_s, again.flush_mb_per_s, point.flush_mb_per_s));
-  point.read_mb_per_s = mean(point.read_mb_per_s, again.read_mb_per_s);
-  point.write_mb_per_s = mean(point.write_mb_per_s, again.write_mb_per_s);
-  point.mixed_mb_per_s = mean(point.mixed_mb_per_s, again.mixed_mb_per_s);
-  point.flush_mb_per_s = mean(point.flush_mb_per_s, again.flush_mb_per_s);
+  const double larger = std::max(point.mixed_mb_per_s, again.mixed_mb_per_s);
+  if (larger > 0) {
+    profile.io_noise =
+        std::max(profile.io_noise, std::fabs(point.mixed_mb_per_s - again.mixed_mb_per_s) / larger);
+  }
+  // The grid's figures chose this point, so they are its luckiest draw: only the re-measurement,
+  // taken after the choice, is an unbiased estimate of it.
+  point.read_mb_per_s = again.read_mb_per_s;
+  point.write_mb_per_s = again.write_mb_per_s;
+  point.mixed_mb_per_s = again.mixed_mb_per_s;
+  point.flush_mb_per_s = again.flush_mb_per_s;
   ++point.runs;
 }
 

@@ -43,10 +43,10 @@ std::optional<DType> compressed_param_out(const Config& config);
 // Throws io::IoError when a path cannot be written.
 MachineProfile measure_machine(const MeasureOptions& options);
 
-// Measures the profile's point `index` again and keeps the mean of all its runs. The grid's best
+// Measures the profile's point `index` again and keeps the new figures alone. The grid's best
 // point is, among points within the noise of each other, the one whose noise was kindest, so its
-// first figures overstate it (the winner's curse); an independent second run halves that bias
-// and the noise. Throws io::IoError.
+// first figures overstate it (the winner's curse); a run taken after the choice is independent of
+// it, so it is unbiased (a mean with the grid's run would keep half the bias). Throws io::IoError.
 void confirm_io_point(const MeasureOptions& options, MachineProfile& profile, std::size_t index);
 
 // Adam state of `count` elements in memory (fp32 master and moments, bf16 gradients and copy-out,

@@ -36,6 +36,28 @@ TEST(TuneChoice, KeepsTheFewestBytesInFlightNearTheBestMixedRate) {
   EXPECT_FALSE(choose_io_point(MachineProfile{}).has_value());
 }
 
+// Rates closer than the grid's own noise (MachineProfile::io_noise, from the confirmations) are a
+// tie, and the fewest bytes in flight win it.
+TEST(TuneChoice, RatesWithinTheGridsNoiseAreATie) {
+  MachineProfile m = synthetic_machine();
+  m.io_noise = 0.25;  // depth 16's 1500 MB/s is 0.6 of the best 2500: not within 25%
+  EXPECT_EQ(choose_io_point(m)->queue_depth, 64u);
+  m.io_noise = 0.45;  // within 45%: a tie, and depth 16 has the fewest bytes in flight
+  EXPECT_EQ(choose_io_point(m)->queue_depth, 16u);
+  m.io_noise = 0.01;  // never tighter than 2%
+  EXPECT_EQ(choose_io_point(m)->queue_depth, 64u);
+}
+
+// The point the Engine's own step ran fastest with wins over the probe's ranking.
+TEST(TuneChoice, ThePointTimedOnTheEngineWins) {
+  MachineProfile m = synthetic_machine();
+  m.engine_io_point = 0;  // depth 16: the probe's slowest
+  EXPECT_EQ(choose_io_point(m)->queue_depth, 16u);
+  EXPECT_EQ(choose_io_point(m)->block_bytes, 1u << 20);
+  m.engine_io_point = 7;  // out of range: ignored
+  EXPECT_EQ(choose_io_point(m)->queue_depth, 64u);
+}
+
 TEST(TuneChoice, KeepsTheFewestThreadsNearTheBestAdamRate) {
   EXPECT_EQ(choose_adam_threads(synthetic_machine(), {}), 2u);
   MachineProfile m = synthetic_machine();
