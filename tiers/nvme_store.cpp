@@ -321,7 +321,8 @@ void NvmeStore::check_layout(const DecodedManifest& manifest) const {
   if (manifest.records.size() != extents_.size()) {
     throw StoreMismatch(
         fmt::format("the NVMe store at {} holds {} extents; this model needs {} "
-                    "(another model shape)",
+                    "(another model shape, or other state kinds: another optimizer type, placement "
+                    "or [optimizer] master_rounding)",
                     options_.paths.front().string(), manifest.records.size(), extents_.size()));
   }
   for (std::size_t i = 0; i < extents_.size(); ++i) {
