@@ -273,14 +273,19 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
   }
 
   // Communication per rank per step, as the seeds count it: stages 0-2 move 2Ψ (reduce-scatter of
-  // gradients + all-gather of parameters), stage 3 adds a second parameter gather: 3Ψ.
+  // gradients + all-gather of parameters), stage 3 adds a second parameter gather: 3Ψ. With
+  // [model] grad_accumulation micro-batches, every micro-batch reduce-scatters its gradients (into
+  // the fp32 shard) and, at stage 3, gathers for its forward and its backward; stages 0-2 keep the
+  // parameters gathered for the whole step.
   if (n > 1) {
-    const double psi_d = static_cast<double>(psi);
-    plan.comm_elements_per_rank = (plan.stage >= 3 ? 3.0 : 2.0) * psi_d;
-    const std::uint64_t gathers = plan.stage >= 3 ? 2 : 1;
+    const std::uint64_t micro = std::max<std::uint32_t>(1, config.model.grad_accumulation);
+    const std::uint64_t gathers = plan.stage >= 3 ? 2 * micro : 1;
+    plan.micro_batches = static_cast<std::uint32_t>(micro);
+    plan.comm_elements_per_rank = static_cast<double>(gathers + micro) * static_cast<double>(psi);
     // The gradients travel in [precision] reduce_dtype (fp32 or the 16-bit gradient dtype).
     plan.reduce_dtype = gradient_reduce_dtype(config.precision, config.model.grad_accumulation);
-    plan.comm_bytes_per_rank = psi * dtype_bytes(plan.reduce_dtype) + gathers * psi * param_bytes;
+    plan.comm_bytes_per_rank =
+        micro * psi * dtype_bytes(plan.reduce_dtype) + gathers * psi * param_bytes;
   }
   return plan;
 }
@@ -466,11 +471,15 @@ std::string render_plan_text(const MemoryPlan& plan, const Config& config) {
                    format_decimal_bytes(static_cast<double>(plan.nvme_read_bytes_per_step)),
                    format_decimal_bytes(static_cast<double>(plan.nvme_write_bytes_per_step))));
   if (plan.ranks > 1) {
-    line(fmt::format("communication per rank per step: {}Ψ = {:.4g} elements, {} (gradients "
-                     "reduce-scattered in {})",
-                     plan.stage >= 3 ? 3 : 2, plan.comm_elements_per_rank,
+    line(fmt::format("communication per rank per step: {:.0f}Ψ = {:.4g} elements, {} (gradients "
+                     "reduce-scattered in {}{})",
+                     plan.comm_elements_per_rank / static_cast<double>(plan.params),
+                     plan.comm_elements_per_rank,
                      format_decimal_bytes(static_cast<double>(plan.comm_bytes_per_rank)),
-                     to_string(plan.reduce_dtype)));
+                     to_string(plan.reduce_dtype),
+                     plan.micro_batches > 1
+                         ? fmt::format(", once per micro-batch: {} per step", plan.micro_batches)
+                         : std::string()));
   } else {
     line("communication per rank per step: none (one rank)");
   }

@@ -81,8 +81,11 @@ struct MemoryPlan {
   std::uint64_t nvme_read_bytes_per_step = 0;
   std::uint64_t nvme_write_bytes_per_step = 0;
   std::array<NvmeTraffic, 3> nvme_traffic{};  // the two totals above per StateKind
-  double comm_elements_per_rank = 0;  // 2Ψ (stages 0-2) or 3Ψ (stage 3); 0 for one rank
+  // Per step of `micro_batches` micro-batches: (1 + m)Ψ at stages 0-2 (one gather, a
+  // reduce-scatter per micro-batch), 3mΨ at stage 3 (2Ψ at m = 1 and 3Ψ); 0 for one rank.
+  double comm_elements_per_rank = 0;
   std::uint64_t comm_bytes_per_rank = 0;
+  std::uint32_t micro_batches = 1;  // [model] grad_accumulation
   DType reduce_dtype = DType::kFp32;  // the gradient reduce-scatter's ([precision] reduce_dtype)
   std::vector<std::string> suggestions;  // when it does not fit: changes that would
 

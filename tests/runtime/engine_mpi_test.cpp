@@ -316,6 +316,43 @@ TEST(EngineMpi, CommunicationVolumeIsThreePsiForStage3AndTwoPsiForStage2) {
   }
 }
 
+// Two micro-batches per step: each reduce-scatters every gradient (six unit reduce-scatters per
+// step); stage 2 still gathers each unit once per step, stage 3 gathers for each micro-batch's
+// forward and backward (the plan's (1 + m)Ψ and 3mΨ; here the units that stay gathered across a
+// forward/backward or backward/forward boundary are not gathered again).
+TEST(EngineMpi, CommunicationVolumeCountsEveryMicroBatch) {
+  if (world().size() == 1) GTEST_SKIP() << "one rank communicates nothing";
+  for (std::uint32_t stage : {2u, 3u}) {
+    ScratchDir dir;
+    Config config = make_config(dir);
+    config.zero.stage = stage;
+    config.zero.persistence_threshold = 0;
+    config.zero.prefetch_depth = 0;
+    config.zero.params = Tier::kHost;
+    config.zero.grads = Tier::kHost;
+    config.zero.optimizer = Tier::kHost;
+    const std::uint64_t unit_bytes = 2048ull * world().size() * 4;
+    const std::uint64_t scratch_bytes = unit_bytes + 2 * 2048 * 4;
+    config.tiers.device.budget_bytes = scratch_bytes + (stage == 3 ? 1 : 3) * unit_bytes;
+    auto device = host_device(config);
+    Engine engine(config, *device, world(), EngineOptions{.grad_accumulation = 2});
+    TinyMlp model(kWidths, 8, 1);
+    model.add_units(engine);
+    engine.finalize();
+    StepStats stats;
+    for (int step = 0; step < 3; ++step) {
+      model.train_step(engine);
+      model.train_step(engine);
+      stats = engine.step();
+    }
+    const std::uint64_t unit_gathers = stage == 3 ? 9 : 3;
+    const std::uint64_t reduce_scatters = 2 * 3;
+    const std::uint64_t norm_bytes = 8ull * world().size();
+    EXPECT_EQ(stats.comm_bytes, (unit_gathers + reduce_scatters) * unit_bytes + norm_bytes)
+        << "stage " << stage << ": " << stats.comm_bytes / unit_bytes << " unit transfers";
+  }
+}
+
 // The same step with bf16 gradients: reduce_dtype "auto" reduce-scatters them in bf16, half the
 // gradient bytes of "fp32"; the fp32 parameter gathers are unchanged.
 TEST(EngineMpi, SixteenBitReduceHalvesTheGradientBytes) {

@@ -65,11 +65,27 @@ TEST(MemoryPlan, GradientReduceScatterBytesFollowTheReduceDtype) {
     const MemoryPlan plan = make_memory_plan(config, {1'000'000, 8});
     return std::pair(plan.comm_bytes_per_rank, plan.reduce_dtype);
   };
-  const std::uint64_t gathers = 2 * 2 * 1'000'000;  // two bf16 parameter gathers
+  const std::uint64_t gathers = 2 * 2 * 1'000'000;  // two bf16 parameter gathers per micro-batch
   EXPECT_EQ(comm_bytes(std::nullopt, 1), std::pair(gathers + 2'000'000, DType::kBf16));
-  EXPECT_EQ(comm_bytes(std::nullopt, 4), std::pair(gathers + 4'000'000, DType::kFp32));
+  EXPECT_EQ(comm_bytes(std::nullopt, 4), std::pair(4 * (gathers + 4'000'000), DType::kFp32));
   EXPECT_EQ(comm_bytes(DType::kFp32, 1), std::pair(gathers + 4'000'000, DType::kFp32));
-  EXPECT_EQ(comm_bytes(DType::kBf16, 4), std::pair(gathers + 2'000'000, DType::kBf16));
+  EXPECT_EQ(comm_bytes(DType::kBf16, 4), std::pair(4 * (gathers + 2'000'000), DType::kBf16));
+}
+
+// Every micro-batch reduce-scatters its gradients; at stage 3 it also gathers for its forward and
+// its backward, while stages 0-2 gather once per step: (1 + m)Ψ and 3mΨ.
+TEST(MemoryPlan, CommunicationCountsEveryMicroBatch) {
+  for (std::uint32_t stage : {2u, 3u}) {
+    Config config = roomy_config();
+    config.zero.stage = stage;
+    config.model.grad_accumulation = 4;
+    const MemoryPlan plan = make_memory_plan(config, {1'000'000, 8});
+    EXPECT_DOUBLE_EQ(plan.comm_elements_per_rank, (stage == 3 ? 12.0 : 5.0) * 1e6);
+    EXPECT_EQ(plan.micro_batches, 4u);
+    const std::string text = render_plan_text(plan, config);
+    EXPECT_NE(text.find(stage == 3 ? "12Ψ" : "5Ψ"), std::string::npos) << text;
+    EXPECT_NE(text.find("once per micro-batch: 4 per step"), std::string::npos) << text;
+  }
 }
 
 TEST(MemoryPlan, StateGoesToItsHomeTier) {
