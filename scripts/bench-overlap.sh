@@ -8,16 +8,7 @@
 #   FINETUNE=build/nocuda/examples/finetune/strata-finetune STEPS=10 ROUNDS=3 scripts/bench-overlap.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-steps=${STEPS:-10}
-rounds=${ROUNDS:-3}
-finetune=${FINETUNE:-}
-if [[ -z "$finetune" ]]; then
-  cmake --preset release >/dev/null
-  cmake --build --preset release -j "$(nproc)" --target strata-finetune >/dev/null
-  finetune=./build/release/examples/finetune/strata-finetune
-fi
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+source scripts/bench-finetune-common.sh
 cp examples/configs/all_device.toml "$out/all_device.toml"
 # The NVMe config as shipped ([zero] defer_update = true), and with the step's updates in step():
 # during the backward (overlap_optimizer, the default) or after it.
@@ -38,9 +29,7 @@ printf '%-6s %-20s %9s %10s %18s %22s\n' round config tokens/s "val loss" "optim
   "NVMe read/written"
 for round in $(seq 1 "$rounds"); do
   for config in "${configs[@]}"; do
-    "$finetune" --config "$out/$config.toml" --steps "$steps" --eval-every 0 --eval-batches 2 \
-      --overwrite --summary-json "$out/$config.$round.json" >"$out/$config.$round.log" 2>&1 ||
-      { cat "$out/$config.$round.log"; exit 1; }
+    run_config "$config" "$out/$config.toml" "$round"
     exposed=$(grep -o 'optimizer exposed [0-9.]*' "$out/$config.$round.log" |
               awk '{s += $3; n++} END {printf "%.2f s/step", n ? s / n : 0}')
     python3 - "$out/$config.$round.json" "$round" "$config" "$exposed" <<'PY'
@@ -53,13 +42,4 @@ print(f'{sys.argv[2]:<6} {sys.argv[3]:<20} {s["tokens_per_s"]:9.0f} {s["final_va
 PY
   done
 done
-python3 - "$out" "$rounds" <<'PY'
-import json, statistics, sys
-out, rounds = sys.argv[1], int(sys.argv[2])
-tps = lambda c, r: json.load(open(f"{out}/{c}.{r}.json"))["tokens_per_s"]
-for config in ("nvme_overlap", "nvme_serial", "nvme_defer", "nvme_overlap_noclip",
-               "nvme_serial_noclip", "nvme_defer_noclip"):
-    ratios = [tps(config, r) / tps("all_device", r) for r in range(1, rounds + 1)]
-    print(f"{config:<20} / all_device: median {statistics.median(ratios):.3f} "
-          f"(rounds: {', '.join(f'{x:.3f}' for x in ratios)})")
-PY
+print_median_ratios all_device "${configs[@]:1}"

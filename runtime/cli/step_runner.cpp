@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <span>
+#include <string>
 
 #include <fmt/format.h>
 #include <tbb/task_arena.h>
+#include <unistd.h>
 
 #include "cpu_adam/compressed_step.hpp"
 #include "cpu_adam/optimizer.hpp"
@@ -18,6 +21,38 @@ double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const std::size_t n = values.size();
   return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+std::vector<std::uint64_t> unit_sizes(std::uint64_t params, std::uint64_t unit_params) {
+  std::vector<std::uint64_t> units;
+  for (std::uint64_t done = 0; done < params; done += unit_params) {
+    units.push_back(std::min(unit_params, params - done));
+  }
+  return units;
+}
+
+runtime::Config in_scratch_stores(runtime::Config config, std::string_view name) {
+  for (std::string& path : config.tiers.nvme.paths) {
+    path = (std::filesystem::path(path) / name).string();
+    std::filesystem::create_directories(path);
+  }
+  config.tiers.device.kind = runtime::DeviceKind::kHost;
+  return config;
+}
+
+void remove_scratch_stores(const runtime::Config& scratch) {
+  for (const std::string& path : scratch.tiers.nvme.paths) std::filesystem::remove_all(path);
+}
+
+Timings run_steps_on_host(const runtime::Config& config, runtime::comm::Communicator& comm,
+                          std::uint64_t params, std::uint64_t unit_params, std::uint32_t steps) {
+  ::sync();
+  tiers::DeviceOptions device_options;
+  device_options.kind = tiers::DeviceKind::kHost;
+  device_options.budget_bytes = config.tiers.device.budget_bytes;
+  std::unique_ptr<tiers::Device> device = tiers::make_device(device_options);
+  return run_steps(config, *device, comm, params, unit_params, steps,
+                   runtime::EngineOptions{.overwrite = true});
 }
 
 // One Engine over `params` parameters in units of `unit_params`; steps alternate between the I/O

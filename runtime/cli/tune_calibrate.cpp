@@ -3,10 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
-#include <filesystem>
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include "runtime/cli/step_runner.hpp"
 #include "runtime/comm/communicator.hpp"
@@ -34,14 +32,8 @@ Sample sample(runtime::Config config, std::uint64_t groups,
   config.zero.sub_group_size = kParams / groups;
   const runtime::tune::StepPrediction prediction =
       runtime::tune::predict_step(config, runtime::PlanInputs(kParams, 1, {kParams}), profile);
-  ::sync();  // what the measurements left dirty is not this sample's to flush
-  tiers::DeviceOptions device_options;
-  device_options.kind = tiers::DeviceKind::kHost;
-  device_options.budget_bytes = config.tiers.device.budget_bytes;
-  std::unique_ptr<tiers::Device> device = tiers::make_device(device_options);
   std::unique_ptr<runtime::comm::Communicator> comm = runtime::comm::make_communicator();
-  const Timings timings = run_steps(config, *device, *comm, kParams, kParams, kSteps,
-                                    runtime::EngineOptions{.overwrite = true});
+  const Timings timings = run_steps_on_host(config, *comm, kParams, kParams, kSteps);
   return {median(timings.step_s), prediction.optimizer_s, prediction.sub_groups};
 }
 
@@ -51,10 +43,8 @@ double calibrate_sub_group_overhead(const runtime::Config& given,
                                     runtime::tune::MachineProfile& profile, std::ostream& log) {
   profile.sub_group_overhead_s = 0;
   if (given.tiers.nvme.paths.empty() || profile.io.empty()) return 0;
-  // The optimizer streamed from NVMe, everything else on the (host) device, in scratch folders
-  // of the validation's kind, so a training store in the paths is never touched.
-  runtime::Config config = given;
-  config.tiers.device.kind = runtime::DeviceKind::kHost;
+  // The optimizer streamed from NVMe, everything else on the (host) device, in scratch stores.
+  runtime::Config config = in_scratch_stores(given, "strata-tune-calibrate");
   config.tiers.device.budget_bytes = std::max<std::uint64_t>(config.tiers.device.budget_bytes,
                                                              std::uint64_t{1} << 30);
   config.tiers.host.budget_bytes = std::max<std::uint64_t>(config.tiers.host.budget_bytes,
@@ -64,21 +54,17 @@ double calibrate_sub_group_overhead(const runtime::Config& given,
   config.zero.params_host_fraction = config.zero.grads_host_fraction = 0;
   config.zero.optimizer_host_fraction = 0;
   config.zero.buffer_count = std::max<std::uint32_t>(config.zero.buffer_count, 3);
-  for (std::string& path : config.tiers.nvme.paths) {
-    path = (std::filesystem::path(path) / "strata-tune-calibrate").string();
-    std::filesystem::create_directories(path);
-  }
   Sample few, many;
   try {
     few = sample(config, kFewGroups, profile);
     many = sample(config, kManyGroups, profile);
   } catch (const std::exception& error) {
     // A drive too small or too full for 4 Mi parameters' state: the model goes without the term.
-    for (const std::string& path : config.tiers.nvme.paths) std::filesystem::remove_all(path);
+    remove_scratch_stores(config);
     log << "calibration: skipped (" << error.what() << "): no per-sub-group cost in the model\n";
     return 0;
   }
-  for (const std::string& path : config.tiers.nvme.paths) std::filesystem::remove_all(path);
+  remove_scratch_stores(config);
   // What the model misses at each size; the part that grows with the sub-groups is theirs.
   const double residual_few = few.measured_s - few.predicted_s;
   const double residual_many = many.measured_s - many.predicted_s;
@@ -121,12 +107,7 @@ void choose_io_point_on_engine(const runtime::Config& chosen,
   params = std::min({params, kMaxParams,
                      std::max(kMinParams, static_cast<std::uint64_t>(affordable))});
   unit_params = std::max<std::uint64_t>(1, std::min(unit_params, params));
-  runtime::Config config = chosen;
-  config.tiers.device.kind = runtime::DeviceKind::kHost;
-  for (std::string& path : config.tiers.nvme.paths) {
-    path = (std::filesystem::path(path) / "strata-tune-io").string();
-    std::filesystem::create_directories(path);
-  }
+  runtime::Config config = in_scratch_stores(chosen, "strata-tune-io");
   std::vector<std::vector<double>> round_s(points.size());
   try {
     std::unique_ptr<runtime::comm::Communicator> comm = runtime::comm::make_communicator();
@@ -136,28 +117,23 @@ void choose_io_point_on_engine(const runtime::Config& chosen,
         config.tiers.nvme.block_size = point.block_bytes;
         config.tiers.nvme.queue_depth = point.queue_depth;
         config.tiers.nvme.rings = point.rings;
-        ::sync();
-        tiers::DeviceOptions device_options;
-        device_options.kind = tiers::DeviceKind::kHost;
-        device_options.budget_bytes = config.tiers.device.budget_bytes;
-        std::unique_ptr<tiers::Device> device = tiers::make_device(device_options);
-        const Timings timings = run_steps(config, *device, *comm, params, unit_params, kSteps,
-                                          runtime::EngineOptions{.overwrite = true});
+        const Timings timings = run_steps_on_host(config, *comm, params, unit_params, kSteps);
         round_s[position].push_back(median(timings.step_s));
       }
     }
   } catch (const std::exception& error) {
-    for (const std::string& path : config.tiers.nvme.paths) std::filesystem::remove_all(path);
+    remove_scratch_stores(config);
     log << "io on the engine: skipped (" << error.what() << "): the grid's choice stands\n";
     return;
   }
-  for (const std::string& path : config.tiers.nvme.paths) std::filesystem::remove_all(path);
+  remove_scratch_stores(config);
+  std::vector<runtime::tune::RoundFigures> figures;
+  for (const std::vector<double>& samples : round_s) {
+    figures.push_back(runtime::tune::summarize(samples));
+  }
   std::size_t fastest = 0;
   for (std::size_t k = 1; k < points.size(); ++k) {
-    if (runtime::tune::summarize(round_s[k]).median_s <
-        runtime::tune::summarize(round_s[fastest]).median_s) {
-      fastest = k;
-    }
+    if (figures[k].median_s < figures[fastest].median_s) fastest = k;
   }
   // The fastest point's mixed rate as the Engine's step sees it: the rate at which the model
   // predicts the step just measured (bisection: the predicted step falls as the rate rises),
@@ -167,12 +143,8 @@ void choose_io_point_on_engine(const runtime::Config& chosen,
   config.tiers.nvme.block_size = chosen_point.block_bytes;
   config.tiers.nvme.queue_depth = chosen_point.queue_depth;
   config.tiers.nvme.rings = chosen_point.rings;
-  std::vector<std::uint64_t> units;
-  for (std::uint64_t done = 0; done < params; done += unit_params) {
-    units.push_back(std::min(unit_params, params - done));
-  }
-  const runtime::PlanInputs sample(params, 1, units);
-  const double measured_s = runtime::tune::summarize(round_s[fastest]).median_s;
+  const runtime::PlanInputs sample(params, 1, unit_sizes(params, unit_params));
+  const double measured_s = figures[fastest].median_s;
   const auto predicted_at = [&](double rate) {
     runtime::tune::MachineProfile p = profile;
     p.io[points[fastest]].mixed_mb_per_s = rate;
@@ -188,13 +160,12 @@ void choose_io_point_on_engine(const runtime::Config& chosen,
   chosen_point.mixed_mb_per_s = std::sqrt(low * high);
   chosen_point.engine_calibrated = true;
   for (std::size_t k = 0; k < points.size(); ++k) {
-    const runtime::tune::RoundFigures figures = runtime::tune::summarize(round_s[k]);
     const runtime::tune::IoPoint& point = profile.io[points[k]];
     log << fmt::format(
         "io on the engine: {} x {} x {} ring(s): optimizer step over {} parameters {:.3f} s "
         "(median of {} rounds, {:.3f}..{:.3f}){}\n",
-        point.block_bytes, point.queue_depth, point.rings, params, figures.median_s, kRounds,
-        figures.min_s, figures.max_s,
+        point.block_bytes, point.queue_depth, point.rings, params, figures[k].median_s, kRounds,
+        figures[k].min_s, figures[k].max_s,
         k == fastest ? fmt::format(": the fastest; its mixed rate as the Engine sees it {:.0f} "
                                    "MB/s (the probe's {:.0f})",
                                    point.mixed_mb_per_s, probe_rate)

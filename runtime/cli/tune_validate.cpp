@@ -1,13 +1,12 @@
 #include "runtime/cli/tune_validate.hpp"
 
 #include <algorithm>
-#include <filesystem>
 #include <iostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include "base/assert.hpp"
 #include "runtime/cli/step_runner.hpp"
@@ -61,15 +60,8 @@ std::string on_host(double fraction) {
   return fraction > 0 ? fmt::format(" ({} on host)", fraction) : std::string();
 }
 
-// The validation's own store directories, so a training store in the paths is never touched.
-runtime::Config in_scratch(runtime::Config config) {
-  for (std::string& path : config.tiers.nvme.paths) {
-    path = (std::filesystem::path(path) / "strata-tune-validate").string();
-    std::filesystem::create_directories(path);
-  }
-  config.tiers.device.kind = runtime::DeviceKind::kHost;
-  return config;
-}
+// The validation's own scratch stores (in_scratch_stores).
+constexpr std::string_view kScratchName = "strata-tune-validate";
 
 // One row of the table: a config, its prediction and its figure of each round.
 struct Row {
@@ -149,16 +141,13 @@ void validate_choice(const runtime::Config& given, const runtime::Config& tuned,
   // gathered units), so other units could make the tuned config not fit, or fit too easily.
   const std::uint64_t unit_params =
       std::max<std::uint64_t>(1, std::min<std::uint64_t>(params, model_unit_params));
-  std::vector<std::uint64_t> units;
-  for (std::uint64_t done = 0; done < params; done += unit_params) {
-    units.push_back(std::min(unit_params, params - done));
-  }
+  const std::vector<std::uint64_t> units = unit_sizes(params, unit_params);
   std::vector<Row> rows;
   for (const HandConfig& hand : grid(given, tuned)) {
     Row row;
     row.name = hand.name;
     row.is_tuned = hand.config == tuned;
-    row.config = in_scratch(hand.config);
+    row.config = in_scratch_stores(hand.config, kScratchName);
     row.prediction = runtime::tune::predict_step(row.config,
                                                  runtime::PlanInputs(params, 1, units), profile);
     const runtime::Config& c = row.config;
@@ -183,16 +172,7 @@ void validate_choice(const runtime::Config& given, const runtime::Config& tuned,
   for (std::uint32_t round = 0; round < rounds; ++round) {
     for (std::size_t position : runtime::tune::round_order(fitting.size(), round)) {
       Row& row = rows[fitting[position]];
-      // What earlier configs (and the measurements) left dirty is flushed first: otherwise the
-      // first config's fsyncs pay for it (the tuned one, measured first, was 2x slower than the
-      // same config measured later in the same run).
-      ::sync();
-      tiers::DeviceOptions device_options;
-      device_options.kind = tiers::DeviceKind::kHost;
-      device_options.budget_bytes = row.config.tiers.device.budget_bytes;
-      std::unique_ptr<tiers::Device> device = tiers::make_device(device_options);
-      const Timings timings = run_steps(row.config, *device, *comm, params, unit_params, kSteps,
-                                        runtime::EngineOptions{.overwrite = true});
+      const Timings timings = run_steps_on_host(row.config, *comm, params, unit_params, kSteps);
       row.round_s.push_back(median(timings.step_s));
     }
   }
@@ -216,9 +196,7 @@ void validate_choice(const runtime::Config& given, const runtime::Config& tuned,
   } else {
     print_verdicts(rows);
   }
-  for (const std::string& path : in_scratch(tuned).tiers.nvme.paths) {
-    std::filesystem::remove_all(path);
-  }
+  remove_scratch_stores(in_scratch_stores(tuned, kScratchName));
 }
 
 }  // namespace strata::cli

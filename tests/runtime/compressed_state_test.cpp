@@ -247,42 +247,55 @@ TEST(CompressedState, ParamsInTheMasterTakeNoNvmeOrPipelineBytes) {
   EXPECT_FALSE(make_buffer_plan(other_tier, inputs).kind(ShardKind::kParam).in_master);
 }
 
+// int8 moments and a bf16 master, rounded stochastically or with its Kahan compensation (whose
+// joined value a checkpoint holds and splits back into the very same weights and low parts).
+Config int8_bf16(const ScratchDir& dir, MasterRounding rounding, Tier params = Tier::kDevice,
+                 Tier grads = Tier::kDevice, Tier optimizer = Tier::kDevice) {
+  Config config = compressed(dir, StateDType::kInt8, StateDType::kBf16, params, grads, optimizer);
+  config.optimizer.master_rounding = rounding;
+  return config;
+}
+
+constexpr MasterRounding kRoundings[] = {MasterRounding::kStochastic, MasterRounding::kKahan};
+
 TEST(CompressedState, ResumesFromTheNvmeStoreBitwise) {
-  ScratchDir straight_dir;
-  const Config straight_config = compressed(straight_dir, StateDType::kInt8, StateDType::kBf16,
-                                            Tier::kNvme, Tier::kDevice, Tier::kNvme);
-  const Trained straight = train(straight_config, 4);
-  ScratchDir dir;
-  const Config config = compressed(dir, StateDType::kInt8, StateDType::kBf16, Tier::kNvme,
-                                   Tier::kDevice, Tier::kNvme);
-  train(config, 2);
-  TrainedModel resumed(config, EngineOptions{.resume = true});
-  EXPECT_EQ(resumed.engine->step_count(), 2u);
-  resumed.train(2);
-  EXPECT_EQ(resumed.losses[0], straight.losses[2]);
-  EXPECT_EQ(resumed.losses[1], straight.losses[3]);
-  expect_same_state(resumed.state(), straight.state, "resumed at step 2");
+  for (MasterRounding rounding : kRoundings) {
+    ScratchDir straight_dir, dir;
+    const Trained straight =
+        train(int8_bf16(straight_dir, rounding, Tier::kNvme, Tier::kDevice, Tier::kNvme), 4);
+    const Config config = int8_bf16(dir, rounding, Tier::kNvme, Tier::kDevice, Tier::kNvme);
+    train(config, 2);
+    TrainedModel resumed(config, EngineOptions{.resume = true});
+    EXPECT_EQ(resumed.engine->step_count(), 2u);
+    resumed.train(2);
+    const std::string what = fmt::format("{}: resumed at step 2", to_string(rounding));
+    EXPECT_EQ(resumed.losses[0], straight.losses[2]) << what;
+    EXPECT_EQ(resumed.losses[1], straight.losses[3]) << what;
+    expect_same_state(resumed.state(), straight.state, what);
+  }
 }
 
 TEST(CompressedState, CheckpointSaveLoadContinuesBitwise) {
-  ScratchDir straight_dir, first_dir, second_dir, checkpoint_dir;
-  const Trained straight = train(compressed(straight_dir, StateDType::kInt8, StateDType::kBf16), 5);
-  const auto checkpoint = checkpoint_dir.path() / "ckpt";
-  {
-    TrainedModel first(compressed(first_dir, StateDType::kInt8, StateDType::kBf16, Tier::kNvme,
-                                  Tier::kDevice, Tier::kNvme));
-    first.train(3);
-    first.engine->save(checkpoint);
+  for (MasterRounding rounding : kRoundings) {
+    ScratchDir straight_dir, first_dir, second_dir, checkpoint_dir;
+    const Trained straight = train(int8_bf16(straight_dir, rounding), 5);
+    const auto checkpoint = checkpoint_dir.path() / "ckpt";
+    {
+      TrainedModel first(int8_bf16(first_dir, rounding, Tier::kNvme, Tier::kDevice, Tier::kNvme));
+      first.train(3);
+      first.engine->save(checkpoint);
+    }
+    // Loaded into another placement: the values re-encode to the very same bytes.
+    TrainedModel second(int8_bf16(second_dir, rounding, Tier::kDevice, Tier::kHost, Tier::kHost));
+    second.engine->load(checkpoint);
+    EXPECT_EQ(second.engine->step_count(), 3u);
+    second.train(2);
+    const std::string what =
+        fmt::format("{}: saved at step 3, loaded, 2 more steps", to_string(rounding));
+    EXPECT_EQ(second.losses[0], straight.losses[3]) << what;
+    EXPECT_EQ(second.losses[1], straight.losses[4]) << what;
+    expect_same_state(second.state(), straight.state, what);
   }
-  // Loaded into another placement: the values re-encode to the very same bytes.
-  TrainedModel second(compressed(second_dir, StateDType::kInt8, StateDType::kBf16, Tier::kDevice,
-                                 Tier::kHost, Tier::kHost));
-  second.engine->load(checkpoint);
-  EXPECT_EQ(second.engine->step_count(), 3u);
-  second.train(2);
-  EXPECT_EQ(second.losses[0], straight.losses[3]);
-  EXPECT_EQ(second.losses[1], straight.losses[4]);
-  expect_same_state(second.state(), straight.state, "saved at step 3, loaded, 2 more steps");
 }
 
 // ---- Kahan-compensated bf16 master ([optimizer] master_rounding = "kahan") -------------------
@@ -299,13 +312,11 @@ class KahanPlacement : public ::testing::TestWithParam<std::tuple<Tier, Tier, Ac
 // paths, is the all-on-device run bit for bit.
 TEST_P(KahanPlacement, IsBitwiseIdenticalToAllOnDevice) {
   ScratchDir reference_dir;
-  const Trained reference =
-      train(kahan(compressed(reference_dir, StateDType::kInt8, StateDType::kBf16)), 4);
+  const Trained reference = train(int8_bf16(reference_dir, MasterRounding::kKahan), 4);
   const auto [params, optimizer, access] = GetParam();
   ScratchDir dir;
-  const Trained got = train(kahan(compressed(dir, StateDType::kInt8, StateDType::kBf16, params,
-                                             Tier::kDevice, optimizer)),
-                            4, access);
+  const Trained got =
+      train(int8_bf16(dir, MasterRounding::kKahan, params, Tier::kDevice, optimizer), 4, access);
   expect_bitwise(got, reference,
                  fmt::format("kahan: params {} optimizer {} {}", to_string(params),
                              to_string(optimizer), access == Access::kStaged ? "staged" : "direct"));
@@ -370,37 +381,6 @@ TEST(CompressedState, KahanMasterTracksTheFp32MasterCloserThanStochasticRounding
   std::size_t beyond_bf16 = 0;
   for (float v : run.state[0]) beyond_bf16 += to_float(to_bf16(v)) != v ? 1 : 0;
   EXPECT_GT(beyond_bf16, 0u);
-}
-
-TEST(CompressedState, KahanResumesFromTheNvmeStoreAndCheckpointsBitwise) {
-  ScratchDir straight_dir;
-  const Trained straight = train(kahan(compressed(straight_dir, StateDType::kInt8,
-                                                  StateDType::kBf16, Tier::kNvme, Tier::kDevice,
-                                                  Tier::kNvme)),
-                                 5);
-  ScratchDir dir;
-  const Config config = kahan(compressed(dir, StateDType::kInt8, StateDType::kBf16, Tier::kNvme,
-                                         Tier::kDevice, Tier::kNvme));
-  train(config, 2);
-  ScratchDir checkpoint_dir, other_dir;
-  const auto checkpoint = checkpoint_dir.path() / "ckpt";
-  {
-    TrainedModel resumed(config, EngineOptions{.resume = true});
-    EXPECT_EQ(resumed.engine->step_count(), 2u);
-    resumed.train(1);
-    EXPECT_EQ(resumed.losses[0], straight.losses[2]);
-    resumed.engine->save(checkpoint);
-  }
-  // Loaded into another placement: the saved values (weights + compensation) split back into the
-  // very same two.
-  TrainedModel loaded(kahan(compressed(other_dir, StateDType::kInt8, StateDType::kBf16,
-                                       Tier::kDevice, Tier::kHost, Tier::kHost)));
-  loaded.engine->load(checkpoint);
-  EXPECT_EQ(loaded.engine->step_count(), 3u);
-  loaded.train(2);
-  EXPECT_EQ(loaded.losses[0], straight.losses[3]);
-  EXPECT_EQ(loaded.losses[1], straight.losses[4]);
-  expect_same_state(loaded.state(), straight.state, "resumed at 2, saved at 3, loaded");
 }
 
 TEST(CompressedState, ConfigErrorsNameTheKeyAndValue) {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <optional>
 
 #include <fmt/format.h>
@@ -277,79 +278,63 @@ TEST(EngineMpi, EachRankHoldsAboutOneNthOfTheState) {
   EXPECT_GE(static_cast<double>(sharded_bytes), unsharded_bytes / ranks - padding);
 }
 
+// The communication tests' model: every unit padded to 2048 elements per rank, so each gather or
+// reduce-scatter of a unit moves unit_bytes() in fp32.
+std::uint64_t unit_bytes() {
+  return 2048ull * world().size() * 4;
+}
+
+// The collective payload of the third step (`micro_batches` micro-batches each) with every kind in
+// host memory, no prefetch, no persistent units, and device room besides the scratch (one padded
+// unit and one shard of gradients in fp32, the all-gather's send copy of a shard) for
+// `gathered_units` gathered units. `change` adjusts the config first.
+std::uint64_t third_step_comm_bytes(std::uint32_t gathered_units, std::uint32_t micro_batches,
+                                    const std::function<void(Config&)>& change = {}) {
+  ScratchDir dir;
+  Config config = make_config(dir);
+  config.zero.persistence_threshold = 0;
+  config.zero.prefetch_depth = 0;
+  config.zero.params = Tier::kHost;
+  config.zero.grads = Tier::kHost;
+  config.zero.optimizer = Tier::kHost;
+  const std::uint64_t scratch_bytes = unit_bytes() + 2 * 2048 * 4;
+  config.tiers.device.budget_bytes = scratch_bytes + gathered_units * unit_bytes();
+  if (change) change(config);
+  auto device = host_device(config);
+  Engine engine(config, *device, world(), EngineOptions{.grad_accumulation = micro_batches});
+  TinyMlp model(kWidths, 8, 1);
+  model.add_units(engine);
+  engine.finalize();
+  StepStats stats;
+  for (int step = 0; step < 3; ++step) {
+    for (std::uint32_t m = 0; m < micro_batches; ++m) model.train_step(engine);
+    stats = engine.step();
+  }
+  return stats.comm_bytes;
+}
+
 // The measured collective volume per step follows the plan: stage 3 gathers a unit for the forward
 // and again for the backward when the device has room for only one gathered unit (the last unit's
 // forward and backward share one gather), and reduce-scatters every gradient: ~3Ψ. Stage 2 keeps
-// the gathered parameters for the whole step: one gather per unit, 2Ψ.
-TEST(EngineMpi, CommunicationVolumeIsThreePsiForStage3AndTwoPsiForStage2) {
+// the gathered parameters for the whole step: one gather per unit, 2Ψ. With two micro-batches
+// each reduce-scatters every gradient (six unit reduce-scatters per step); stage 2 still gathers
+// each unit once per step, stage 3 for each micro-batch's forward and backward (the plan's
+// (1 + m)Ψ and 3mΨ; a unit still gathered across a backward/forward boundary, the first, is not
+// gathered again: 9 rather than 10).
+TEST(EngineMpi, CommunicationVolumeFollowsThePlanPerStageAndMicroBatch) {
   if (world().size() == 1) GTEST_SKIP() << "one rank communicates nothing";
+  const std::uint64_t norm_bytes = 8ull * world().size();
   for (std::uint32_t stage : {2u, 3u}) {
-    ScratchDir dir;
-    Config config = make_config(dir);
-    config.zero.stage = stage;
-    config.zero.persistence_threshold = 0;
-    config.zero.prefetch_depth = 0;
-    config.zero.params = Tier::kHost;
-    config.zero.grads = Tier::kHost;
-    config.zero.optimizer = Tier::kHost;
-    // Every unit here is padded to 2048 elements per rank. The device holds the gradient scratch
-    // (one padded unit + one shard, fp32), the all-gather send copy (one shard) and gathered units.
-    const std::uint64_t unit_bytes = 2048ull * world().size() * 4;
-    const std::uint64_t scratch_bytes = unit_bytes + 2 * 2048 * 4;
-    config.tiers.device.budget_bytes = scratch_bytes + (stage == 3 ? 1 : 3) * unit_bytes;
-    auto device = host_device(config);
-    Engine engine(config, *device, world());
-    TinyMlp model(kWidths, 8, 1);
-    model.add_units(engine);
-    engine.finalize();
-    StepStats stats;
-    for (int step = 0; step < 3; ++step) {
-      model.train_step(engine);
-      stats = engine.step();
+    for (std::uint32_t micro_batches : {1u, 2u}) {
+      const std::uint64_t bytes =
+          third_step_comm_bytes(stage == 3 ? 1 : 3, micro_batches,
+                                [stage](Config& config) { config.zero.stage = stage; });
+      const std::uint64_t unit_gathers = stage == 2 ? 3 : micro_batches == 1 ? 5 : 9;
+      const std::uint64_t reduce_scatters = 3 * micro_batches;
+      EXPECT_EQ(bytes, (unit_gathers + reduce_scatters) * unit_bytes() + norm_bytes)
+          << "stage " << stage << ", " << micro_batches << " micro-batch(es): "
+          << bytes / unit_bytes() << " unit transfers";
     }
-    // fp32 parameters and gradients, every unit padded to 2048 elements per rank.
-    const std::uint64_t unit_gathers = stage == 3 ? 5 : 3;
-    const std::uint64_t reduce_scatters = 3;
-    const std::uint64_t norm_bytes = 8ull * world().size();
-    EXPECT_EQ(stats.comm_bytes, (unit_gathers + reduce_scatters) * unit_bytes + norm_bytes)
-        << "stage " << stage;
-  }
-}
-
-// Two micro-batches per step: each reduce-scatters every gradient (six unit reduce-scatters per
-// step); stage 2 still gathers each unit once per step, stage 3 gathers for each micro-batch's
-// forward and backward (the plan's (1 + m)Ψ and 3mΨ; here the units that stay gathered across a
-// forward/backward or backward/forward boundary are not gathered again).
-TEST(EngineMpi, CommunicationVolumeCountsEveryMicroBatch) {
-  if (world().size() == 1) GTEST_SKIP() << "one rank communicates nothing";
-  for (std::uint32_t stage : {2u, 3u}) {
-    ScratchDir dir;
-    Config config = make_config(dir);
-    config.zero.stage = stage;
-    config.zero.persistence_threshold = 0;
-    config.zero.prefetch_depth = 0;
-    config.zero.params = Tier::kHost;
-    config.zero.grads = Tier::kHost;
-    config.zero.optimizer = Tier::kHost;
-    const std::uint64_t unit_bytes = 2048ull * world().size() * 4;
-    const std::uint64_t scratch_bytes = unit_bytes + 2 * 2048 * 4;
-    config.tiers.device.budget_bytes = scratch_bytes + (stage == 3 ? 1 : 3) * unit_bytes;
-    auto device = host_device(config);
-    Engine engine(config, *device, world(), EngineOptions{.grad_accumulation = 2});
-    TinyMlp model(kWidths, 8, 1);
-    model.add_units(engine);
-    engine.finalize();
-    StepStats stats;
-    for (int step = 0; step < 3; ++step) {
-      model.train_step(engine);
-      model.train_step(engine);
-      stats = engine.step();
-    }
-    const std::uint64_t unit_gathers = stage == 3 ? 9 : 3;
-    const std::uint64_t reduce_scatters = 2 * 3;
-    const std::uint64_t norm_bytes = 8ull * world().size();
-    EXPECT_EQ(stats.comm_bytes, (unit_gathers + reduce_scatters) * unit_bytes + norm_bytes)
-        << "stage " << stage << ": " << stats.comm_bytes / unit_bytes << " unit transfers";
   }
 }
 
@@ -358,34 +343,15 @@ TEST(EngineMpi, CommunicationVolumeCountsEveryMicroBatch) {
 TEST(EngineMpi, SixteenBitReduceHalvesTheGradientBytes) {
   if (world().size() == 1) GTEST_SKIP() << "one rank communicates nothing";
   const auto step_bytes = [](std::optional<DType> reduce_dtype) {
-    ScratchDir dir;
-    Config config = make_config(dir);
-    config.precision.grads = DType::kBf16;
-    config.precision.reduce_dtype = reduce_dtype;
-    config.zero.persistence_threshold = 0;
-    config.zero.prefetch_depth = 0;
-    config.zero.params = Tier::kHost;
-    config.zero.grads = Tier::kHost;
-    config.zero.optimizer = Tier::kHost;
-    const std::uint64_t unit_bytes = 2048ull * world().size() * 4;
-    config.tiers.device.budget_bytes = unit_bytes + 2 * 2048 * 4 + unit_bytes;
-    auto device = host_device(config);
-    Engine engine(config, *device, world());
-    TinyMlp model(kWidths, 8, 1);
-    model.add_units(engine);
-    engine.finalize();
-    StepStats stats;
-    for (int step = 0; step < 3; ++step) {
-      model.train_step(engine);
-      stats = engine.step();
-    }
-    return stats.comm_bytes;
+    return third_step_comm_bytes(1, 1, [reduce_dtype](Config& config) {
+      config.precision.grads = DType::kBf16;
+      config.precision.reduce_dtype = reduce_dtype;
+    });
   };
   const std::uint64_t fp32 = step_bytes(DType::kFp32);
   const std::uint64_t automatic = step_bytes(std::nullopt);
-  const std::uint64_t unit_bytes = 2048ull * world().size() * 4;
   const std::uint64_t reduce_scatters = 3;
-  EXPECT_EQ(fp32 - automatic, reduce_scatters * unit_bytes / 2)
+  EXPECT_EQ(fp32 - automatic, reduce_scatters * unit_bytes() / 2)
       << "fp32 " << fp32 << " B, auto " << automatic << " B per step";
 }
 
