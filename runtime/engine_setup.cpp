@@ -100,6 +100,7 @@ EngineState::~EngineState() {
     fmt::print(stderr, "strata: the last step could not be completed: {}\n", error.what());
   }
   worker_.reset();  // finishes any speculative update before what it uses goes
+  discard_pre_reads();
   // Gathered units and reads in flight go before the store and the I/O engine.
   residency_.reset();
   for (UnitState& unit : units_) {

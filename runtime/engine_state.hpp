@@ -264,6 +264,25 @@ class EngineState final : public tiers::ResidencyClient {
                                         const cpu_adam::Hyperparams& hyper) const;
   double run_optimizer(std::span<const UnitId> units, const cpu_adam::Hyperparams& hyper,
                        const cpu_adam::GradScaling& scaling);
+  // The step's first sub-groups read before step() (#18 item 4). A step that neither speculates
+  // nor defers updates every unit itself, in unit order, after the last gradient; the master and
+  // moments its pipeline reads first do not depend on the gradients, and the pipeline buffers sit
+  // idle until then. So the backward's first reduce_grads starts those reads (everything the
+  // pipeline reads of them but the gradient) into the buffers the pipeline will use, and the
+  // step's pipeline adopts them. Anything that reads or replaces state outside the step drops
+  // them first (cancel_speculation), so the step reads what is there then.
+  struct PreRead {
+    std::size_t item;  // the pipeline item (and so buffer item % buffer_count)
+    UnitId unit;
+    std::size_t group;
+    std::vector<tiers::StoreRead> reads;
+    std::chrono::steady_clock::time_point issued;
+  };
+  void start_pre_reads();    // reduce_grads, the step's first gradient
+  void discard_pre_reads();  // waits for them (their errors dropped: the step reads again)
+  // Where `kind` of pipeline item `item` lands in the pipeline buffers (its NVMe staging).
+  std::byte* pipeline_slot(std::size_t item, Kind kind) const;
+  std::optional<std::uint32_t> pipeline_fixed_buffer(std::size_t item) const;
   // The pipeline over every sub-group of `units`; before_update (if set) sees each sub-group
   // just before its update, after_update just after it, with where its new parameters are when
   // they go to NVMe (else null).
@@ -272,7 +291,8 @@ class EngineState final : public tiers::ResidencyClient {
   double run_pipeline(std::span<const UnitId> units, const cpu_adam::GradScaling& scaling,
                       const std::function<cpu_adam::Hyperparams(UnitId)>& hyper_of,
                       const std::function<void(UnitId, std::size_t)>& before_update = {},
-                      const AfterUpdate& after_update = {});
+                      const AfterUpdate& after_update = {},
+                      std::vector<PreRead>* pre_reads = nullptr);
   void update_sub_group(UnitState& unit, std::size_t group, const cpu_adam::ParamSpans& spans,
                         std::byte* param_out, const cpu_adam::Hyperparams& hyper,
                         const cpu_adam::GradScaling& scaling);
@@ -366,6 +386,9 @@ class EngineState final : public tiers::ResidencyClient {
   std::vector<std::uint8_t> update_due_;
   std::atomic<std::uint64_t> fresh_param_bytes_ = 0;  // the worker adds to it too
   std::uint64_t nvme_written_mark_ = 0;
+  std::vector<PreRead> pre_reads_;  // owner thread only
+  bool pre_reads_tried_ = false;    // this step's backward has decided on them
+  std::uint64_t pre_read_groups_ = 0;  // adopted by the running step
 
   // Gradient reduction's (reduce_grads.cpp): the padded fp32 gradient of one unit and this rank's
   // reduced shard (device memory); NVMe write staging, two so one drains while the next fills.

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -96,6 +97,7 @@ class EngineState::OptimizerPipeline {
     buffers_ = engine.pipeline_buffers_.size();
     reads_.resize(items_.size());
     read_issued_.resize(items_.size());
+    pre_read_.resize(items_.size());
     writes_.resize(std::max<std::size_t>(buffers_, 1));
   }
   OptimizerPipeline(const OptimizerPipeline&) = delete;
@@ -122,14 +124,37 @@ class EngineState::OptimizerPipeline {
   UnitId unit_id(std::size_t i) const { return items_[i].unit; }
   std::size_t group(std::size_t i) const { return items_[i].group; }
 
+  // Takes over the reads start_pre_reads issued for the first items (the same items, in the same
+  // buffers); one that does not match (none should) is waited for and dropped. Returns how many
+  // items it adopted.
+  std::size_t adopt(std::vector<PreRead>& pre_reads) {
+    std::size_t adopted = 0;
+    for (PreRead& pre : pre_reads) {
+      const std::size_t i = pre.item;
+      if (i < items_.size() && items_[i].unit == pre.unit && items_[i].group == pre.group &&
+          !pre_read_[i]) {
+        reads_[i] = std::move(pre.reads);
+        read_issued_[i] = pre.issued;
+        pre_read_[i] = true;
+        ++adopted;
+        continue;
+      }
+      for (tiers::StoreRead& read : pre.reads) {
+        try {
+          read.wait();
+        } catch (...) {  // this pipeline reads the item itself
+        }
+      }
+    }
+    pre_reads.clear();
+    return adopted;
+  }
+
   // Where `kind` of item i lives during its update.
   std::byte* location(std::size_t i, Kind kind) const {
     GroupStaging staging;
     if (engine_.device_staging_) staging.device = engine_.device_staging_at(kind, i % 2);
-    if (buffers_ > 0) {
-      staging.nvme = engine_.pipeline_buffers_[i % buffers_].data() +
-                     engine_.plan_.pipeline_offsets[static_cast<std::size_t>(kind)];
-    }
+    if (buffers_ > 0) staging.nvme = engine_.pipeline_slot(i, kind);
     return engine_.window(unit(i), kind, group(i), staging);
   }
 
@@ -196,9 +221,10 @@ class EngineState::OptimizerPipeline {
     // The buffer's previous item must be written out before it is refilled.
     for (io::Ticket& ticket : writes_[i % buffers_]) engine_.wait_timed(ticket);
     writes_[i % buffers_].clear();
-    read_issued_[i] = std::chrono::steady_clock::now();
+    // An item read before step() lacks only its gradient, and its trace starts at the pre-read.
+    if (!pre_read_[i]) read_issued_[i] = std::chrono::steady_clock::now();
     for (Kind kind : kReadKinds) {
-      if (!on_nvme(i, kind)) continue;
+      if (!on_nvme(i, kind) || (pre_read_[i] && kind != Kind::kGrad)) continue;
       const ShardHome& home = unit(i).home(kind);
       const std::lock_guard lock(engine_.store_mutex_);
       reads_[i].push_back(engine_.store_->read(
@@ -244,10 +270,8 @@ class EngineState::OptimizerPipeline {
     return unit(i).has(kind) && unit(i).home(kind).residence() == Residence::kNvme;
   }
   std::uint64_t numel(std::size_t i) const { return unit(i).groups[group(i)].numel; }
-  // Pipeline buffer b is the engine's fixed buffer b (lend_staging_to_io), when registered.
   std::optional<std::uint32_t> fixed_buffer(std::size_t i) const {
-    if (engine_.io_engine_->options().fixed_buffers.empty()) return std::nullopt;
-    return static_cast<std::uint32_t>(i % buffers_);
+    return engine_.pipeline_fixed_buffer(i);
   }
 
   EngineState& engine_;
@@ -255,8 +279,63 @@ class EngineState::OptimizerPipeline {
   std::size_t buffers_ = 0;
   std::vector<std::vector<tiers::StoreRead>> reads_;
   std::vector<std::chrono::steady_clock::time_point> read_issued_;
+  std::vector<bool> pre_read_;  // its state reads started before step() (adopt)
   std::vector<std::vector<io::Ticket>> writes_;
 };
+
+std::byte* EngineState::pipeline_slot(std::size_t item, Kind kind) const {
+  return pipeline_buffers_[item % pipeline_buffers_.size()].data() +
+         plan_.pipeline_offsets[static_cast<std::size_t>(kind)];
+}
+
+// Pipeline buffer b is the engine's fixed buffer b (lend_staging_to_io), when registered.
+std::optional<std::uint32_t> EngineState::pipeline_fixed_buffer(std::size_t item) const {
+  if (io_engine_->options().fixed_buffers.empty()) return std::nullopt;
+  return static_cast<std::uint32_t>(item % pipeline_buffers_.size());
+}
+
+void EngineState::start_pre_reads() {
+  pre_reads_tried_ = true;
+  if (!store_ || pipeline_buffers_.empty() || defers()) return;
+  // A step that may speculate lends the pipeline buffers to the worker during the backward.
+  if (worker_ && config_.zero.overlap_optimizer && !last_step_clipped_) return;
+  // The pipeline's first reads: items 0 .. lookahead (buffer_count - 2), at least one.
+  const std::size_t buffers = pipeline_buffers_.size();
+  const std::size_t count = buffers >= 2 ? buffers - 1 : 1;
+  const auto now = std::chrono::steady_clock::now();
+  std::size_t item = 0;
+  for (UnitId id = 0; id < units_.size() && item < count; ++id) {
+    UnitState& unit = units_[id];
+    for (std::size_t g = 0; g < unit.groups.size() && item < count; ++g, ++item) {
+      PreRead pre{item, id, g, {}, now};
+      for (Kind kind : kReadKinds) {
+        if (kind == Kind::kGrad || !unit.has(kind) ||
+            unit.home(kind).residence() != Residence::kNvme) {
+          continue;
+        }
+        const ShardHome& home = unit.home(kind);
+        const std::lock_guard lock(store_mutex_);
+        pre.reads.push_back(store_->read(
+            home.extents[g], std::span(pipeline_slot(item, kind), home.bytes(unit.groups[g].numel)),
+            pipeline_fixed_buffer(item)));
+      }
+      if (!pre.reads.empty()) pre_reads_.push_back(std::move(pre));
+    }
+  }
+}
+
+void EngineState::discard_pre_reads() {
+  for (PreRead& pre : pre_reads_) {
+    for (tiers::StoreRead& read : pre.reads) {
+      try {
+        read.wait();
+      } catch (...) {  // whoever reads the state next reads it again and reports the error
+      }
+    }
+  }
+  pre_reads_.clear();
+  pre_reads_tried_ = false;  // state replaced mid-backward: the next gradient reads it afresh
+}
 
 void EngineState::optimizer_step(StepStats& stats) {
   STRATA_ASSERT(finalized_, "step before finalize");
@@ -266,6 +345,7 @@ void EngineState::optimizer_step(StepStats& stats) {
   // The updates started during the backward (speculation.cpp) end before anything is decided
   // (and before the store's counters are read: the worker moves them until then).
   const double speculated_adam_s = finish_speculation();
+  pre_reads_tried_ = false;  // the next backward decides again
   const StepMarks marks{start, io_wait_s_.load(), store_ ? store_->bytes_read() : 0,
                         store_ ? store_->bytes_written() : 0};
 
@@ -277,6 +357,7 @@ void EngineState::optimizer_step(StepStats& stats) {
   for (UnitState& unit : units_) unit.grad_calls = 0;
   last_step_clipped_ = true;  // until the step turns out unclipped (speculation.cpp)
   if (!std::isfinite(sum_of_squares)) {
+    discard_pre_reads();
     settle_speculation(nullptr, stats);  // every speculated update undone
     residency_->end_iteration();
     skip_step(stats);
@@ -317,6 +398,7 @@ void EngineState::optimizer_step(StepStats& stats) {
       residency_->end_iteration();
     }
     stats.adam_s += run_optimizer(remaining, hyper, scaling);
+    stats.pre_read_groups = std::exchange(pre_read_groups_, 0);
     update_due_.clear();
     if (!hand_over) residency_->end_iteration();
   }
@@ -379,15 +461,18 @@ double EngineState::run_optimizer(std::span<const UnitId> units,
       units, scaling, [&](UnitId unit) { return unit_step_hyper(units_[unit], hyper); }, {},
       [&](UnitId unit, std::size_t group, const std::byte* params) {
         hand_fresh_params(unit, group, params);
-      });
+      },
+      &pre_reads_);
 }
 
 double EngineState::run_pipeline(std::span<const UnitId> units,
                                  const cpu_adam::GradScaling& scaling,
                                  const std::function<cpu_adam::Hyperparams(UnitId)>& hyper_of,
                                  const std::function<void(UnitId, std::size_t)>& before_update,
-                                 const AfterUpdate& after_update) {
+                                 const AfterUpdate& after_update,
+                                 std::vector<PreRead>* pre_reads) {
   OptimizerPipeline pipeline(*this, units);
+  if (pre_reads != nullptr) pre_read_groups_ += pipeline.adopt(*pre_reads);
   const std::size_t count = pipeline.size();
   double adam_s = 0;
   std::size_t next_read = 0;

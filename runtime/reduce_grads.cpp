@@ -103,6 +103,8 @@ void EngineState::reduce_grads(UnitId id, std::span<const float> full_grads) {
         fmt::format("reduce_grads('{}') called {} times in one step; grad_accumulation is {}",
                     unit.spec.name, unit.grad_calls + 1, options_.grad_accumulation));
   }
+  // The step's first gradient: the state reads of its first sub-groups may start now.
+  if (!pre_reads_tried_) start_pre_reads();
   Tracer::Scope scope(options_.tracer, TraceTrack::kCopies, "reduce_grads " + unit.spec.name);
   const bool accumulate = unit.grad_calls > 0;
   const bool last = unit.grad_calls + 1 == options_.grad_accumulation;

@@ -240,6 +240,7 @@ std::vector<UnitId> EngineState::settle_speculation(const SpeculationCheck* chec
 
 void EngineState::cancel_speculation() {
   complete_deferred();  // the last step's updates first: what follows reads or replaces them
+  discard_pre_reads();  // the step reads again what it finds then (and the first buffer is lent)
   if (!worker_) return;
   worker_->wait_idle();
   for (UnitId id = 0; id < speculated_.size(); ++id) cancel_speculation(id);

@@ -90,7 +90,7 @@ void print_step(const Report& report, std::uint32_t ranks) {
   std::cout << fmt::format(
       "step {:4} | loss {:.4f} | lr {:.3g} | {:6.0f} tok/s | {:.2f} s: compute {:.2f}, gather "
       "wait {:.2f}, grads {:.2f}, optimizer exposed {:.2f} (io wait {:.2f}, adam {:.2f}) | nvme "
-      "r {} w {}{}{}{}{}{}\n",
+      "r {} w {}{}{}{}{}{}{}\n",
       report.step, report.loss, optimizer.lr,
       static_cast<double>(report.tokens * ranks) / report.total_s, report.total_s,
       report.compute_s, report.gather_wait_s, report.grads_s, optimizer.step_s,
@@ -111,6 +111,10 @@ void print_step(const Report& report, std::uint32_t ranks) {
           ? fmt::format(" | params handed to the next forward {}",
                         runtime::format_decimal_bytes(
                             static_cast<double>(optimizer.fresh_param_bytes)))
+          : std::string(),
+      // A step that updates everything itself: its first sub-groups' state read under the backward.
+      optimizer.pre_read_groups > 0
+          ? fmt::format(" | read during backward: {} sub-groups", optimizer.pre_read_groups)
           : std::string(),
       // [zero] defer_update: how much of it runs under the next forward.
       optimizer.deferred_groups > 0

@@ -34,7 +34,7 @@ struct TrainedRun {
   std::vector<float> losses;
   std::vector<std::vector<float>> state;  // master, exp_avg, exp_avg_sq of every unit
   std::uint64_t speculated = 0, confirmed = 0, redone = 0, skipped = 0;
-  std::uint64_t nvme_read = 0, fresh_params = 0, deferred = 0;
+  std::uint64_t nvme_read = 0, fresh_params = 0, deferred = 0, pre_read = 0;
   std::vector<std::uint64_t> reads_per_step, fresh_per_step;  // StepStats::nvme, fresh_param_bytes
 };
 
@@ -71,6 +71,7 @@ TrainedRun train(const Config& config, int steps,
     run.nvme_read += stats.nvme.read_bytes;
     run.fresh_params += stats.fresh_param_bytes;
     run.deferred += stats.deferred_groups;
+    run.pre_read += stats.pre_read_groups;
     run.reads_per_step.push_back(stats.nvme.read_bytes);
     run.fresh_per_step.push_back(stats.fresh_param_bytes);
   }
@@ -365,6 +366,116 @@ TEST(DeferredUpdate, TheEngineCommitsADeferredStepWhenItGoes) {
     EXPECT_EQ(std::memcmp(master.data(), a.state[i].data(), master.size() * sizeof(float)), 0)
         << "unit " << unit;
     i += 3;
+  }
+}
+
+// A step that updates every unit itself (overlap off, or after a clipped step) reads the master
+// and moments of its first buffer_count - 1 sub-groups during the backward (#18 item 4): the
+// pipeline's first update then waits only for its gradient. Nothing changes a bit.
+TEST(PreRead, AStepThatUpdatesEverythingItselfReadsItsFirstSubGroupsDuringTheBackward) {
+  // TinyMlp's units have 2, 3 and 1 sub-groups of 1024; buffer_count 4 pre-reads 3 of them.
+  const std::uint64_t per_step = 3;
+  ScratchDir host_dir;
+  Config host = config_for(host_dir, Tier::kHost, Tier::kHost, false);
+  const TrainedRun reference = train(host, 3);
+  EXPECT_EQ(reference.pre_read, 0u) << "no NVMe state, nothing to read";
+  for (const Tier params : {Tier::kNvme, Tier::kDevice}) {
+    ScratchDir dir;
+    Config serial = config_for(dir, params, Tier::kNvme, false);
+    ASSERT_EQ(serial.zero.buffer_count, 4u);
+    const TrainedRun run = train(serial, 3);
+    const std::string what = name_of(params, Tier::kNvme);
+    expect_bitwise(reference, run, what);
+    EXPECT_EQ(run.pre_read, 3 * per_step) << what;
+  }
+  // The overlap on and every step clipped: the first may speculate (its first gradient already
+  // clips here), the next two update everything in step() and read ahead.
+  ScratchDir clip_dir, clip_host_dir;
+  Config clipped = config_for(clip_dir, Tier::kNvme, Tier::kNvme, true);
+  Config clipped_host = config_for(clip_host_dir, Tier::kHost, Tier::kHost, false);
+  clipped.optimizer.grad_clip = clipped_host.optimizer.grad_clip = 1e-3;
+  const TrainedRun run = train(clipped, 3);
+  expect_bitwise(train(clipped_host, 3), run, "overlap on, clipped");
+  EXPECT_EQ(run.pre_read, 2 * per_step);
+  // defer_update runs no update in step(): nothing to read ahead for it.
+  ScratchDir defer_dir;
+  Config deferred = config_for(defer_dir, Tier::kNvme, Tier::kNvme, false);
+  deferred.zero.defer_update = true;
+  EXPECT_EQ(train(deferred, 3).pre_read, 0u);
+}
+
+// From the tracer: the NVMe read of the first unit's first sub-group starts before the backward
+// of the first unit (the last reduce_grads); with state read between the backward and the step
+// (master_shard, which drops the reads) the step reads it itself, and the same check fails.
+bool first_state_read_starts_during_the_backward(bool read_state_before_step) {
+  ScratchDir dir;
+  Config config = config_for(dir, Tier::kNvme, Tier::kNvme, false);
+  Tracer tracer;
+  EngineOptions options;
+  options.tracer = &tracer;
+  auto device = host_device(config);
+  comm::LocalComm comm;
+  Engine engine(config, *device, comm, options);
+  TinyMlp model(kEngineTestWidths, 16, /*data_seed=*/7);
+  model.add_units(engine);
+  engine.finalize();
+  int reduces = 0;
+  Tracer::Clock::time_point first_unit_reduce{};
+  model.train_step(engine, 1.0, nullptr, [&](std::vector<float>&) {
+    if (++reduces == static_cast<int>(kEngineTestWidths.size()) - 1) {
+      first_unit_reduce = Tracer::Clock::now();
+    }
+  });
+  if (read_state_before_step) engine.master_shard(model.units().front());
+  const StepStats stats = engine.step();
+  EXPECT_EQ(stats.pre_read_groups, read_state_before_step ? 0u : 3u);
+  for (const Tracer::Event& event : tracer.events()) {
+    if (event.track == TraceTrack::kIo && event.name == "NVMe read layer0 [0]") {
+      return event.start < first_unit_reduce;
+    }
+  }
+  ADD_FAILURE() << "no trace of the first sub-group's read";
+  return false;
+}
+
+TEST(PreRead, TheFirstStateReadStartsBeforeTheBackwardOfTheFirstUnit) {
+  EXPECT_TRUE(first_state_read_starts_during_the_backward(false));
+  EXPECT_FALSE(first_state_read_starts_during_the_backward(true));
+}
+
+// State replaced between a backward and the step (here a checkpoint loaded, then a new backward)
+// drops what was read ahead: the step updates the loaded state, bitwise as a host run does.
+TEST(PreRead, StateReplacedAfterTheReadsStartIsWhatTheStepUpdates) {
+  const auto run = [](Tier tier) {
+    ScratchDir dir, checkpoint;
+    Config config = config_for(dir, tier, tier, false);
+    auto device = host_device(config);
+    comm::LocalComm comm;
+    Engine engine(config, *device, comm);
+    TinyMlp model(kEngineTestWidths, 16, /*data_seed=*/7);
+    model.add_units(engine);
+    engine.finalize();
+    model.train_step(engine, 1.0);
+    engine.step();
+    engine.save(checkpoint.path() / "step1");
+    model.train_step(engine, 1.0);
+    engine.step();
+    model.train_step(engine, 1.0);  // its reads of step 2's state start here
+    engine.load(checkpoint.path() / "step1");
+    model.train_step(engine, 1.0);
+    const StepStats stats = engine.step();
+    std::vector<std::vector<float>> masters;
+    for (UnitId unit : model.units()) masters.push_back(engine.master_shard(unit));
+    return std::pair(masters, stats.pre_read_groups);
+  };
+  const auto [host, host_pre_read] = run(Tier::kHost);
+  const auto [nvme, nvme_pre_read] = run(Tier::kNvme);
+  EXPECT_EQ(nvme_pre_read, 3u) << "the second backward reads the loaded state ahead";
+  ASSERT_EQ(host.size(), nvme.size());
+  for (std::size_t u = 0; u < host.size(); ++u) {
+    ASSERT_EQ(host[u].size(), nvme[u].size());
+    EXPECT_EQ(std::memcmp(host[u].data(), nvme[u].data(), host[u].size() * sizeof(float)), 0)
+        << "unit " << u;
   }
 }
 
