@@ -121,6 +121,10 @@ struct StepStats {
   // and moments were read from NVMe during the backward, before step() was called (the pipeline's
   // first buffer_count - 1), so its first update waits only for the gradient.
   std::uint64_t pre_read_groups = 0;
+  // The staged device path (a CUDA device) with one rank: gathers since the previous step whose
+  // h2d copy and cast were queued on the device streams before the unit was used (a prefetch),
+  // so they ran under the compute of the units before it.
+  std::uint64_t gathers_queued_ahead = 0;
 };
 
 // The full tensors of one unit, gathered for compute. Views are fp32 in device memory (host memory

@@ -110,6 +110,7 @@ EngineState::~EngineState() {
       } catch (...) {  // a failed prefetch nobody used
       }
     }
+    if (unit.gathered.queued) unit.gathered.ready->wait();  // its copy and cast read the buffers
   }
   for (auto& writes : grad_buffer_writes_) {
     for (io::Ticket& ticket : writes) ticket.wait();

@@ -75,6 +75,13 @@ struct GatheredCopy {
   // once none is due.
   std::size_t fresh_groups_due = 0;
   std::byte* fresh_dest = nullptr;
+  // The staged path with one rank (gather.cpp, queue_gather): the h2d copy and the cast are
+  // queued on the device streams as soon as the shard is in memory, ahead of use; `copied` and
+  // `ready` order them (created at the unit's first load, reused), and wait_load waits for
+  // `ready`. `queued`: that work is on the streams and nobody has waited for it yet.
+  std::optional<tiers::Event> copied;
+  std::optional<tiers::Event> ready;
+  bool queued = false;
 
   std::byte* param_staging() const {
     return param_lease ? param_lease.data() : param_buffer.data();
@@ -240,6 +247,12 @@ class EngineState final : public tiers::ResidencyClient {
   // Where this rank's parameter shard lands for a gather (in place, or the pinned staging).
   std::byte* own_shard_destination(UnitState& unit);
   void read_param_shard(UnitState& unit, std::byte* shard);
+  // The staged path with one rank: a gather needs no collective, so its h2d copy and cast can go
+  // on the device streams ahead of use (start_load, or load_complete once the reads landed).
+  bool gathers_ahead() const { return !device_addressable_ && ranks_ == 1; }
+  bool may_queue_gather(UnitId unit) const;
+  void queue_gather(UnitState& unit);
+  void wait_queued_gather(UnitState& unit);
   // The step just updated `group` of `unit` (its new parameters at `params`): a load waiting for
   // them takes them (optimizer_step.cpp).
   void hand_fresh_params(UnitId unit, std::size_t group, const std::byte* params);
@@ -389,6 +402,8 @@ class EngineState final : public tiers::ResidencyClient {
   std::vector<PreRead> pre_reads_;  // owner thread only
   bool pre_reads_tried_ = false;    // this step's backward has decided on them
   std::uint64_t pre_read_groups_ = 0;  // adopted by the running step
+  std::uint64_t gathers_queued_ahead_ = 0;  // since the last step (gather.cpp)
+  std::optional<UnitId> acquiring_;  // the unit gather() is acquiring (gather.cpp)
 
   // Gradient reduction's (reduce_grads.cpp): the padded fp32 gradient of one unit and this rank's
   // reduced shard (device memory); NVMe write staging, two so one drains while the next fills.

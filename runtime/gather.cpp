@@ -18,7 +18,14 @@ namespace strata::runtime::detail {
 const float* EngineState::gather(UnitId id) {
   STRATA_ASSERT(finalized_, "gather before finalize");
   unit(id);  // throws std::out_of_range naming an unknown id
-  residency_->acquire(id);
+  acquiring_ = id;  // a load start_load begins for another unit now is a prefetch
+  try {
+    residency_->acquire(id);
+  } catch (...) {
+    acquiring_.reset();
+    throw;
+  }
+  acquiring_.reset();
   GatheredCopy& gathered = units_[id].gathered;
   ++gathered.live_handles;
   return reinterpret_cast<const float*>(gathered.full32.data());
@@ -45,7 +52,11 @@ void EngineState::start_load(tiers::UnitId id) {
   }
   const bool deferred = deferred_pending(id);
   if (unit.home(Kind::kParam).residence() != Residence::kNvme) {
-    if (deferred) start_deferred(id);  // updates the home in place; wait_load waits for it
+    if (deferred) {
+      start_deferred(id);  // updates the home in place; wait_load waits for it
+    } else if (may_queue_gather(id)) {
+      queue_gather(unit);  // the shard is in memory and final: its copy and cast go on now
+    }
     return;
   }
   std::byte* shard = own_shard_destination(unit);
@@ -103,10 +114,14 @@ void EngineState::hand_fresh_params(UnitId id, std::size_t group, const std::byt
 }
 
 bool EngineState::load_complete(tiers::UnitId id) {
-  if (deferred_pending(id) || units_[id].gathered.fresh_groups_due > 0) return false;
-  for (const tiers::StoreRead& read : units_[id].gathered.reads) {
+  UnitState& unit = units_[id];
+  if (deferred_pending(id) || unit.gathered.fresh_groups_due > 0) return false;
+  for (const tiers::StoreRead& read : unit.gathered.reads) {
     if (!read.poll()) return false;
   }
+  // Its NVMe reads (or the step's hand-over) are in: the copy and cast can go on the streams.
+  // (A read that fails its checksum is still reported by wait_load before the unit is used.)
+  if (may_queue_gather(id)) queue_gather(unit);
   return true;
 }
 
@@ -123,7 +138,12 @@ void EngineState::wait_load(tiers::UnitId id) {
   unit.gathered.reads.clear();
   {
     Tracer::Scope scope(options_.tracer, TraceTrack::kCopies, "gather " + unit.spec.name);
-    finish_gather(unit);
+    if (gathers_ahead()) {
+      if (!unit.gathered.queued) queue_gather(unit);
+      wait_queued_gather(unit);
+    } else {
+      finish_gather(unit);
+    }
   }
   commit_if_deferred_done();
 }
@@ -148,6 +168,7 @@ void EngineState::evict(tiers::UnitId id) {
     }
   }
   gathered.reads.clear();
+  if (gathered.queued) wait_queued_gather(units_[id]);  // the streams still read and write it
   gathered.fresh_groups_due = 0;
   gathered.fresh_dest = nullptr;
   gathered.release_param_staging();
@@ -242,6 +263,58 @@ void EngineState::finish_gather_staged(UnitState& unit) {
   lane.compute.record(lane.compute_done);
   lane.compute_done.wait();
   copy.release_param_staging();  // the h2d copy that read it is done (compute waited for it)
+}
+
+// Not when a step running now has yet to update the unit's home (a prefetch of the next
+// iteration under the step's updates, [zero] overlap_optimizer): wait_load queues it then.
+bool EngineState::may_queue_gather(UnitId id) const {
+  return gathers_ahead() && !units_[id].gathered.queued &&
+         !(id < update_due_.size() && update_due_[id] != 0);
+}
+
+// The staged path with one rank, queued ahead of use: the own shard (the whole unit) to the
+// device (h2d from pinned memory, or a device copy from a device home), then the cast on the
+// compute stream, each unit with its own events so several can be in flight; nothing waits here.
+void EngineState::queue_gather(UnitState& unit) {
+  STRATA_ASSERT(gathers_ahead() && !unit.gathered.queued, "gather queued twice");
+  const ShardHome& param = unit.home(Kind::kParam);
+  const UnitLayout& layout = unit.layout;
+  GatheredCopy& copy = unit.gathered;
+  if (!copy.copied) copy.copied.emplace(device_->create_event());
+  if (!copy.ready) copy.ready.emplace(device_->create_event());
+  const DType param_dtype = this->param_dtype();
+  const std::uint64_t shard_bytes = layout.shard_numel * param.element_bytes();
+  tiers::DeviceBuffer& full = param_dtype == DType::kFp32 ? copy.full32 : copy.full16;
+  DeviceLanes& lane = *lanes_;
+  const tiers::DeviceSpan own = full.span(0, shard_bytes);  // one rank: the shard is the unit
+  if (param.residence() == Residence::kAddressable) {
+    lane.h2d.copy_to_device(own, param.memory);
+  } else if (param.residence() == Residence::kNvme) {
+    lane.h2d.copy_to_device(own, copy.param_staging());
+  } else {
+    lane.h2d.copy_on_device(own, param.device_span(0, layout.shard_numel));
+  }
+  lane.h2d.record(*copy.copied);
+  lane.compute.wait(*copy.copied);
+  if (param_dtype != DType::kFp32) {
+    lane.compute.cast(copy.full32.span(0, layout.padded_numel * 4), DType::kFp32,
+                      copy.full16.span(0, layout.padded_numel * param.element_bytes()),
+                      param_dtype);
+  }
+  lane.compute.record(*copy.ready);
+  copy.queued = true;
+  if (acquiring_ != unit_index(unit)) ++gathers_queued_ahead_;
+  if (options_.tracer != nullptr) {
+    const auto now = Tracer::Clock::now();
+    options_.tracer->record(TraceTrack::kCopies, "queue gather " + unit.spec.name, now, now);
+  }
+}
+
+void EngineState::wait_queued_gather(UnitState& unit) {
+  GatheredCopy& copy = unit.gathered;
+  copy.ready->wait();  // after the cast, which waited for the copy: both are done
+  copy.queued = false;
+  copy.release_param_staging();
 }
 
 std::vector<float> EngineState::gather_master(UnitId id) {

@@ -573,6 +573,54 @@ TEST_P(EngineAccess, SteadyStateStepsMakeNoBackendAllocation) {
   }
 }
 
+// The staged path (a CUDA device's) with one rank: a prefetched unit's h2d copy and cast are
+// queued on the device streams when its shard is in memory (at once from a device or host home,
+// once its NVMe reads land), so they run under the compute of the units before it; the direct
+// path has nothing to queue, and without prefetching every gather is queued when it is needed.
+// Either way the parameters are bitwise the direct path's.
+TEST_P(EngineAccess, PrefetchedGathersAreQueuedOnTheStreamsAheadOfUse) {
+  const Access access = GetParam();
+  for (Tier params : {Tier::kDevice, Tier::kHost, Tier::kNvme}) {
+    for (std::uint32_t prefetch_depth : {0u, 2u}) {
+      SCOPED_TRACE(fmt::format("params on {}, prefetch_depth {}, {} path", to_string(params),
+                               prefetch_depth, access_name(access)));
+      const auto run = [&](Access path) {
+        ScratchDir dir;
+        Config config = base_config(dir);
+        config.zero.params = params;
+        config.zero.persistence_threshold = 0;  // every unit is gathered and evicted every step
+        config.zero.prefetch_depth = prefetch_depth;
+        auto device = host_device(config);
+        comm::LocalComm comm;
+        Engine engine(config, *device, comm, with_access(path));
+        TinyMlp model(kEngineTestWidths, 16, 7);
+        model.add_units(engine);
+        engine.finalize();
+        std::uint64_t ahead = 0;
+        for (int step = 0; step < 3; ++step) {
+          model.train_step(engine);
+          ahead += engine.step().gathers_queued_ahead;
+        }
+        std::vector<std::vector<float>> masters;
+        for (UnitId unit : model.units()) masters.push_back(engine.master_shard(unit));
+        return std::pair(ahead, masters);
+      };
+      const auto [ahead, masters] = run(access);
+      if (access == Access::kStaged && prefetch_depth > 0) {
+        EXPECT_GT(ahead, 0u);
+      } else {
+        EXPECT_EQ(ahead, 0u);
+      }
+      const auto direct = run(Access::kAuto).second;
+      ASSERT_EQ(masters.size(), direct.size());
+      for (std::size_t u = 0; u < masters.size(); ++u) {
+        EXPECT_EQ(std::memcmp(masters[u].data(), direct[u].data(), masters[u].size() * 4), 0)
+            << "unit " << u << " differs from the direct path";
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, EngineAccess, ::testing::Values(Access::kAuto, Access::kStaged),
                          [](const auto& param_info) { return access_name(param_info.param); });
 
