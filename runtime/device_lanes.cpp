@@ -9,7 +9,8 @@
 // buffers (d2h, the collective on the host, h2d).
 //
 // Everything here returns once its results are in place (gathered unit complete, gradient in its
-// home), so the caller never sees stream work in flight. The optimizer step is the exception: it
+// home), so the caller never sees stream work in flight. Two exceptions: a prefetched unit's
+// gather, queued ahead of use with one rank (gather.cpp, queue_gather), and the optimizer step: it
 // stages sub-groups of device-homed state in and out of two pinned slots while Adam runs, ordered
 // by one event per slot and direction, and drains them at its end (finish_staging).
 #include <cstring>

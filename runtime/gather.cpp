@@ -2,6 +2,8 @@
 // which units are resident and what to prefetch; this is its client: start_load allocates the
 // unit's device buffers and starts the NVMe reads of this rank's parameter shard, wait_load
 // finishes the gather (own shard in place, all-gather over the ranks, cast to fp32), evict frees.
+// On the staged path with one rank the copy and cast are queued on the device streams as soon as
+// the shard is in memory (queue_gather), and wait_load waits for them.
 // A GatheredUnit handle counts as a use (live_handles); step() refuses to run while one is alive.
 #include <cstring>
 #include <stdexcept>
