@@ -211,10 +211,12 @@ void EngineState::finish_gather_in_place(UnitState& unit) {
   }
 }
 
-// Staged: the own shard comes from pinned host memory (host home, or the NVMe reads' staging) or
-// from device memory (device home); the collective runs on device memory (NcclComm) or on pinned
-// host buffers; the cast to fp32 is a kernel on the compute stream.
+// Staged, several ranks (one rank queues its gathers ahead: queue_gather): the own shard comes
+// from pinned host memory (host home, or the NVMe reads' staging) or from device memory (device
+// home); the collective runs on device memory (NcclComm) or on pinned host buffers; the cast to
+// fp32 is a kernel on the compute stream.
 void EngineState::finish_gather_staged(UnitState& unit) {
+  STRATA_ASSERT(ranks_ > 1, "one rank's staged gathers go through queue_gather");
   const ShardHome& param = unit.home(Kind::kParam);
   const UnitLayout& layout = unit.layout;
   GatheredCopy& copy = unit.gathered;
@@ -247,14 +249,13 @@ void EngineState::finish_gather_staged(UnitState& unit) {
     } else {
       lane.h2d.copy_on_device(own, param.device_span(0, layout.shard_numel));
     }
-    if (ranks_ > 1) {  // NcclComm: in device memory, on the communicator's stream
-      lane.h2d.copy_on_device(gather_send_scratch_.span(0, shard_bytes), own);
-      lane.h2d.record(lane.h2d_done);
-      lane.h2d_done.wait();
-      comm_->all_gather(comm::ConstBuffer{gather_send_scratch_.data(), layout.shard_numel, wire},
-                        comm::MutableBuffer{full.data(), layout.padded_numel, wire});
-      comm_->synchronize();
-    }
+    // NcclComm: in device memory, on the communicator's stream.
+    lane.h2d.copy_on_device(gather_send_scratch_.span(0, shard_bytes), own);
+    lane.h2d.record(lane.h2d_done);
+    lane.h2d_done.wait();
+    comm_->all_gather(comm::ConstBuffer{gather_send_scratch_.data(), layout.shard_numel, wire},
+                      comm::MutableBuffer{full.data(), layout.padded_numel, wire});
+    comm_->synchronize();
   }
   lane.h2d.record(lane.h2d_done);
   lane.compute.wait(lane.h2d_done);

@@ -110,7 +110,7 @@ print(f"\nfio mean: read {read_rate / 1e6:.0f} MB/s, write {write_rate / 1e6:.0f
 print("| step | t_step | NVMe read + written | bound at fio's mean | t_step / bound | t_step / bound at fio's best |")
 print("|---:|---:|---:|---:|---:|---:|")
 worst = 0.0
-for step, t, r, w in rows[1:]:  # the first step also lays out the store's second slot
+for step, t, r, w in rows[1:]:  # the first step reads more (its warm-up); the steady ones count
     bound = r / read_rate + w / write_rate
     strict = r / best_read + w / best_write
     worst = max(worst, t / bound)

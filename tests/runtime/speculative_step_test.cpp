@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +39,19 @@ struct TrainedRun {
   std::vector<std::uint64_t> reads_per_step, fresh_per_step;  // StepStats::nvme, fresh_param_bytes
 };
 
+// An Engine over TinyMlp on the host device, finalized: what every test here trains.
+struct TinyEngine {
+  explicit TinyEngine(const Config& config, const EngineOptions& options = {})
+      : device(host_device(config)), engine(config, *device, comm, options) {
+    model.add_units(engine);
+    engine.finalize();
+  }
+  std::unique_ptr<tiers::Device> device;
+  comm::LocalComm comm;
+  Engine engine;
+  TinyMlp model{kEngineTestWidths, 16, /*data_seed=*/7};
+};
+
 Config config_for(const ScratchDir& dir, Tier params, Tier optimizer, bool overlap) {
   Config config = testing::engine_test_config(dir.path().string());
   config.zero.params = params;
@@ -51,12 +65,9 @@ Config config_for(const ScratchDir& dir, Tier params, Tier optimizer, bool overl
 // Trains `steps` steps; `before_reduce` may change each gradient (e.g. make one overflow).
 TrainedRun train(const Config& config, int steps,
           const std::function<void(int step, std::vector<float>&)>& before_reduce = {}) {
-  auto device = host_device(config);
-  comm::LocalComm comm;
-  Engine engine(config, *device, comm);
-  TinyMlp model(kEngineTestWidths, 16, /*data_seed=*/7);
-  model.add_units(engine);
-  engine.finalize();
+  TinyEngine tiny(config);
+  Engine& engine = tiny.engine;
+  TinyMlp& model = tiny.model;
   TrainedRun run;
   for (int step = 0; step < steps; ++step) {
     const auto hook = [&](std::vector<float>& grads) {
@@ -126,12 +137,9 @@ TEST(SpeculativeStep, ConfirmedUpdatesAreBitwiseTheSerialStep) {
 double clip_between_last_unit_and_total(Config config) {
   ScratchDir dir;
   config.tiers.nvme.paths = {dir.path().string()};
-  auto device = host_device(config);
-  comm::LocalComm comm;
-  Engine engine(config, *device, comm);
-  TinyMlp model(kEngineTestWidths, 16, /*data_seed=*/7);
-  model.add_units(engine);
-  engine.finalize();
+  TinyEngine tiny(config);
+  Engine& engine = tiny.engine;
+  TinyMlp& model = tiny.model;
   std::vector<std::vector<float>> grads;
   model.train_step(engine, 1.0, &grads);
   const auto squares = [](const std::vector<float>& values) {
@@ -239,12 +247,9 @@ bool last_units_update_runs_during_the_backward(Tier params, Tier optimizer, boo
   Tracer tracer;
   EngineOptions options;
   options.tracer = &tracer;
-  auto device = host_device(config);
-  comm::LocalComm comm;
-  Engine engine(config, *device, comm, options);
-  TinyMlp model(kEngineTestWidths, 16, /*data_seed=*/7);
-  model.add_units(engine);
-  engine.finalize();
+  TinyEngine tiny(config, options);
+  Engine& engine = tiny.engine;
+  TinyMlp& model = tiny.model;
   const std::string last = "adam layer" + std::to_string(kEngineTestWidths.size() - 2) + " ";
   int reduces = 0;
   bool seen = false;
@@ -338,24 +343,18 @@ TEST(DeferredUpdate, TheEngineCommitsADeferredStepWhenItGoes) {
   deferred.zero.defer_update = true;
   const TrainedRun a = train(serial, 3);
   {
-    auto device = host_device(deferred);
-    comm::LocalComm comm;
-    Engine engine(deferred, *device, comm);
-    TinyMlp model(kEngineTestWidths, 16, /*data_seed=*/7);
-    model.add_units(engine);
-    engine.finalize();
+    TinyEngine tiny(deferred);
+    Engine& engine = tiny.engine;
+    TinyMlp& model = tiny.model;
     for (int step = 0; step < 2; ++step) {
       model.train_step(engine, 1.0);
       EXPECT_GT(engine.step().deferred_groups, 0u);
     }
   }  // step 2's updates are still due here
   deferred.tiers.nvme.on_existing = OnExistingStore::kResume;
-  auto device = host_device(deferred);
-  comm::LocalComm comm;
-  Engine engine(deferred, *device, comm);
-  TinyMlp model(kEngineTestWidths, 16, /*data_seed=*/7);
-  model.add_units(engine);
-  engine.finalize();
+  TinyEngine tiny(deferred);
+  Engine& engine = tiny.engine;
+  TinyMlp& model = tiny.model;
   ASSERT_EQ(engine.step_count(), 2u);
   model.train_step(engine, 1.0);  // the data of step 3 (TinyMlp draws batches from the step)
   engine.step();
@@ -413,12 +412,9 @@ bool first_state_read_starts_during_the_backward(bool read_state_before_step) {
   Tracer tracer;
   EngineOptions options;
   options.tracer = &tracer;
-  auto device = host_device(config);
-  comm::LocalComm comm;
-  Engine engine(config, *device, comm, options);
-  TinyMlp model(kEngineTestWidths, 16, /*data_seed=*/7);
-  model.add_units(engine);
-  engine.finalize();
+  TinyEngine tiny(config, options);
+  Engine& engine = tiny.engine;
+  TinyMlp& model = tiny.model;
   int reduces = 0;
   Tracer::Clock::time_point first_unit_reduce{};
   model.train_step(engine, 1.0, nullptr, [&](std::vector<float>&) {
@@ -449,12 +445,9 @@ TEST(PreRead, StateReplacedAfterTheReadsStartIsWhatTheStepUpdates) {
   const auto run = [](Tier tier) {
     ScratchDir dir, checkpoint;
     Config config = config_for(dir, tier, tier, false);
-    auto device = host_device(config);
-    comm::LocalComm comm;
-    Engine engine(config, *device, comm);
-    TinyMlp model(kEngineTestWidths, 16, /*data_seed=*/7);
-    model.add_units(engine);
-    engine.finalize();
+    TinyEngine tiny(config);
+    Engine& engine = tiny.engine;
+    TinyMlp& model = tiny.model;
     model.train_step(engine, 1.0);
     engine.step();
     engine.save(checkpoint.path() / "step1");
