@@ -23,7 +23,8 @@ struct Timings {
 double median(std::vector<double> values);
 
 // One Engine over `params` parameters in units of `unit_params`; `steps` steps of each kind,
-// alternating, so both see the same files and the same machine noise.
+// alternating, so both see the same files and the same machine noise. [zero] overlap_optimizer
+// and defer_update are turned off: the step runs every update itself, inside the time measured.
 Timings run_steps(const runtime::Config& config, tiers::Device& device,
                   runtime::comm::Communicator& comm, std::uint64_t params,
                   std::uint64_t unit_params, std::uint32_t steps,

@@ -1,7 +1,6 @@
 #include "runtime/cli/tune_calibrate.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <exception>
 
 #include <fmt/format.h>
@@ -54,16 +53,27 @@ double calibrate_sub_group_overhead(const runtime::Config& given,
   config.zero.params_host_fraction = config.zero.grads_host_fraction = 0;
   config.zero.optimizer_host_fraction = 0;
   config.zero.buffer_count = std::max<std::uint32_t>(config.zero.buffer_count, 3);
+  // Three rounds, the two sizes alternately (round_order), each size's median: one pair of samples
+  // swung the per-sub-group figure by 2x between runs on the development VM.
+  constexpr std::uint32_t kRounds = 3;
   Sample few, many;
+  std::vector<double> few_s, many_s;
   try {
-    few = sample(config, kFewGroups, profile);
-    many = sample(config, kManyGroups, profile);
+    for (std::uint32_t round = 0; round < kRounds; ++round) {
+      for (std::size_t which : runtime::tune::round_order(2, round)) {
+        Sample& taken = which == 0 ? few : many;
+        taken = sample(config, which == 0 ? kFewGroups : kManyGroups, profile);
+        (which == 0 ? few_s : many_s).push_back(taken.measured_s);
+      }
+    }
   } catch (const std::exception& error) {
     // A drive too small or too full for 4 Mi parameters' state: the model goes without the term.
     remove_scratch_stores(config);
     log << "calibration: skipped (" << error.what() << "): no per-sub-group cost in the model\n";
     return 0;
   }
+  few.measured_s = median(few_s);
+  many.measured_s = median(many_s);
   remove_scratch_stores(config);
   // What the model misses at each size; the part that grows with the sub-groups is theirs.
   const double residual_few = few.measured_s - few.predicted_s;
@@ -73,9 +83,10 @@ double calibrate_sub_group_overhead(const runtime::Config& given,
                         static_cast<double>(many.sub_groups - few.sub_groups));
   log << fmt::format(
       "calibration: optimizer step over {} parameters in {} sub-groups {:.3f} s (predicted "
-      "{:.3f} s), in {} sub-groups {:.3f} s (predicted {:.3f} s): {:.2f} ms per sub-group\n",
+      "{:.3f} s), in {} sub-groups {:.3f} s (predicted {:.3f} s), medians of {} rounds: {:.2f} ms "
+      "per sub-group\n",
       kParams, few.sub_groups, few.measured_s, few.predicted_s, many.sub_groups,
-      many.measured_s, many.predicted_s, per_group * 1e3);
+      many.measured_s, many.predicted_s, kRounds, per_group * 1e3);
   profile.sub_group_overhead_s = per_group;
   return per_group;
 }
@@ -135,30 +146,17 @@ void choose_io_point_on_engine(const runtime::Config& chosen,
   for (std::size_t k = 1; k < points.size(); ++k) {
     if (figures[k].median_s < figures[fastest].median_s) fastest = k;
   }
-  // The fastest point's mixed rate as the Engine's step sees it: the rate at which the model
-  // predicts the step just measured (bisection: the predicted step falls as the rate rises),
-  // kept within 1/8..8x of the probe's figure.
-  runtime::tune::IoPoint& chosen_point = profile.io[points[fastest]];
-  const double probe_rate = chosen_point.mixed_mb_per_s;
+  // The probe's mixed rates as the Engine's step sees them: the scale at which the model predicts
+  // the step just measured at the fastest point (fit_engine_io_scale).
+  profile.engine_io_point = points[fastest];
+  const runtime::tune::IoPoint& chosen_point = profile.io[points[fastest]];
   config.tiers.nvme.block_size = chosen_point.block_bytes;
   config.tiers.nvme.queue_depth = chosen_point.queue_depth;
   config.tiers.nvme.rings = chosen_point.rings;
   const runtime::PlanInputs sample(params, 1, unit_sizes(params, unit_params));
-  const double measured_s = figures[fastest].median_s;
-  const auto predicted_at = [&](double rate) {
-    runtime::tune::MachineProfile p = profile;
-    p.io[points[fastest]].mixed_mb_per_s = rate;
-    p.engine_io_point = points[fastest];
-    return runtime::tune::predict_step(config, sample, p).optimizer_s;
-  };
-  double low = probe_rate / 8;
-  double high = probe_rate * 8;
-  for (int i = 0; i < 50; ++i) {
-    const double mid = std::sqrt(low * high);
-    (predicted_at(mid) > measured_s ? low : high) = mid;
-  }
-  chosen_point.mixed_mb_per_s = std::sqrt(low * high);
-  chosen_point.engine_calibrated = true;
+  const runtime::tune::EngineIoFit fit = runtime::tune::fit_engine_io_scale(
+      config, sample, profile, figures[fastest].median_s);
+  profile.engine_io_scale = fit.scale;
   for (std::size_t k = 0; k < points.size(); ++k) {
     const runtime::tune::IoPoint& point = profile.io[points[k]];
     log << fmt::format(
@@ -166,12 +164,15 @@ void choose_io_point_on_engine(const runtime::Config& chosen,
         "(median of {} rounds, {:.3f}..{:.3f}){}\n",
         point.block_bytes, point.queue_depth, point.rings, params, figures[k].median_s, kRounds,
         figures[k].min_s, figures[k].max_s,
-        k == fastest ? fmt::format(": the fastest; its mixed rate as the Engine sees it {:.0f} "
-                                   "MB/s (the probe's {:.0f})",
-                                   point.mixed_mb_per_s, probe_rate)
-                     : std::string());
+        k == fastest
+            ? fmt::format(": the fastest; the Engine's step moves its bytes at {:.2f}x the probe's "
+                          "mixed rates{}",
+                          fit.scale,
+                          !fit.at_bound     ? ""
+                          : fit.scale < 1 ? " (a bound: the step is slower than even that explains)"
+                                          : " (a bound: the other lanes alone predict a longer step)")
+            : std::string());
   }
-  profile.engine_io_point = points[fastest];
 }
 
 }  // namespace strata::cli

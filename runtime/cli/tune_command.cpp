@@ -73,10 +73,14 @@ void print_profile(const MachineProfile& profile) {
                              "flush MB/s", "runs");
     for (const runtime::tune::IoPoint& p : profile.io) {
       std::cout << fmt::format(
-          "  {:>9} {:>6} {:>6} {:>11.0f} {:>11.0f} {:>11.0f} {:>11.0f} {:>5}{}\n",
+          "  {:>9} {:>6} {:>6} {:>11.0f} {:>11.0f} {:>11.0f} {:>11.0f} {:>5}\n",
           runtime::format_binary_bytes(p.block_bytes), p.queue_depth, p.rings, p.read_mb_per_s,
-          p.write_mb_per_s, p.mixed_mb_per_s, p.flush_mb_per_s, p.runs,
-          p.engine_calibrated ? "  (mixed: as the Engine's step sees it)" : "");
+          p.write_mb_per_s, p.mixed_mb_per_s, p.flush_mb_per_s, p.runs);
+    }
+    if (profile.engine_io_scale != 1) {
+      std::cout << fmt::format(
+          "  mixed rates as the Engine's optimizer step sees them: {:.2f}x the probe's\n",
+          profile.engine_io_scale);
     }
     std::cout << fmt::format("  flush (median of the points): {:.0f} MB/s\n",
                              runtime::tune::flush_mb_per_s(profile));

@@ -138,7 +138,8 @@ void predict_optimizer(const Config& config, const MachineProfile& profile, cons
     bytes += plan.traffic(StateKind::kOptimizer).read_bytes + plan.traffic(StateKind::kOptimizer).write_bytes;
     bytes += plan.traffic(StateKind::kGrads).read_bytes;
     bytes += row(plan, StateKind::kParams).home == Tier::kNvme ? row(plan, StateKind::kParams).bytes_per_rank : 0;
-    out.nvme_optimizer_s = seconds_for(bytes, io->mixed_mb_per_s * out.io_fill);
+    out.nvme_optimizer_s =
+        seconds_for(bytes, io->mixed_mb_per_s * out.io_fill * profile.engine_io_scale);
     out.checksum_s = checksum_seconds(bytes, profile);
     const double flush = flush_mb_per_s(profile);
     if (config.tiers.nvme.fsync && flush > 0) {
@@ -247,6 +248,26 @@ StepPrediction predict_step(const Config& config, const PlanInputs& inputs,
   predict_optimizer(config, profile, io, out);
   out.step_s = out.forward_backward_s + out.optimizer_s;
   return out;
+}
+
+EngineIoFit fit_engine_io_scale(const Config& config, const PlanInputs& inputs,
+                                MachineProfile profile, double optimizer_s) {
+  constexpr double kLowest = 1.0 / 8;
+  constexpr double kHighest = 8;
+  const auto predicted_at = [&](double scale) {
+    profile.engine_io_scale = scale;
+    return predict_step(config, inputs, profile).optimizer_s;
+  };
+  // The prediction falls as the scale rises, until another lane (checksums, Adam) is the longer.
+  if (predicted_at(kLowest) <= optimizer_s) return {kLowest, true};
+  if (predicted_at(kHighest) >= optimizer_s) return {kHighest, true};
+  double low = kLowest;
+  double high = kHighest;
+  for (int i = 0; i < 60; ++i) {
+    const double mid = std::sqrt(low * high);
+    (predicted_at(mid) > optimizer_s ? low : high) = mid;
+  }
+  return {std::sqrt(low * high), false};
 }
 
 }  // namespace strata::runtime::tune

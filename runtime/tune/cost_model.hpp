@@ -9,7 +9,8 @@
 //                                                 (buffer_count 2: t_io + t_adam, no read ahead)
 //   step               = forward + backward + optimizer
 //
-// t_io moves the optimizer phase's NVMe bytes at the mixed (read + write) bandwidth, slowed when
+// t_io moves the optimizer phase's NVMe bytes at the mixed (read + write) bandwidth (times the
+// profile's engine_io_scale, calibrated on the Engine's own step), slowed when
 // the sub-groups in flight (buffer_count - 1 of them) hold fewer bytes than the engine's queues
 // (block x depth x rings): then the rate measured at the depth those bytes amount to applies. The
 // store's checksum thread hashes every byte read and written alongside: a lane of its own, so an
@@ -71,5 +72,18 @@ double adam_params_per_s(const MachineProfile& profile, std::uint32_t threads,
 
 StepPrediction predict_step(const Config& config, const PlanInputs& inputs,
                             const MachineProfile& profile);
+
+// The MachineProfile::engine_io_scale at which predict_step gives `config` over `inputs` an
+// optimizer phase of `optimizer_s` (bisection in log space over [1/8, 8]), every other figure of
+// `profile` as it is. The scale multiplies every rate the optimizer's NVMe term uses, the one
+// interpolated at a shallow in-flight depth included. at_bound: no scale in that range predicts
+// `optimizer_s` (the other terms alone exceed it, or even 1/8 of the rates predicts less); the
+// bound returned is the nearest.
+struct EngineIoFit {
+  double scale = 1;
+  bool at_bound = false;
+};
+EngineIoFit fit_engine_io_scale(const Config& config, const PlanInputs& inputs,
+                                MachineProfile profile, double optimizer_s);
 
 }  // namespace strata::runtime::tune

@@ -25,9 +25,6 @@ struct IoPoint {
   // Times measured: 1, the grid; 2, confirmed (confirm_io_point), the rates then the second
   // measurement's alone.
   std::uint32_t runs = 1;
-  // mixed_mb_per_s is the rate at which the cost model predicts the Engine's own step timed at
-  // this point (runtime/cli/tune_calibrate.hpp's choose_io_point_on_engine), not the probe's.
-  bool engine_calibrated = false;
   std::uint64_t in_flight_bytes() const { return block_bytes * queue_depth * rings; }
 };
 
@@ -67,6 +64,11 @@ struct MachineProfile {
   // The point of `io` the Engine's own optimizer step ran fastest with, timed on the chosen config
   // (runtime/cli/tune_calibrate.hpp's choose_io_point_on_engine); when set, the choice takes it.
   std::optional<std::size_t> engine_io_point;
+  // The factor on the probe's mixed rates at which the cost model predicts the Engine's own
+  // optimizer step timed there (fit_engine_io_scale, cost_model.hpp): the pipeline's hand-offs,
+  // its read/write mix and the page cache move its bytes faster or slower than the raw probe's
+  // 50/50 mix. 1: not calibrated.
+  double engine_io_scale = 1;
   std::vector<PathPoint> paths;
   double host_memory_gb_per_s = 0;  // parallel memcpy, 1e9 bytes per second each way
   std::vector<AdamPoint> adam;      // at least one point, of the update the config runs

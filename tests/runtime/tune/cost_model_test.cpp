@@ -137,6 +137,53 @@ TEST(CostModel, ShallowInFlightTakesTheRateMeasuredAtThatDepth) {
               1200 * (2.25 / 4) / 1500, 1e-12);
 }
 
+// The Engine's calibration scales every rate the optimizer's NVMe term uses, the one interpolated
+// at a shallow in-flight depth too: with two buffers and small sub-groups the prediction never
+// reads the chosen point's own rate, and a calibration of that rate alone moved nothing (strata
+// tune then bisected to its bound).
+TEST(CostModel, TheEngineScaleMovesTheRateInterpolatedAtAShallowDepth) {
+  Config c = base_config();
+  c.zero.optimizer = Tier::kNvme;
+  c.zero.buffer_count = 2;
+  c.zero.sub_group_size = 1 << 18;  // 3 MiB in flight: depth 3 of the 16 measured
+  MachineProfile m = synthetic_machine();
+  m.io.push_back({1 << 20, 4, 1, 1500, 800, 1200});
+  const PlanInputs inputs(1'000'000'000, 1);
+  const StepPrediction probe = predict_step(c, inputs, m);
+  EXPECT_LT(probe.io_fill, 1.0);
+  m.engine_io_scale = 0.5;
+  const StepPrediction halved = predict_step(c, inputs, m);
+  EXPECT_DOUBLE_EQ(halved.nvme_optimizer_s, 2 * probe.nvme_optimizer_s);
+  m.io.front().mixed_mb_per_s *= 2;  // the point's own rate: not what a shallow depth reads
+  EXPECT_DOUBLE_EQ(predict_step(c, inputs, m).nvme_optimizer_s, halved.nvme_optimizer_s);
+}
+
+TEST(CostModel, TheEngineScaleIsFittedToAMeasuredOptimizerPhase) {
+  Config c = base_config();
+  c.zero.optimizer = Tier::kNvme;
+  c.zero.buffer_count = 2;
+  c.zero.sub_group_size = 1 << 18;
+  MachineProfile m = synthetic_machine();
+  m.io.push_back({1 << 20, 4, 1, 1500, 800, 1200});
+  const PlanInputs inputs(1'000'000'000, 1);
+  for (double truth : {0.3, 1.0, 1.7}) {
+    MachineProfile engine = m;
+    engine.engine_io_scale = truth;
+    const double measured = predict_step(c, inputs, engine).optimizer_s;
+    const EngineIoFit fit = fit_engine_io_scale(c, inputs, m, measured);
+    EXPECT_FALSE(fit.at_bound);
+    EXPECT_NEAR(fit.scale, truth, 1e-9 * truth);
+  }
+  // Faster than the other lanes allow (Adam alone takes longer) or slower than 1/8 of the rates
+  // explains: the nearest bound, flagged.
+  const EngineIoFit fast = fit_engine_io_scale(c, inputs, m, 1e-6);
+  EXPECT_TRUE(fast.at_bound);
+  EXPECT_EQ(fast.scale, 8);
+  const EngineIoFit slow = fit_engine_io_scale(c, inputs, m, 1e6);
+  EXPECT_TRUE(slow.at_bound);
+  EXPECT_EQ(slow.scale, 1.0 / 8);
+}
+
 TEST(CostModel, PrefetchOverlapsParameterReadsWithCompute) {
   Config c = base_config();
   c.zero.params = Tier::kNvme;
