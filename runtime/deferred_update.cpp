@@ -97,7 +97,8 @@ void EngineState::run_deferred(std::span<const UnitId> units) {
         [&](UnitId id, std::size_t group, const std::byte* params) {
           hand_fresh_params(id, group, params);
           if (group + 1 == units_[id].groups.size()) done(id, DeferredState::kNone);
-        });
+        },
+        &deferred_pre_reads_);
   } catch (...) {
     for (UnitId id : units) {
       const std::lock_guard lock(deferred_mutex_);

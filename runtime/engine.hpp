@@ -117,9 +117,10 @@ struct StepStats {
   // [zero] defer_update (runtime/deferred_update.cpp): sub-groups whose update this step left to
   // the next forward's gathers (its commit follows the last of them).
   std::uint64_t deferred_groups = 0;
-  // A step that runs its updates itself (no speculation, no defer_update): sub-groups whose master
-  // and moments were read from NVMe during the backward, before step() was called (the pipeline's
-  // first buffer_count - 1), so its first update waits only for the gradient.
+  // A step that did not speculate: sub-groups whose master and moments were read from NVMe during
+  // the backward, before step() was called (the pipeline's first buffer_count - 1), so its first
+  // update waits only for the gradient. With defer_update: the reads it handed to the updates it
+  // deferred (the next forward's first).
   std::uint64_t pre_read_groups = 0;
   // The staged device path (a CUDA device) with one rank: gathers since the previous step whose
   // h2d copy and cast were queued on the device streams before the unit was used (a prefetch),

@@ -101,6 +101,7 @@ EngineState::~EngineState() {
   }
   worker_.reset();  // finishes any speculative update before what it uses goes
   discard_pre_reads();
+  drop_pre_reads(deferred_pre_reads_);  // handed to deferred updates that never ran (none, usually)
   // Gathered units and reads in flight go before the store and the I/O engine.
   residency_.reset();
   for (UnitState& unit : units_) {

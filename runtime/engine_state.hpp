@@ -283,7 +283,10 @@ class EngineState final : public tiers::ResidencyClient {
   // idle until then. So the backward's first reduce_grads starts those reads (everything the
   // pipeline reads of them but the gradient) into the buffers the pipeline will use, and the
   // step's pipeline adopts them. Anything that reads or replaces state outside the step drops
-  // them first (cancel_speculation), so the step reads what is there then.
+  // them first (cancel_speculation), so the step reads what is there then. A step that defers
+  // ([zero] defer_update) hands them to its deferred updates instead (hand_pre_reads_to_deferred):
+  // the next forward's first units, prefetched at step() and run as one batch, are the same
+  // pipeline items in the same buffers.
   struct PreRead {
     std::size_t item;  // the pipeline item (and so buffer item % buffer_count)
     UnitId unit;
@@ -293,6 +296,9 @@ class EngineState final : public tiers::ResidencyClient {
   };
   void start_pre_reads();    // reduce_grads, the step's first gradient
   void discard_pre_reads();  // waits for them (their errors dropped: the step reads again)
+  static void drop_pre_reads(std::vector<PreRead>& pre_reads);  // waits, then clears
+  // step(), deferring: pre_reads_ go to deferred_pre_reads_; returns the sub-groups handed over.
+  std::uint64_t hand_pre_reads_to_deferred();
   // Where `kind` of pipeline item `item` lands in the pipeline buffers (its NVMe staging).
   std::byte* pipeline_slot(std::size_t item, Kind kind) const;
   std::optional<std::uint32_t> pipeline_fixed_buffer(std::size_t item) const;
@@ -305,7 +311,8 @@ class EngineState final : public tiers::ResidencyClient {
                       const std::function<cpu_adam::Hyperparams(UnitId)>& hyper_of,
                       const std::function<void(UnitId, std::size_t)>& before_update = {},
                       const AfterUpdate& after_update = {},
-                      std::vector<PreRead>* pre_reads = nullptr);
+                      std::vector<PreRead>* pre_reads = nullptr,
+                      std::size_t* adopted = nullptr);
   void update_sub_group(UnitState& unit, std::size_t group, const cpu_adam::ParamSpans& spans,
                         std::byte* param_out, const cpu_adam::Hyperparams& hyper,
                         const cpu_adam::GradScaling& scaling);
@@ -400,8 +407,11 @@ class EngineState final : public tiers::ResidencyClient {
   std::atomic<std::uint64_t> fresh_param_bytes_ = 0;  // the worker adds to it too
   std::uint64_t nvme_written_mark_ = 0;
   std::vector<PreRead> pre_reads_;  // owner thread only
+  // Handed to the deferred updates at step(); the worker's first deferred pipeline adopts (and
+  // clears) them. The owner touches them again only with the worker idle or gone.
+  std::vector<PreRead> deferred_pre_reads_;
   bool pre_reads_tried_ = false;    // this step's backward has decided on them
-  std::uint64_t pre_read_groups_ = 0;  // adopted by the running step
+  std::size_t pre_read_groups_ = 0;  // adopted by the running step
   std::uint64_t gathers_queued_ahead_ = 0;  // since the last step (gather.cpp)
   std::optional<UnitId> acquiring_;  // the unit gather() is acquiring (gather.cpp)
 

@@ -296,7 +296,7 @@ std::optional<std::uint32_t> EngineState::pipeline_fixed_buffer(std::size_t item
 
 void EngineState::start_pre_reads() {
   pre_reads_tried_ = true;
-  if (!store_ || pipeline_buffers_.empty() || defers()) return;
+  if (!store_ || pipeline_buffers_.empty()) return;
   // A step that may speculate lends the pipeline buffers to the worker during the backward.
   if (worker_ && config_.zero.overlap_optimizer && !last_step_clipped_) return;
   // The pipeline's first reads: items 0 .. lookahead (buffer_count - 2), at least one.
@@ -324,8 +324,8 @@ void EngineState::start_pre_reads() {
   }
 }
 
-void EngineState::discard_pre_reads() {
-  for (PreRead& pre : pre_reads_) {
+void EngineState::drop_pre_reads(std::vector<PreRead>& pre_reads) {
+  for (PreRead& pre : pre_reads) {
     for (tiers::StoreRead& read : pre.reads) {
       try {
         read.wait();
@@ -333,8 +333,22 @@ void EngineState::discard_pre_reads() {
       }
     }
   }
-  pre_reads_.clear();
+  pre_reads.clear();
+}
+
+void EngineState::discard_pre_reads() {
+  drop_pre_reads(pre_reads_);
   pre_reads_tried_ = false;  // state replaced mid-backward: the next gradient reads it afresh
+}
+
+std::uint64_t EngineState::hand_pre_reads_to_deferred() {
+  // The last step's deferred pipeline took its own when complete_deferred ran it at this step's
+  // start; one that failed first may have left them (the worker is idle now).
+  drop_pre_reads(deferred_pre_reads_);
+  const std::uint64_t count = pre_reads_.size();
+  deferred_pre_reads_ = std::move(pre_reads_);
+  pre_reads_.clear();
+  return count;
 }
 
 void EngineState::optimizer_step(StepStats& stats) {
@@ -387,8 +401,12 @@ void EngineState::optimizer_step(StepStats& stats) {
   stats.adam_s = speculated_adam_s;
   if (defers()) {
     // [zero] defer_update: the rest runs when the next forward gathers each unit
-    // (deferred_update.cpp), the first of them from this prefetch on.
+    // (deferred_update.cpp), the first of them from this prefetch on, as one batch: the pipeline
+    // whose first items the backward's reads were made for (every unit is deferred after a step
+    // that read ahead: it did not speculate).
     defer_updates(remaining, hyper, scaling, stats);
+    stats.pre_read_groups = hand_pre_reads_to_deferred();
+    const UpdateWorker::Batch batch(*worker_);
     residency_->end_iteration();
   } else {
     const bool hand_over = config_.zero.overlap_optimizer;
@@ -463,7 +481,7 @@ double EngineState::run_optimizer(std::span<const UnitId> units,
       [&](UnitId unit, std::size_t group, const std::byte* params) {
         hand_fresh_params(unit, group, params);
       },
-      &pre_reads_);
+      &pre_reads_, &pre_read_groups_);
 }
 
 double EngineState::run_pipeline(std::span<const UnitId> units,
@@ -471,9 +489,12 @@ double EngineState::run_pipeline(std::span<const UnitId> units,
                                  const std::function<cpu_adam::Hyperparams(UnitId)>& hyper_of,
                                  const std::function<void(UnitId, std::size_t)>& before_update,
                                  const AfterUpdate& after_update,
-                                 std::vector<PreRead>* pre_reads) {
+                                 std::vector<PreRead>* pre_reads, std::size_t* adopted) {
   OptimizerPipeline pipeline(*this, units);
-  if (pre_reads != nullptr) pre_read_groups_ += pipeline.adopt(*pre_reads);
+  if (pre_reads != nullptr) {
+    const std::size_t taken = pipeline.adopt(*pre_reads);
+    if (adopted != nullptr) *adopted += taken;
+  }
   const std::size_t count = pipeline.size();
   double adam_s = 0;
   std::size_t next_read = 0;

@@ -41,12 +41,25 @@ void UpdateWorker::wait_idle() {
   if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
 }
 
+UpdateWorker::Batch::Batch(UpdateWorker& worker) : worker_(worker) {
+  const std::lock_guard lock(worker_.mutex_);
+  ++worker_.holds_;
+}
+
+UpdateWorker::Batch::~Batch() {
+  {
+    const std::lock_guard lock(worker_.mutex_);
+    --worker_.holds_;
+  }
+  worker_.work_.notify_all();
+}
+
 void UpdateWorker::loop() {
   std::vector<SpeculatedUnitId> batch;
   for (;;) {
     {
       std::unique_lock lock(mutex_);
-      work_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      work_.wait(lock, [&] { return stopping_ || (holds_ == 0 && !queue_.empty()); });
       if (queue_.empty()) return;  // stopping, nothing left
       batch.assign(queue_.begin(), queue_.end());
       queue_.clear();

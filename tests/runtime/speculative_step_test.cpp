@@ -396,19 +396,29 @@ TEST(PreRead, AStepThatUpdatesEverythingItselfReadsItsFirstSubGroupsDuringTheBac
   const TrainedRun run = train(clipped, 3);
   expect_bitwise(train(clipped_host, 3), run, "overlap on, clipped");
   EXPECT_EQ(run.pre_read, 2 * per_step);
-  // defer_update runs no update in step(): nothing to read ahead for it.
-  ScratchDir defer_dir;
-  Config deferred = config_for(defer_dir, Tier::kNvme, Tier::kNvme, false);
-  deferred.zero.defer_update = true;
-  EXPECT_EQ(train(deferred, 3).pre_read, 0u);
+  // defer_update: the step hands what was read to its deferred updates, which run under the next
+  // forward (or before the next step): the same sub-groups read ahead, the same bits.
+  for (const Tier params : {Tier::kNvme, Tier::kDevice}) {
+    ScratchDir defer_dir;
+    Config deferred = config_for(defer_dir, params, Tier::kNvme, false);
+    deferred.zero.defer_update = true;
+    const TrainedRun deferred_run = train(deferred, 3);
+    const std::string what = name_of(params, Tier::kNvme) + ", deferred";
+    expect_bitwise(reference, deferred_run, what);
+    EXPECT_EQ(deferred_run.pre_read, 3 * per_step) << what;
+    EXPECT_GT(deferred_run.deferred, 0u) << what;
+  }
 }
 
 // From the tracer: the NVMe read of the first unit's first sub-group starts before the backward
 // of the first unit (the last reduce_grads); with state read between the backward and the step
 // (master_shard, which drops the reads) the step reads it itself, and the same check fails.
-bool first_state_read_starts_during_the_backward(bool read_state_before_step) {
+// Deferred ([zero] defer_update), the update that reads it runs after step() (here at the
+// master_shard that follows, which completes the step), from the reads the step handed it.
+bool first_state_read_starts_during_the_backward(bool read_state_before_step, bool defer) {
   ScratchDir dir;
   Config config = config_for(dir, Tier::kNvme, Tier::kNvme, false);
+  config.zero.defer_update = defer;
   Tracer tracer;
   EngineOptions options;
   options.tracer = &tracer;
@@ -425,6 +435,8 @@ bool first_state_read_starts_during_the_backward(bool read_state_before_step) {
   if (read_state_before_step) engine.master_shard(model.units().front());
   const StepStats stats = engine.step();
   EXPECT_EQ(stats.pre_read_groups, read_state_before_step ? 0u : 3u);
+  EXPECT_EQ(stats.deferred_groups > 0, defer);
+  engine.master_shard(model.units().front());  // a deferred step's updates run first
   for (const Tracer::Event& event : tracer.events()) {
     if (event.track == TraceTrack::kIo && event.name == "NVMe read layer0 [0]") {
       return event.start < first_unit_reduce;
@@ -435,8 +447,10 @@ bool first_state_read_starts_during_the_backward(bool read_state_before_step) {
 }
 
 TEST(PreRead, TheFirstStateReadStartsBeforeTheBackwardOfTheFirstUnit) {
-  EXPECT_TRUE(first_state_read_starts_during_the_backward(false));
-  EXPECT_FALSE(first_state_read_starts_during_the_backward(true));
+  for (const bool defer : {false, true}) {
+    EXPECT_TRUE(first_state_read_starts_during_the_backward(false, defer)) << "defer " << defer;
+    EXPECT_FALSE(first_state_read_starts_during_the_backward(true, defer)) << "defer " << defer;
+  }
 }
 
 // State replaced between a backward and the step (here a checkpoint loaded, then a new backward)
