@@ -48,10 +48,28 @@ void EngineState::start_deferred(UnitId id) {
     if (deferred_[id] != DeferredState::kDue) return;
     deferred_[id] = DeferredState::kRunning;
   }
-  worker_->submit(id);
+  if (collected_starts_) {
+    collected_starts_->push_back(id);
+  } else {
+    worker_->submit(id);
+  }
+}
+
+EngineState::CollectedStarts::CollectedStarts(EngineState& engine) : engine_(engine) {
+  engine_.collected_starts_.emplace();
+}
+
+EngineState::CollectedStarts::~CollectedStarts() { engine_.submit_collected_starts(); }
+
+void EngineState::submit_collected_starts() {
+  if (!collected_starts_) return;
+  const std::vector<UnitId> units = std::move(*collected_starts_);
+  collected_starts_.reset();
+  worker_->submit(units);
 }
 
 void EngineState::wait_deferred(UnitId id) {
+  submit_collected_starts();  // what it waits for may be among them
   start_deferred(id);
   bool failed = false;
   {
@@ -111,6 +129,7 @@ void EngineState::run_deferred(std::span<const UnitId> units) {
 
 void EngineState::complete_deferred() {
   if (!commit_due_) return;
+  submit_collected_starts();
   for (UnitId id = 0; id < deferred_.size(); ++id) start_deferred(id);
   worker_->wait_idle();  // every deferred update done and its writes drained; rethrows a failure
   // A failure already reported (to the gather that waited for it) must not be committed: the

@@ -285,8 +285,8 @@ class EngineState final : public tiers::ResidencyClient {
   // step's pipeline adopts them. Anything that reads or replaces state outside the step drops
   // them first (cancel_speculation), so the step reads what is there then. A step that defers
   // ([zero] defer_update) hands them to its deferred updates instead (hand_pre_reads_to_deferred):
-  // the next forward's first units, prefetched at step() and run as one batch, are the same
-  // pipeline items in the same buffers.
+  // the next forward's first units, prefetched at step() and started as one batch
+  // (CollectedStarts), are the same pipeline items in the same buffers.
   struct PreRead {
     std::size_t item;  // the pipeline item (and so buffer item % buffer_count)
     UnitId unit;
@@ -348,6 +348,20 @@ class EngineState final : public tiers::ResidencyClient {
                      const cpu_adam::GradScaling& scaling, StepStats& stats);
   bool deferred_pending(UnitId unit);     // due or running
   void start_deferred(UnitId unit);       // owner: hands a due unit to the worker
+  // While one is alive, start_deferred collects the units it starts; they go to the worker as one
+  // batch (one pipeline) when it ends, or before anything waits for one of them.
+  class CollectedStarts {
+   public:
+    explicit CollectedStarts(EngineState& engine);
+    ~CollectedStarts();
+    CollectedStarts(const CollectedStarts&) = delete;
+    CollectedStarts& operator=(const CollectedStarts&) = delete;
+
+   private:
+    EngineState& engine_;
+  };
+  void submit_collected_starts();
+  std::optional<std::vector<UnitId>> collected_starts_;  // owner thread only
   void wait_deferred(UnitId unit);        // owner: until its update is done; rethrows a failure
   void run_deferred(std::span<const UnitId> units);  // on the worker's thread
   void run_on_worker(std::span<const SpeculatedUnitId> units);  // deferred first, then speculated

@@ -406,7 +406,7 @@ void EngineState::optimizer_step(StepStats& stats) {
     // that read ahead: it did not speculate).
     defer_updates(remaining, hyper, scaling, stats);
     stats.pre_read_groups = hand_pre_reads_to_deferred();
-    const UpdateWorker::Batch batch(*worker_);
+    const CollectedStarts one_batch(*this);
     residency_->end_iteration();
   } else {
     const bool hand_over = config_.zero.overlap_optimizer;

@@ -35,23 +35,20 @@ void UpdateWorker::submit(SpeculatedUnitId unit) {
   work_.notify_all();
 }
 
+void UpdateWorker::submit(std::span<const SpeculatedUnitId> units) {
+  if (units.empty()) return;
+  {
+    const std::lock_guard lock(mutex_);
+    queue_.insert(queue_.end(), units.begin(), units.end());
+    submitted_ += units.size();
+  }
+  work_.notify_all();
+}
+
 void UpdateWorker::wait_idle() {
   std::unique_lock lock(mutex_);
   idle_.wait(lock, [&] { return completed_ == submitted_; });
   if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
-}
-
-UpdateWorker::Batch::Batch(UpdateWorker& worker) : worker_(worker) {
-  const std::lock_guard lock(worker_.mutex_);
-  ++worker_.holds_;
-}
-
-UpdateWorker::Batch::~Batch() {
-  {
-    const std::lock_guard lock(worker_.mutex_);
-    --worker_.holds_;
-  }
-  worker_.work_.notify_all();
 }
 
 void UpdateWorker::loop() {
@@ -59,7 +56,7 @@ void UpdateWorker::loop() {
   for (;;) {
     {
       std::unique_lock lock(mutex_);
-      work_.wait(lock, [&] { return stopping_ || (holds_ == 0 && !queue_.empty()); });
+      work_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, nothing left
       batch.assign(queue_.begin(), queue_.end());
       queue_.clear();

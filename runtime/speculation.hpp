@@ -63,21 +63,10 @@ class UpdateWorker {
   UpdateWorker& operator=(const UpdateWorker&) = delete;
 
   void submit(SpeculatedUnitId unit);
+  // All of `units` at once: an idle worker runs them as one batch (one optimizer pipeline).
+  void submit(std::span<const SpeculatedUnitId> units);
   // Blocks until everything submitted has run; rethrows the first failure since the last call.
   void wait_idle();
-
-  // While one is alive the worker takes nothing new from the queue, so the units submitted in its
-  // scope run as one batch (one optimizer pipeline, whose items are then known in advance).
-  class Batch {
-   public:
-    explicit Batch(UpdateWorker& worker);
-    ~Batch();
-    Batch(const Batch&) = delete;
-    Batch& operator=(const Batch&) = delete;
-
-   private:
-    UpdateWorker& worker_;
-  };
 
  private:
   void loop();
@@ -89,7 +78,6 @@ class UpdateWorker {
   std::deque<SpeculatedUnitId> queue_;
   std::uint64_t submitted_ = 0;
   std::uint64_t completed_ = 0;
-  std::uint32_t holds_ = 0;  // Batch scopes alive
   bool stopping_ = false;
   std::exception_ptr failure_;
   std::thread thread_;  // last: starts once the rest is built
