@@ -156,7 +156,9 @@ void choose_io_point_on_engine(const runtime::Config& chosen,
   const runtime::PlanInputs sample(params, 1, unit_sizes(params, unit_params));
   const runtime::tune::EngineIoFit fit = runtime::tune::fit_engine_io_scale(
       config, sample, profile, figures[fastest].median_s);
-  profile.engine_io_scale = fit.scale;
+  // At a bound no factor explains the step (another lane, or something the model leaves out,
+  // sets it): the probe's rates stand, rather than a factor 1/8 or 8 applied to every placement.
+  profile.engine_io_scale = fit.at_bound ? 1 : fit.scale;
   for (std::size_t k = 0; k < points.size(); ++k) {
     const runtime::tune::IoPoint& point = profile.io[points[k]];
     log << fmt::format(
@@ -168,9 +170,12 @@ void choose_io_point_on_engine(const runtime::Config& chosen,
             ? fmt::format(": the fastest; the Engine's step moves its bytes at {:.2f}x the probe's "
                           "mixed rates{}",
                           fit.scale,
-                          !fit.at_bound     ? ""
-                          : fit.scale < 1 ? " (a bound: the step is slower than even that explains)"
-                                          : " (a bound: the other lanes alone predict a longer step)")
+                          !fit.at_bound ? ""
+                          : fit.scale < 1
+                              ? " (a bound: the step is slower than even that explains; the "
+                                "probe's rates are kept)"
+                              : " (a bound: the other lanes alone predict a longer step; the "
+                                "probe's rates are kept)")
             : std::string());
   }
 }

@@ -26,7 +26,8 @@ double calibrate_sub_group_overhead(const runtime::Config& config,
 // affords at the probe's best rate; at least 1 Mi) parameters in units of unit_params, at each
 // grid point whose mixed rate is at least half the best (four at most), alternately over three
 // rounds, sets profile.engine_io_point to the lowest median and profile.engine_io_scale to the
-// factor on the probe's mixed rates at which the model predicts the step measured there. Leaves
+// factor on the probe's mixed rates at which the model predicts the step measured there (1 when
+// no factor within 1/8..8 does). Leaves
 // the profile as it was with fewer than two such points, without NVMe, or when the Engine
 // cannot run there (the line says why). One line per point goes to `log`.
 void choose_io_point_on_engine(const runtime::Config& chosen,
