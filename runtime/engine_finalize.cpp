@@ -319,6 +319,8 @@ void EngineState::build_residency() {
   residency_options.budget_bytes = device_->budget_bytes() - device_->in_use_bytes();
   residency_options.prefetch_depth = zero.prefetch_depth;
   residency_options.max_inflight_bytes = zero.max_inflight_bytes;
+  // wait_load all-gathers with several ranks: every rank must finish the same units.
+  residency_options.rank_independent = ranks_ > 1;
   residency_ = std::make_unique<tiers::ResidencyManager>(*this, residency_options,
                                                          plan_.gathered_unit_bytes, "device");
   for (UnitId id = 0; id < units_.size(); ++id) {

@@ -159,7 +159,7 @@ bool ResidencyManager::make_room(std::uint64_t bytes, std::optional<std::uint64_
       for (UnitId unit = 0; unit < units_.size(); ++unit) {
         const Unit& entry = units_[unit];
         if (entry.state == State::kAbsent || entry.users > 0 || entry.persistent) continue;
-        if (!take_in_flight && entry.state == State::kLoading && !client_->load_complete(unit)) {
+        if (!take_in_flight && entry.state == State::kLoading && !load_done(unit)) {
           continue;
         }
         const std::uint64_t distance = next_use_distance(unit);
@@ -193,10 +193,16 @@ void ResidencyManager::evict(UnitId unit) {
   ++stats_.evictions;
 }
 
+// A decision's view of a started load: with rank_independent it is in flight until acquire finishes
+// it, whatever its I/O did, so every rank decides the same.
+bool ResidencyManager::load_done(UnitId unit) const {
+  return !options_.rank_independent && client_->load_complete(unit);
+}
+
 std::uint64_t ResidencyManager::inflight_bytes() const {
   std::uint64_t bytes = 0;
   for (UnitId unit = 0; unit < units_.size(); ++unit) {
-    if (units_[unit].state == State::kLoading && !client_->load_complete(unit)) {
+    if (units_[unit].state == State::kLoading && !load_done(unit)) {
       bytes += units_[unit].bytes;
     }
   }

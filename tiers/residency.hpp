@@ -28,8 +28,8 @@ using UnitId = std::uint32_t;
 
 // A load has an asynchronous part (start_load: e.g. an NVMe read) and a finishing part (wait_load:
 // e.g. the all-gather and cast that make the gathered unit). The manager calls wait_load exactly
-// once per load, from acquire(), so finishing work runs in schedule order on the owner thread: the
-// same order on every rank, as collectives require.
+// once per load, from acquire(), so finishing work runs in schedule order on the owner thread; with
+// ResidencyOptions::rank_independent the same units on every rank, as collectives require.
 class ResidencyClient {
  public:
   virtual ~ResidencyClient() = default;
@@ -50,6 +50,12 @@ struct ResidencyOptions {
   std::uint64_t budget_bytes = 0;    // resident + loading bytes never exceed this
   std::uint32_t prefetch_depth = 2;  // units loaded ahead of the one acquired
   std::uint64_t max_inflight_bytes = std::numeric_limits<std::uint64_t>::max();
+  // Decide (prefetch, evict) without asking which loads have completed: a started load counts as
+  // in flight until acquire finishes it. The units finished (wait_load) then follow from the
+  // acquires alone, the same on every rank, which the Engine's all-gathers in wait_load need:
+  // otherwise one rank's faster disk can change what it evicts, and a later acquire gathers on
+  // that rank only. Costs prefetches only where max_inflight_bytes binds.
+  bool rank_independent = false;
 };
 
 struct ResidencyStats {
@@ -121,6 +127,7 @@ class ResidencyManager {
   std::uint64_t next_use_distance(UnitId unit) const;
   void prefetch_ahead();
   std::uint64_t inflight_bytes() const;
+  bool load_done(UnitId unit) const;
 
   ResidencyClient* client_;
   ResidencyOptions options_;
