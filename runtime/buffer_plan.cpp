@@ -127,9 +127,19 @@ void plan_staged_path(BufferPlan& plan, const Config& config, const BufferPlanIn
     plan.device_staging_slot_bytes +=
         aligned(plan.kind(kind).bytes(plan.largest_group_numel));
   }
-  plan.shard_staging_bytes = aligned(plan.largest_shard_numel * 4);
+  const bool grads_on_device = plan.kind(ShardKind::kGrad).tier == Tier::kDevice;
+  // A gradient shard: the one that goes to a device-homed gradient, and with several ranks the
+  // send side of a gather's all-gather and the reduce-scatter's result.
+  if (grads_on_device || plan.ranks > 1) {
+    plan.shard_staging_bytes = aligned(plan.largest_shard_numel * 4);
+  }
   if (plan.ranks > 1 && !inputs.collectives_on_device) {
     plan.full_staging_bytes = aligned(plan.largest_padded_numel * 4);
+  }
+  // Gradients homed in host memory or on NVMe leave the device through these, reduced (with
+  // several ranks) on the host: reduce_grads.cpp, queue_grad_move.
+  if (!grads_on_device && (plan.ranks == 1 || !inputs.collectives_on_device)) {
+    plan.grad_move_slot_bytes = aligned(plan.largest_padded_numel * 4);
   }
   if (config.zero.params == Tier::kNvme) {
     // At most the prefetched units and the one being acquired are loading at once.
@@ -266,7 +276,7 @@ std::uint64_t BufferPlan::nvme_staging_bytes() const {
 
 std::uint64_t BufferPlan::staged_path_bytes() const {
   return 2 * device_staging_slot_bytes + shard_staging_bytes + full_staging_bytes +
-         param_read_slots * param_read_slot_bytes;
+         2 * grad_move_slot_bytes + param_read_slots * param_read_slot_bytes;
 }
 
 }  // namespace strata::runtime

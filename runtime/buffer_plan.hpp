@@ -102,12 +102,14 @@ struct BufferPlan {
   std::array<std::uint64_t, kShardKindCount> pipeline_offsets{};
   std::uint64_t grad_staging_buffer_bytes = 0;  // each of two; gradients on NVMe only
   // The staged data path only: two slots of a sub-group of every device-homed kind, a gradient
-  // shard in fp32, a padded unit in fp32 for collectives on the host, and the NVMe parameter
-  // reads of the units being loaded.
+  // shard in fp32, a padded unit in fp32 for collectives on the host, the NVMe parameter reads of
+  // the units being loaded, and two slots a unit's padded fp32 gradient is copied into (d2h)
+  // while the backward goes on, when the gradients are homed in host memory or on NVMe.
   std::uint64_t device_staging_slot_bytes = 0;
   std::array<std::uint64_t, kShardKindCount> device_staging_offsets{};
   std::uint64_t shard_staging_bytes = 0;
   std::uint64_t full_staging_bytes = 0;
+  std::uint64_t grad_move_slot_bytes = 0;  // each of two
   std::uint32_t param_read_slots = 0;
   std::uint64_t param_read_slot_bytes = 0;
 

@@ -28,7 +28,8 @@ DeviceLanes::DeviceLanes(tiers::Device& device)
       d2h_done(device.create_event()),
       compute_done(device.create_event()),
       staged_in{device.create_event(), device.create_event()},
-      staged_out{device.create_event(), device.create_event()} {}
+      staged_out{device.create_event(), device.create_event()},
+      grad_moved{device.create_event(), device.create_event()} {}
 
 void EngineState::copy_to_device(tiers::DeviceSpan dst, const void* host_src) {
   if (device_addressable_) {

@@ -126,6 +126,10 @@ struct StepStats {
   // h2d copy and cast were queued on the device streams before the unit was used (a prefetch),
   // so they ran under the compute of the units before it.
   std::uint64_t gathers_queued_ahead = 0;
+  // The staged device path, gradients homed in host memory or on NVMe: reduce_grads calls since
+  // the previous step that returned with their gradient's copy to the host still queued on the
+  // d2h stream (its reduce-scatter, store and norm ran at the next call, or in step()).
+  std::uint64_t grad_moves_queued = 0;
 };
 
 // The full tensors of one unit, gathered for compute. Views are fp32 in device memory (host memory

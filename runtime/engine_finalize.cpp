@@ -190,6 +190,9 @@ void EngineState::allocate() {
   }
   if (plan_.shard_staging_bytes > 0) shard_staging_ = host_pool_->allocate(plan_.shard_staging_bytes);
   if (plan_.full_staging_bytes > 0) full_staging_ = host_pool_->allocate(plan_.full_staging_bytes);
+  if (plan_.grad_move_slot_bytes > 0) {
+    for (auto& slot : grad_moves_) slot = host_pool_->allocate(plan_.grad_move_slot_bytes);
+  }
   if (plan_.param_read_slots > 0) {
     param_read_slab_ = host_pool_->allocate_slab(plan_.param_read_slots, plan_.param_read_slot_bytes);
   }

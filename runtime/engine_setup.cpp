@@ -99,6 +99,7 @@ EngineState::~EngineState() {
   } catch (const std::exception& error) {
     fmt::print(stderr, "strata: the last step could not be completed: {}\n", error.what());
   }
+  discard_grad_moves();  // a backward without its step: the copies end before their slots go
   worker_.reset();  // finishes any speculative update before what it uses goes
   discard_pre_reads();
   drop_pre_reads(deferred_pre_reads_);  // handed to deferred updates that never ran (none, usually)

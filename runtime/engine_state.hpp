@@ -27,6 +27,7 @@
 #include <mutex>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <span>
@@ -135,6 +136,8 @@ struct DeviceLanes {
   // The optimizer's two staging slots: d2h into a slot done / h2d out of it done.
   std::array<tiers::Event, 2> staged_in;
   std::array<tiers::Event, 2> staged_out;
+  // A gradient's d2h copy into grad_moves_[slot] done (reduce_grads.cpp).
+  std::array<tiers::Event, 2> grad_moved;
 };
 
 // The step counter and loss-scale state: advanced by the optimizer step, replaced by checkpoint
@@ -265,6 +268,15 @@ class EngineState final : public tiers::ResidencyClient {
   void store_grad_on_device(UnitState& unit, const float* host_shard,
                             tiers::DeviceSpan device_shard, bool accumulate, bool last);
   void store_grad_in_host(UnitState& unit, const float* host_shard, bool accumulate, bool last);
+  // The staged path, gradients homed in host memory or on NVMe: reduce_grads queues the unit's
+  // copy to the host and returns; the host part (reduce-scatter with several ranks, store, norm)
+  // runs at the next reduce_grads, under whose backward the copy ran, or when anything else needs
+  // the gradients (finish_grad_moves: step(), cancel_speculation(), the other paths).
+  bool queues_grad_moves(const UnitState& unit) const;
+  void queue_grad_move(UnitState& unit, std::span<const float> full_grads, bool accumulate,
+                       bool last);
+  void finish_grad_moves(std::size_t keep = 0);  // all but the last `keep` queued, in call order
+  void discard_grad_moves() noexcept;            // waits for their copies, stores nothing
 
   // optimizer_step.cpp
   struct StepMarks;
@@ -437,6 +449,17 @@ class EngineState final : public tiers::ResidencyClient {
   std::array<std::vector<io::Ticket>, 2> grad_buffer_writes_;
   std::size_t next_grad_buffer_ = 0;
   cpu_adam::GradNormAccumulator norm_;
+  // The staged path's gradient moves in flight (queue_grad_move): at most two, in call order.
+  struct GradMove {
+    UnitId unit = 0;
+    std::size_t slot = 0;  // grad_moves_[slot], lanes_->grad_moved[slot]
+    bool accumulate = false;
+    bool last = false;
+  };
+  std::deque<GradMove> grad_moves_pending_;
+  std::array<tiers::PinnedBuffer, 2> grad_moves_;
+  std::size_t next_grad_move_ = 0;
+  std::uint64_t grad_moves_queued_ = 0;  // since the last step
 
   // Gathering's (gather.cpp): a copy of this rank's parameter shard for the all-gather's send
   // side; pinned slots the NVMe parameter reads land in on the staged path.

@@ -354,6 +354,7 @@ std::uint64_t EngineState::hand_pre_reads_to_deferred() {
 void EngineState::optimizer_step(StepStats& stats) {
   STRATA_ASSERT(finalized_, "step before finalize");
   check_step_contracts();
+  finish_grad_moves();  // the last gradients the backward handed over (staged path)
   complete_deferred();  // the last step's updates a forward did not gather (none, usually)
   const auto start = std::chrono::steady_clock::now();
   // The updates started during the backward (speculation.cpp) end before anything is decided
@@ -460,6 +461,7 @@ void EngineState::skip_step(StepStats& stats) {
   }
   progress_.clean_steps = 0;
   stats.gathers_queued_ahead = std::exchange(gathers_queued_ahead_, 0);
+  stats.grad_moves_queued = std::exchange(grad_moves_queued_, 0);
   stats.step = progress_.step;
   stats.loss_scale = progress_.loss_scale;
 }
@@ -615,6 +617,7 @@ void EngineState::finish_step(StepStats& stats, const StepMarks& marks) {
   }
   stats.fresh_param_bytes = fresh_param_bytes_.exchange(0);
   stats.gathers_queued_ahead = std::exchange(gathers_queued_ahead_, 0);
+  stats.grad_moves_queued = std::exchange(grad_moves_queued_, 0);
   stats.comm_bytes = comm_->stats().total_payload_bytes();
   comm_->reset_stats();
   stats.step_s = seconds_since(marks.start);

@@ -109,6 +109,11 @@ void EngineState::reduce_grads(UnitId id, std::span<const float> full_grads) {
   const bool accumulate = unit.grad_calls > 0;
   const bool last = unit.grad_calls + 1 == options_.grad_accumulation;
   ++unit.grad_calls;
+  if (queues_grad_moves(unit)) {
+    queue_grad_move(unit, full_grads, accumulate, last);
+    return;
+  }
+  finish_grad_moves();  // gradients are stored, and the norm summed, in the order of the calls
   tiers::DeviceSpan device_shard;
   const float* host_shard = reduce_to_shard(unit, full_grads, device_shard);
   if (unit.home(Kind::kGrad).residence() == Residence::kStagedDevice) {
@@ -122,6 +127,69 @@ void EngineState::reduce_grads(UnitId id, std::span<const float> full_grads) {
   }
   store_grad_in_host(unit, host_shard, accumulate, last);
   if (last) speculate(id);  // the unit's update may start while the backward goes on
+}
+
+bool EngineState::queues_grad_moves(const UnitState& unit) const {
+  return grad_moves_[0] && unit.home(Kind::kGrad).residence() != Residence::kStagedDevice;
+}
+
+// The caller's gradient into the device scratch (padded with zeros), then a copy of the whole
+// padded unit into a pinned slot on the d2h stream, ordered by events; the host waits only for the
+// device-side copy out of the caller's buffer, which the caller may reuse on return. The previous
+// call's move is finished here: its copy ran while the caller computed this unit's gradient.
+void EngineState::queue_grad_move(UnitState& unit, std::span<const float> full_grads,
+                                  bool accumulate, bool last) {
+  DeviceLanes& lane = *lanes_;
+  const UnitLayout& layout = unit.layout;
+  const std::size_t slot = next_grad_move_;
+  STRATA_ASSERT(grad_moves_pending_.size() < 2, "a gradient slot still in use");
+  const tiers::DeviceSpan full = grad_full_scratch_.span(0, layout.padded_numel * 4);
+  // The scratch is free once the move queued before this one has copied it out.
+  if (!grad_moves_pending_.empty()) lane.compute.wait(lane.grad_moved[1 - slot]);
+  lane.compute.copy_on_device(
+      full.subspan(0, full_grads.size_bytes()),
+      tiers::DeviceSpan{reinterpret_cast<std::byte*>(const_cast<float*>(full_grads.data())),
+                        full_grads.size_bytes()});
+  lane.compute.fill(full.subspan(full_grads.size_bytes(), full.bytes - full_grads.size_bytes()),
+                    0.0f);
+  lane.compute.record(lane.compute_done);
+  lane.d2h.wait(lane.compute_done);
+  lane.d2h.copy_to_host(grad_moves_[slot].data(), full);
+  lane.d2h.record(lane.grad_moved[slot]);
+  grad_moves_pending_.push_back(
+      GradMove{static_cast<UnitId>(unit_index(unit)), slot, accumulate, last});
+  next_grad_move_ = 1 - slot;
+  ++grad_moves_queued_;
+  lane.compute_done.wait();  // out of the caller's buffer
+  finish_grad_moves(/*keep=*/1);
+}
+
+void EngineState::finish_grad_moves(std::size_t keep) {
+  while (grad_moves_pending_.size() > keep) {
+    const GradMove move = grad_moves_pending_.front();
+    grad_moves_pending_.pop_front();  // a move that fails is reported once, not retried
+    UnitState& unit = units_[move.unit];
+    Tracer::Scope scope(options_.tracer, TraceTrack::kCopies, "gradient to host " + unit.spec.name);
+    lanes_->grad_moved[move.slot].wait();
+    std::byte* moved = grad_moves_[move.slot].data();
+    const float* shard = reinterpret_cast<const float*>(moved);
+    if (ranks_ > 1) {
+      reduce_scatter_on_host(unit.layout, moved, shard_staging_.data());
+      shard = reinterpret_cast<const float*>(shard_staging_.data());
+    }
+    store_grad_in_host(unit, shard, move.accumulate, move.last);
+    if (move.last) speculate(move.unit);
+  }
+}
+
+void EngineState::discard_grad_moves() noexcept {
+  for (const GradMove& move : grad_moves_pending_) {
+    try {
+      lanes_->grad_moved[move.slot].wait();
+    } catch (...) {  // the copy failed; nothing is stored either way
+    }
+  }
+  grad_moves_pending_.clear();
 }
 
 // The reduced fp32 shard: returned when it is in host memory, else left in `device_shard`.

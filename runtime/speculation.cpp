@@ -249,6 +249,7 @@ std::vector<UnitId> EngineState::settle_speculation(const SpeculationCheck* chec
 }
 
 void EngineState::cancel_speculation() {
+  finish_grad_moves();  // what follows may read the gradients, or replace them
   complete_deferred();  // the last step's updates first: what follows reads or replaces them
   discard_pre_reads();  // the step reads again what it finds then (and the first buffer is lent)
   if (!worker_) return;

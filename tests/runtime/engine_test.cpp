@@ -621,6 +621,66 @@ TEST_P(EngineAccess, PrefetchedGathersAreQueuedOnTheStreamsAheadOfUse) {
   }
 }
 
+// The staged path with gradients homed in host memory or on NVMe: every reduce_grads call returns
+// with its gradient's copy to the host queued on the d2h stream (its store and norm run at the
+// next call, which the backward reaches after computing the next gradient, or in step()). With
+// micro-batches, speculative updates and a state read between the backward and step() (which
+// needs the gradients stored), the parameters stay bitwise the direct path's.
+TEST_P(EngineAccess, GradientMovesAreQueuedOnTheStreamsAndStoredInCallOrder) {
+  const Access access = GetParam();
+  for (Tier grads : {Tier::kDevice, Tier::kHost, Tier::kNvme}) {
+    for (std::uint32_t micro_batches : {1u, 2u}) {
+      for (bool overlap : {false, true}) {
+        SCOPED_TRACE(fmt::format("grads on {}, {} micro-batch(es), overlap_optimizer {}, {} path",
+                                 to_string(grads), micro_batches, overlap, access_name(access)));
+        const auto run = [&](Access path) {
+          ScratchDir dir;
+          Config config = base_config(dir);
+          config.zero.grads = grads;
+          config.zero.optimizer = grads == Tier::kDevice ? Tier::kDevice : Tier::kHost;
+          config.zero.overlap_optimizer = overlap;
+          auto device = host_device(config);
+          comm::LocalComm comm;
+          EngineOptions options = with_access(path);
+          options.grad_accumulation = micro_batches;
+          Engine engine(config, *device, comm, options);
+          TinyMlp model(kEngineTestWidths, 16, 7);
+          model.add_units(engine);
+          engine.finalize();
+          std::uint64_t queued = 0;
+          std::vector<float> read_mid_backward;
+          for (int step = 0; step < 3; ++step) {
+            for (std::uint32_t m = 0; m < micro_batches; ++m) model.train_step(engine);
+            // The committed state, read before step(): the gradients still queued are stored first.
+            if (step == 1) {
+              read_mid_backward = engine.state_shard(model.units()[0], OptimizerState::kExpAvg);
+            }
+            queued += engine.step().grad_moves_queued;
+          }
+          std::vector<std::vector<float>> masters;
+          for (UnitId unit : model.units()) masters.push_back(engine.master_shard(unit));
+          masters.push_back(read_mid_backward);
+          return std::pair(queued, masters);
+        };
+        const auto [queued, masters] = run(access);
+        const std::uint64_t calls = 3ull * micro_batches * (kEngineTestWidths.size() - 1);  // units
+        if (access == Access::kStaged && grads != Tier::kDevice) {
+          EXPECT_EQ(queued, calls) << "every reduce_grads call queues its gradient's copy";
+        } else {
+          EXPECT_EQ(queued, 0u);
+        }
+        const auto direct = run(Access::kAuto).second;
+        ASSERT_EQ(masters.size(), direct.size());
+        for (std::size_t u = 0; u < masters.size(); ++u) {
+          ASSERT_EQ(masters[u].size(), direct[u].size());
+          EXPECT_EQ(std::memcmp(masters[u].data(), direct[u].data(), masters[u].size() * 4), 0)
+              << "array " << u << " differs from the direct path";
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, EngineAccess, ::testing::Values(Access::kAuto, Access::kStaged),
                          [](const auto& param_info) { return access_name(param_info.param); });
 
