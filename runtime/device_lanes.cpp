@@ -9,10 +9,13 @@
 // buffers (d2h, the collective on the host, h2d).
 //
 // Everything here returns once its results are in place (gathered unit complete, gradient in its
-// home), so the caller never sees stream work in flight. Two exceptions: a prefetched unit's
-// gather, queued ahead of use with one rank (gather.cpp, queue_gather), and the optimizer step: it
-// stages sub-groups of device-homed state in and out of two pinned slots while Adam runs, ordered
-// by one event per slot and direction, and drains them at its end (finish_staging).
+// home), so the caller never sees stream work in flight. Three exceptions:
+// - a prefetched unit's gather, queued ahead of use with one rank (gather.cpp, queue_gather);
+// - a gradient homed in host memory or on NVMe, whose d2h is queued and whose host part runs at
+//   the next reduce_grads or when the gradients are needed (reduce_grads.cpp, queue_grad_move);
+// - the optimizer step: it stages sub-groups of device-homed state in and out of two pinned slots
+//   while Adam runs, ordered by one event per slot and direction, and drains them at its end
+//   (finish_staging).
 #include <cstring>
 
 #include "base/assert.hpp"

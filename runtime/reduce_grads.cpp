@@ -5,7 +5,9 @@
 // first, the ranks' values are added in fp32 in rank order and the average rounded once (comm/
 // reduction.hpp), half the bytes of an fp32 reduce-scatter; the shard is widened back to fp32 (exact)
 // for the code below. The micro-batch that completes the gradient adds its
-// squares to the global-norm accumulator the optimizer step reads.
+// squares to the global-norm accumulator the optimizer step reads. On the staged path (a CUDA
+// device) a gradient homed in host memory or on NVMe leaves the device on the d2h stream while the
+// caller computes the next one: queue_grad_move, finish_grad_moves.
 //
 // Contracts of step() (checked by check_step_contracts, before anything changes): no GatheredUnit
 // alive (its view would silently keep the pre-step weights), and every unit given exactly
