@@ -90,7 +90,7 @@ void print_step(const Report& report, std::uint32_t ranks) {
   std::cout << fmt::format(
       "step {:4} | loss {:.4f} | lr {:.3g} | {:6.0f} tok/s | {:.2f} s: compute {:.2f}, gather "
       "wait {:.2f}, grads {:.2f}, optimizer exposed {:.2f} (io wait {:.2f}, adam {:.2f}) | nvme "
-      "r {} w {}{}{}{}{}{}{}\n",
+      "r {} w {}{}{}{}{}{}{}{}\n",
       report.step, report.loss, optimizer.lr,
       static_cast<double>(report.tokens * ranks) / report.total_s, report.total_s,
       report.compute_s, report.gather_wait_s, report.grads_s, optimizer.step_s,
@@ -119,6 +119,11 @@ void print_step(const Report& report, std::uint32_t ranks) {
       // [zero] defer_update: how much of it runs under the next forward.
       optimizer.deferred_groups > 0
           ? fmt::format(" | deferred to the next forward: {} sub-groups", optimizer.deferred_groups)
+          : std::string(),
+      // A CUDA device: copies queued on its streams instead of waited for on the host.
+      optimizer.gathers_queued_ahead + optimizer.grad_moves_queued > 0
+          ? fmt::format(" | queued on the device streams: {} gathers ahead, {} gradient moves",
+                        optimizer.gathers_queued_ahead, optimizer.grad_moves_queued)
           : std::string(),
       optimizer.skipped ? " | SKIPPED (non-finite gradients)" : "");
   std::cout.flush();  // progress lines reach a pipe or a log file as they happen
