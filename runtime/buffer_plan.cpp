@@ -128,18 +128,22 @@ void plan_staged_path(BufferPlan& plan, const Config& config, const BufferPlanIn
         aligned(plan.kind(kind).bytes(plan.largest_group_numel));
   }
   const bool grads_on_device = plan.kind(ShardKind::kGrad).tier == Tier::kDevice;
-  // A gradient shard: the one that goes to a device-homed gradient, and with several ranks the
-  // send side of a gather's all-gather and the reduce-scatter's result.
-  if (grads_on_device || plan.ranks > 1) {
+  const bool moves_queued = plan.ranks == 1 || !inputs.collectives_on_device;
+  // A gradient shard in fp32: with several ranks the send side of a gather's all-gather and the
+  // reduce-scatter's result; for a device-homed gradient whose norm is read back at once (below).
+  if (plan.ranks > 1 || (grads_on_device && !moves_queued)) {
     plan.shard_staging_bytes = aligned(plan.largest_shard_numel * 4);
   }
   if (plan.ranks > 1 && !inputs.collectives_on_device) {
     plan.full_staging_bytes = aligned(plan.largest_padded_numel * 4);
   }
-  // Gradients homed in host memory or on NVMe leave the device through these, reduced (with
-  // several ranks) on the host: reduce_grads.cpp, queue_grad_move.
-  if (!grads_on_device && (plan.ranks == 1 || !inputs.collectives_on_device)) {
-    plan.grad_move_slot_bytes = aligned(plan.largest_padded_numel * 4);
+  // Gradients leave the device through these while the backward goes on (reduce_grads.cpp):
+  // homed in host memory or on NVMe, a padded unit in fp32 (reduced on the host with several
+  // ranks); homed on the device, the stored shard, read back for the norm.
+  if (moves_queued) {
+    plan.grad_move_slot_bytes =
+        grads_on_device ? aligned(plan.kind(ShardKind::kGrad).bytes(plan.largest_shard_numel))
+                        : aligned(plan.largest_padded_numel * 4);
   }
   if (config.zero.params == Tier::kNvme) {
     // At most the prefetched units and the one being acquired are loading at once.

@@ -103,8 +103,8 @@ struct BufferPlan {
   std::uint64_t grad_staging_buffer_bytes = 0;  // each of two; gradients on NVMe only
   // The staged data path only: two slots of a sub-group of every device-homed kind, a gradient
   // shard in fp32, a padded unit in fp32 for collectives on the host, the NVMe parameter reads of
-  // the units being loaded, and two slots a unit's padded fp32 gradient is copied into (d2h)
-  // while the backward goes on, when the gradients are homed in host memory or on NVMe.
+  // the units being loaded, and two slots a unit's gradient is copied into (d2h) while the
+  // backward goes on (its padded fp32 values, or a device-homed gradient's stored shard).
   std::uint64_t device_staging_slot_bytes = 0;
   std::array<std::uint64_t, kShardKindCount> device_staging_offsets{};
   std::uint64_t shard_staging_bytes = 0;

@@ -271,7 +271,8 @@ class EngineState final : public tiers::ResidencyClient {
   // The staged path, gradients homed in host memory or on NVMe: reduce_grads queues the unit's
   // copy to the host and returns; the host part (reduce-scatter with several ranks, store, norm)
   // runs at the next reduce_grads, under whose backward the copy ran, or when anything else needs
-  // the gradients (finish_grad_moves: step(), cancel_speculation(), the other paths).
+  // the gradients (finish_grad_moves: step(), cancel_speculation(), the other paths). Homed on
+  // the device (store_grad_on_device), the cast runs on and only the norm's copy is queued.
   bool queues_grad_moves(const UnitState& unit) const;
   void queue_grad_move(UnitState& unit, std::span<const float> full_grads, bool accumulate,
                        bool last);
@@ -455,6 +456,7 @@ class EngineState final : public tiers::ResidencyClient {
     std::size_t slot = 0;  // grad_moves_[slot], lanes_->grad_moved[slot]
     bool accumulate = false;
     bool last = false;
+    bool stored = false;  // the slot holds a device-homed gradient's stored shard (for the norm)
   };
   std::deque<GradMove> grad_moves_pending_;
   std::array<tiers::PinnedBuffer, 2> grad_moves_;

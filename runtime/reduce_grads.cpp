@@ -131,6 +131,7 @@ void EngineState::reduce_grads(UnitId id, std::span<const float> full_grads) {
   if (last) speculate(id);  // the unit's update may start while the backward goes on
 }
 
+// Homed on the device, only the norm's copy is queued (store_grad_on_device).
 bool EngineState::queues_grad_moves(const UnitState& unit) const {
   return grad_moves_[0] && unit.home(Kind::kGrad).residence() != Residence::kStagedDevice;
 }
@@ -174,6 +175,11 @@ void EngineState::finish_grad_moves(std::size_t keep) {
     Tracer::Scope scope(options_.tracer, TraceTrack::kCopies, "gradient to host " + unit.spec.name);
     lanes_->grad_moved[move.slot].wait();
     std::byte* moved = grad_moves_[move.slot].data();
+    if (move.stored) {  // a device-homed gradient's stored bytes, for the norm
+      const ShardHome& home = unit.home(Kind::kGrad);
+      norm_.add(cpu_adam::ConstTypedSpan(moved, home.numel, home.dtype), *arena_);
+      continue;
+    }
     const float* shard = reinterpret_cast<const float*>(moved);
     if (ranks_ > 1) {
       reduce_scatter_on_host(unit.layout, moved, shard_staging_.data());
@@ -251,6 +257,17 @@ void EngineState::store_grad_on_device(UnitState& unit, const float* host_shard,
     lane.h2d.record(lane.h2d_done);
     lane.compute.wait(lane.h2d_done);
   }
+  const bool queue = static_cast<bool>(grad_moves_[0]);
+  if (queue) {
+    // What the caller and the next call reuse is free: the caller's buffer, copied into the
+    // scratch on the compute stream (one rank) or read by the d2h reduce_to_shard waited for, and
+    // the pinned shard the h2d reads. The cast and the norm's copy run on.
+    if (host_shard != nullptr) {
+      lane.h2d_done.wait();
+    } else {
+      lane.compute_done.wait();
+    }
+  }
   const tiers::DeviceSpan stored = home.device_span(0, home.numel);
   if (accumulate) {  // fp32 storage when accumulating
     lane.compute.accumulate(stored, device_shard, DType::kFp32);
@@ -259,7 +276,20 @@ void EngineState::store_grad_on_device(UnitState& unit, const float* host_shard,
   }
   lane.compute.record(lane.compute_done);
   if (!last) {
-    lane.compute_done.wait();
+    if (!queue) lane.compute_done.wait();
+    return;
+  }
+  if (queue) {  // the norm's copy to the host, summed at the next call
+    const std::size_t slot = next_grad_move_;
+    STRATA_ASSERT(grad_moves_pending_.size() < 2, "a gradient slot still in use");
+    lane.d2h.wait(lane.compute_done);
+    lane.d2h.copy_to_host(grad_moves_[slot].data(), stored);
+    lane.d2h.record(lane.grad_moved[slot]);
+    grad_moves_pending_.push_back(GradMove{static_cast<UnitId>(unit_index(unit)), slot,
+                                           accumulate, last, /*stored=*/true});
+    next_grad_move_ = 1 - slot;
+    ++grad_moves_queued_;
+    finish_grad_moves(/*keep=*/1);
     return;
   }
   lane.d2h.wait(lane.compute_done);
