@@ -276,6 +276,10 @@ class EngineState final : public tiers::ResidencyClient {
   bool queues_grad_moves(const UnitState& unit) const;
   void queue_grad_move(UnitState& unit, std::span<const float> full_grads, bool accumulate,
                        bool last);
+  struct GradMove;
+  tiers::DeviceSpan copy_to_grad_scratch(const UnitLayout& layout,
+                                         std::span<const float> full_grads);
+  void push_grad_move(tiers::DeviceSpan source, const GradMove& move);
   void finish_grad_moves(std::size_t keep = 0);  // all but the last `keep` queued, in call order
   void discard_grad_moves() noexcept;            // waits for their copies, stores nothing
 

@@ -145,10 +145,20 @@ void EngineState::queue_grad_move(UnitState& unit, std::span<const float> full_g
   DeviceLanes& lane = *lanes_;
   const UnitLayout& layout = unit.layout;
   const std::size_t slot = next_grad_move_;
-  STRATA_ASSERT(grad_moves_pending_.size() < 2, "a gradient slot still in use");
-  const tiers::DeviceSpan full = grad_full_scratch_.span(0, layout.padded_numel * 4);
   // The scratch is free once the move queued before this one has copied it out.
   if (!grad_moves_pending_.empty()) lane.compute.wait(lane.grad_moved[1 - slot]);
+  const tiers::DeviceSpan full = copy_to_grad_scratch(layout, full_grads);
+  push_grad_move(full, GradMove{static_cast<UnitId>(unit_index(unit)), slot, accumulate, last});
+  lane.compute_done.wait();  // out of the caller's buffer
+  finish_grad_moves(/*keep=*/1);
+}
+
+// The caller's gradient into the padded device scratch (padding zero) on the compute stream,
+// compute_done recorded after it.
+tiers::DeviceSpan EngineState::copy_to_grad_scratch(const UnitLayout& layout,
+                                                    std::span<const float> full_grads) {
+  DeviceLanes& lane = *lanes_;
+  const tiers::DeviceSpan full = grad_full_scratch_.span(0, layout.padded_numel * 4);
   lane.compute.copy_on_device(
       full.subspan(0, full_grads.size_bytes()),
       tiers::DeviceSpan{reinterpret_cast<std::byte*>(const_cast<float*>(full_grads.data())),
@@ -156,15 +166,20 @@ void EngineState::queue_grad_move(UnitState& unit, std::span<const float> full_g
   lane.compute.fill(full.subspan(full_grads.size_bytes(), full.bytes - full_grads.size_bytes()),
                     0.0f);
   lane.compute.record(lane.compute_done);
+  return full;
+}
+
+// A d2h of `source` (after the compute stream's work so far) into the move's slot, queued.
+void EngineState::push_grad_move(tiers::DeviceSpan source, const GradMove& move) {
+  DeviceLanes& lane = *lanes_;
+  STRATA_ASSERT(move.slot == next_grad_move_ && grad_moves_pending_.size() < 2,
+                "a gradient slot still in use");
   lane.d2h.wait(lane.compute_done);
-  lane.d2h.copy_to_host(grad_moves_[slot].data(), full);
-  lane.d2h.record(lane.grad_moved[slot]);
-  grad_moves_pending_.push_back(
-      GradMove{static_cast<UnitId>(unit_index(unit)), slot, accumulate, last});
-  next_grad_move_ = 1 - slot;
+  lane.d2h.copy_to_host(grad_moves_[move.slot].data(), source);
+  lane.d2h.record(lane.grad_moved[move.slot]);
+  grad_moves_pending_.push_back(move);
+  next_grad_move_ = 1 - move.slot;
   ++grad_moves_queued_;
-  lane.compute_done.wait();  // out of the caller's buffer
-  finish_grad_moves(/*keep=*/1);
 }
 
 void EngineState::finish_grad_moves(std::size_t keep) {
@@ -214,15 +229,8 @@ const float* EngineState::reduce_to_shard(UnitState& unit, std::span<const float
     return shard;
   }
   DeviceLanes& lane = *lanes_;
-  const tiers::DeviceSpan full = grad_full_scratch_.span(0, layout.padded_numel * 4);
   // The caller's gradient is complete and in device memory; padding is zero.
-  lane.compute.copy_on_device(
-      full.subspan(0, full_grads.size_bytes()),
-      tiers::DeviceSpan{reinterpret_cast<std::byte*>(const_cast<float*>(full_grads.data())),
-                        full_grads.size_bytes()});
-  lane.compute.fill(full.subspan(full_grads.size_bytes(), full.bytes - full_grads.size_bytes()),
-                    0.0f);
-  lane.compute.record(lane.compute_done);
+  const tiers::DeviceSpan full = copy_to_grad_scratch(layout, full_grads);
   if (ranks_ == 1) {
     device_shard = full;
     return nullptr;
@@ -280,15 +288,8 @@ void EngineState::store_grad_on_device(UnitState& unit, const float* host_shard,
     return;
   }
   if (queue) {  // the norm's copy to the host, summed at the next call
-    const std::size_t slot = next_grad_move_;
-    STRATA_ASSERT(grad_moves_pending_.size() < 2, "a gradient slot still in use");
-    lane.d2h.wait(lane.compute_done);
-    lane.d2h.copy_to_host(grad_moves_[slot].data(), stored);
-    lane.d2h.record(lane.grad_moved[slot]);
-    grad_moves_pending_.push_back(GradMove{static_cast<UnitId>(unit_index(unit)), slot,
-                                           accumulate, last, /*stored=*/true});
-    next_grad_move_ = 1 - slot;
-    ++grad_moves_queued_;
+    push_grad_move(stored, GradMove{static_cast<UnitId>(unit_index(unit)), next_grad_move_,
+                                    accumulate, last, /*stored=*/true});
     finish_grad_moves(/*keep=*/1);
     return;
   }
