@@ -3,8 +3,8 @@
 #include <exception>
 
 #include <fmt/format.h>
-#include <xxhash.h>
 
+#include "tiers/checksum.hpp"
 #include "tiers/nvme_store.hpp"
 
 namespace strata::tiers {
@@ -52,13 +52,13 @@ void ChecksumWorker::run(Job& job) {
   std::exception_ptr error;
   if (job.hash_into) {
     // The disk reads the buffer while we do; neither writes it.
-    *job.hash_into = XXH3_64bits(job.data.data(), job.data.size());
+    *job.hash_into = xxh3(job.data);
     job.io.wait();
     error = job.io.error();
   } else {
     job.io.wait();
     error = job.io.error();
-    if (!error && XXH3_64bits(job.data.data(), job.data.size()) != *job.expected) {
+    if (!error && xxh3(job.data) != *job.expected) {
       error = std::make_exception_ptr(StoreCorruption(
           fmt::format("checksum mismatch reading {}: the bytes on disk are not the ones "
                       "committed; refusing to use them",

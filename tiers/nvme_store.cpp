@@ -13,6 +13,7 @@
 #include "io/file_handle.hpp"
 #include "io/io_error.hpp"
 #include "io/io_request.hpp"
+#include "tiers/checksum.hpp"
 #include "tiers/manifest.hpp"
 
 namespace strata::tiers {
@@ -27,9 +28,7 @@ constexpr std::size_t kTrailerBytes = 8;
 // name length, length, has_data, slot, step, checksum; the name's bytes follow the name length.
 constexpr std::uint64_t kRecordBytesBesidesName = 2 + 8 + 1 + 1 + 8 + 8;
 
-std::uint64_t checksum(std::span<const std::byte> bytes) {
-  return XXH3_64bits(bytes.data(), bytes.size());
-}
+std::uint64_t checksum(std::span<const std::byte> bytes) { return xxh3(bytes); }
 
 // Little-endian field writer/reader over a byte buffer (the manifest is written and read on the
 // same kind of machine; x86-64 and Arm64 are both little-endian).

@@ -11,7 +11,6 @@
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
-#include <xxhash.h>
 
 #include "base/float16.hpp"
 #include "base/units.hpp"
@@ -20,6 +19,7 @@
 #include "runtime/buffer_plan.hpp"
 #include "runtime/tune/cost_model.hpp"
 #include "runtime/tune/io_probe.hpp"
+#include "tiers/checksum.hpp"
 #include "tiers/device/device.hpp"
 #include "tiers/pinned_pool.hpp"
 
@@ -176,24 +176,24 @@ void measure_memory(const MeasureOptions& options, MachineProfile& profile) {
                            profile.host_memory_gb_per_s, runs));
 }
 
-// XXH3 over 64 MiB in memory on this thread, best of a few runs within the memory share: the
-// store's checksum thread is one thread.
+// The store's XXH3 (tiers::xxh3: its AVX2 path where the CPU has one) over 64 MiB in memory on
+// this thread, best of a few runs within the memory share: the store's checksum thread is one.
 void measure_checksum(const MeasureOptions& options, MachineProfile& profile) {
   const std::size_t bytes = 64 * kMiB;
   std::vector<std::byte> data(bytes, std::byte{0x5a});
-  volatile std::uint64_t sink = XXH3_64bits(data.data(), bytes);  // first touch
+  volatile std::uint64_t sink = tiers::xxh3(data);  // first touch
   const Clock::time_point start = Clock::now();
   double best_s = 1e300;
   int runs = 0;
   do {
     const Clock::time_point run = Clock::now();
-    sink = sink ^ XXH3_64bits(data.data(), bytes);
+    sink = sink ^ tiers::xxh3(data);
     best_s = std::min(best_s, seconds_since(run));
     ++runs;
   } while (runs < 3 || (runs < 10 && seconds_since(start) < kMemoryShare * options.budget_s));
   profile.checksum_gb_per_s = static_cast<double>(bytes) / best_s / 1e9;
-  say(options, fmt::format("checksum: XXH3 {:.1f} GB/s on one thread (best of {})",
-                           profile.checksum_gb_per_s, runs));
+  say(options, fmt::format("checksum: XXH3 ({} path) {:.1f} GB/s on one thread (best of {})",
+                           tiers::xxh3_path(), profile.checksum_gb_per_s, runs));
 }
 
 // Adam over `count` elements held in memory, as a training step: the fp32 update with bf16
