@@ -9,8 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/bench-finetune-common.sh
 configs=(all_device optimizer_host optimizer_nvme params_optimizer_nvme)
-printf '%-6s %-28s %-22s %9s %10s %10s %12s %14s\n' round config "params/grads/optimizer" \
-  tokens/s "val loss" "RSS MiB" "NVMe GB/step" "load average"
+printf '%-6s %-28s %-22s %9s %10s %10s %12s %12s %14s\n' round config "params/grads/optimizer" \
+  tokens/s "val loss" "RSS MiB" "NVMe GB/step" "CPU s/step" "load average"
 for round in $(seq 1 "$rounds"); do
   for config in "${configs[@]}"; do
     run_config "$config" "examples/configs/$config.toml" "$round"
@@ -21,7 +21,7 @@ s = json.load(open(sys.argv[1])); p = s["placement"]; steps = int(sys.argv[3])
 nvme = (s["nvme_read_bytes"] + s["nvme_written_bytes"]) / steps / 1e9
 print(f'{sys.argv[5]:<6} {sys.argv[2]:<28} {p["params"] + "/" + p["grads"] + "/" + p["optimizer"]:<22} '
       f'{s["tokens_per_s"]:9.0f} {s["final_val_loss"]:10.4f} {s["peak_rss_bytes"] / 2**20:10.0f} '
-      f'{nvme:12.2f} {sys.argv[4]:>14}')
+      f'{nvme:12.2f} {s["cpu_s_per_step"]:12.2f} {sys.argv[4]:>14}')
 PY
   done
 done

@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <thread>
 
 namespace strata::examples {
 namespace {
@@ -14,7 +15,17 @@ std::uint64_t peak_rss_bytes() {
   return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;
 }
 
+double seconds(const timeval& time) {
+  return static_cast<double>(time.tv_sec) + static_cast<double>(time.tv_usec) * 1e-6;
+}
+
 }  // namespace
+
+double process_cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
 
 std::optional<PlacedDevice> place_device(runtime::Config& config, runtime::DeviceKind kind,
                                          runtime::comm::Communicator& comm, bool lead) {
@@ -88,6 +99,12 @@ void print_summary(const RunTotals& totals, std::uint64_t host_budget_bytes) {
       runtime::format_decimal_bytes(static_cast<double>(totals.nvme_written_bytes)),
       runtime::format_binary_bytes(peak_rss_bytes()),
       runtime::format_binary_bytes(host_budget_bytes));
+  if (totals.steps > 0 && totals.train_s > 0) {
+    std::cout << fmt::format(
+        "  CPU: {:.2f} core-s per step, {:.2f} of {} cores busy during the steps\n",
+        totals.train_cpu_s / static_cast<double>(totals.steps), totals.train_cpu_s / totals.train_s,
+        std::thread::hardware_concurrency());
+  }
 }
 
 nlohmann::json summary_json(const RunTotals& totals, const runtime::Config& config) {
@@ -101,6 +118,9 @@ nlohmann::json summary_json(const RunTotals& totals, const runtime::Config& conf
           {"nvme_read_bytes", totals.nvme_read_bytes},
           {"nvme_written_bytes", totals.nvme_written_bytes},
           {"comm_bytes_per_rank", totals.comm_bytes},
+          {"cpu_s_per_step",
+           totals.steps > 0 ? totals.train_cpu_s / static_cast<double>(totals.steps) : 0.0},
+          {"cores_busy", totals.train_s > 0 ? totals.train_cpu_s / totals.train_s : 0.0},
           {"placement",
            {{"params", runtime::to_string(config.zero.params)},
             {"grads", runtime::to_string(config.zero.grads)},

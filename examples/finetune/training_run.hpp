@@ -54,6 +54,10 @@ struct RunTotals {
   std::uint64_t nvme_read_bytes = 0;
   std::uint64_t nvme_written_bytes = 0;
   std::uint64_t comm_bytes = 0;  // the lead rank's collective payload ([precision] reduce_dtype)
+  // This process's CPU time (user + system, every thread) over the training steps: with the
+  // cores all busy, a placement that spends more CPU per step (I/O, checksums, copies) loses
+  // tokens/s in proportion, which no overlap can hide.
+  double train_cpu_s = 0;
 
   double tokens_per_s() const { return train_s > 0 ? static_cast<double>(tokens) / train_s : 0; }
 };
@@ -77,11 +81,14 @@ std::string describe_optimizer(const runtime::OptimizerConfig& optimizer);
 void print_start_notes(const runtime::OptimizerConfig& optimizer, std::uint64_t first_step,
                        std::uint32_t steps, std::string_view source = "the NVMe store");
 void print_validation(std::uint64_t step, double val_loss);
-// "summary: N steps, val loss a -> b (+x%), tokens/s, NVMe read/written, peak RSS (host budget)".
+// User + system CPU seconds this process has used so far, all threads together.
+double process_cpu_seconds();
+// "summary: N steps, val loss a -> b (+x%), tokens/s, NVMe read/written, peak RSS (host budget)",
+// then "CPU: c core-s per step (b of n cores busy during the steps)".
 void print_summary(const RunTotals& totals, std::uint64_t host_budget_bytes);
 // The figures --summary-json writes: params, steps, ranks, losses, tokens/s, peak RSS, NVMe bytes,
-// the lead rank's collective bytes
-// and the placement of params, grads and optimizer state.
+// the lead rank's collective bytes, CPU seconds per step (this process's, user + system) and the
+// placement of params, grads and optimizer state.
 nlohmann::json summary_json(const RunTotals& totals, const runtime::Config& config);
 
 template <class Report>
@@ -141,7 +148,9 @@ RunTotals run_training(Trainer& trainer, const RunOptions& options) {
   if (options.lead) print_validation(first_step, totals.initial_val_loss);
   totals.steps = last_step - first_step;
   while (trainer.engine().step_count() < last_step) {
+    const double cpu_before = process_cpu_seconds();
     const auto report = trainer.train_step();
+    totals.train_cpu_s += process_cpu_seconds() - cpu_before;
     totals.tokens += report.tokens * options.ranks;
     totals.train_s += report.total_s;
     totals.nvme_read_bytes += report.optimizer.nvme.read_bytes;

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <regex>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -114,6 +115,12 @@ TEST_F(Programs, FinetuneExportEvalGenerate) {
   EXPECT_EQ(figures["placement"]["optimizer"], "nvme");
   EXPECT_EQ(figures["model"], model.string());
   EXPECT_NE(log.find(", NVMe read "), std::string::npos) << log;
+  // The CPU the steps took (getrusage: every thread's user + system time), per step and as cores
+  // kept busy, which cannot exceed the machine's cores (with a little slack for the clocks).
+  EXPECT_GT(figures["cpu_s_per_step"].get<double>(), 0.0) << log;
+  EXPECT_GT(figures["cores_busy"].get<double>(), 0.0) << log;
+  EXPECT_LT(figures["cores_busy"].get<double>(), std::thread::hardware_concurrency() + 0.5) << log;
+  EXPECT_NE(log.find("  CPU: "), std::string::npos) << log;
   const HfConfig hf = read_hf_config(out / "config.json");
   HfCheckpoint::open(out).check(decoder_units(hf));
   EXPECT_EQ(testing::python_tensor_summary(out).begin().value()["dtype"], "BF16");
