@@ -114,6 +114,7 @@ nlohmann::json summary_json(const RunTotals& totals, const runtime::Config& conf
           {"initial_val_loss", totals.initial_val_loss},
           {"final_val_loss", totals.final_val_loss},
           {"tokens_per_s", totals.tokens_per_s()},
+          {"train_s", totals.train_s},
           {"peak_rss_bytes", peak_rss_bytes()},
           {"nvme_read_bytes", totals.nvme_read_bytes},
           {"nvme_written_bytes", totals.nvme_written_bytes},

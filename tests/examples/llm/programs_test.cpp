@@ -118,6 +118,13 @@ TEST_F(Programs, FinetuneExportEvalGenerate) {
   // The CPU the steps took (getrusage: every thread's user + system time), per step and as cores
   // kept busy, which cannot exceed the machine's cores (with a little slack for the clocks).
   EXPECT_GT(figures["cpu_s_per_step"].get<double>(), 0.0) << log;
+  // The steps' wall time, over which cores_busy (and tokens_per_s) are taken.
+  const double steps_cpu_s =
+      figures["cpu_s_per_step"].get<double>() * figures["steps"].get<double>();
+  EXPECT_GT(figures["train_s"].get<double>(), 0.0) << log;
+  EXPECT_NEAR(figures["cores_busy"].get<double>() * figures["train_s"].get<double>(), steps_cpu_s,
+              1e-9 * steps_cpu_s)
+      << log;
   EXPECT_GT(figures["cores_busy"].get<double>(), 0.0) << log;
   EXPECT_LT(figures["cores_busy"].get<double>(), std::thread::hardware_concurrency() + 0.5) << log;
   EXPECT_NE(log.find("  CPU: "), std::string::npos) << log;
