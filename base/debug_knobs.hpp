@@ -2,6 +2,7 @@
 // means the same in every layer and a mistyped value is an error instead of a silent "off".
 //
 //   STRATA_FORCE_NVME=1      the Engine homes every state kind on NVMe (whole-suite re-run)
+//   STRATA_GATHERS_AT_USE=1  several ranks: every all-gather runs when its unit is needed
 //   STRATA_POISON=1          released device buffers and pinned slabs are filled with 0xFF (NaN)
 //   STRATA_POISON_BUFFERS=1  buffers returned to an io::BufferPool are filled with 0xDE
 //   STRATA_TEST_SEED=<n>     the seed of the randomised tests (printed on failure)
@@ -64,6 +65,11 @@ inline std::optional<std::uint64_t> unsigned_value(const char* name) {
 
 inline bool force_nvme_knob() {
   return knobs::flag("STRATA_FORCE_NVME");
+}
+// Benchmarks: every all-gather at use (EngineOptions::gathers_ahead_across_ranks = false), to
+// time gathers started ahead against them from the command line.
+inline bool gathers_at_use_knob() {
+  return knobs::flag("STRATA_GATHERS_AT_USE");
 }
 inline bool poison_device_knob() {
   return knobs::flag("STRATA_POISON");

@@ -80,6 +80,12 @@ struct EngineOptions {
   // device, so the host device runs exactly the code CUDA runs; results are bitwise the same.
   enum class DeviceAccess : std::uint8_t { kAuto, kStaged };
   DeviceAccess device_access = DeviceAccess::kAuto;
+  // Several ranks, device memory the CPU addresses: a prefetched unit whose shard is in host or
+  // device memory starts its all-gather at its load (Communicator::start_all_gather), so it runs
+  // under the compute of the units before it. false (tests, to compare): every all-gather runs
+  // when its unit is needed, as it does for shards read from NVMe and on backends without
+  // pending gathers.
+  bool gathers_ahead_across_ranks = true;
   // Tests only: injects I/O faults into the NVMe store's I/O engine (io/fault_injector.hpp).
   io::FaultInjector* faults = nullptr;
 };
@@ -122,9 +128,10 @@ struct StepStats {
   // update waits only for the gradient. With defer_update: the reads it handed to the updates it
   // deferred (the next forward's first).
   std::uint64_t pre_read_groups = 0;
-  // The staged device path (a CUDA device) with one rank: gathers since the previous step whose
-  // h2d copy and cast were queued on the device streams before the unit was used (a prefetch),
-  // so they ran under the compute of the units before it.
+  // Gathers since the previous step started before their unit was used (a prefetch), so they
+  // ran under the compute of the units before it: with one rank on the staged device path (a
+  // CUDA device), the h2d copy and cast queued on the device streams; with several ranks on the
+  // host device, the all-gather of a shard in memory (EngineOptions::gathers_ahead_across_ranks).
   std::uint64_t gathers_queued_ahead = 0;
   // The staged device path, gradients homed in host memory or on NVMe: reduce_grads calls since
   // the previous step that returned with their gradient's copy to the host still queued on the

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "base/debug_knobs.hpp"
 #include "base/units.hpp"
 #include "cpu_adam/cast.hpp"
 #include "io/make_engine.hpp"
@@ -324,6 +325,13 @@ void EngineState::build_residency() {
   residency_options.max_inflight_bytes = zero.max_inflight_bytes;
   // wait_load all-gathers with several ranks: every rank must finish the same units.
   residency_options.rank_independent = ranks_ > 1;
+  // Each unit's gather started ahead is its own key (gather.cpp, start_pending_gather), from a
+  // range no other Engine on this communicator uses: every rank finalizes its Engines in the same
+  // order, so the ranges agree.
+  if (ranks_ > 1 && device_addressable_ && options_.gathers_ahead_across_ranks &&
+      !gathers_at_use_knob() && comm_->has_pending_all_gathers()) {
+    pending_key_base_ = comm_->reserve_pending_keys(static_cast<std::uint32_t>(units_.size()));
+  }
   residency_ = std::make_unique<tiers::ResidencyManager>(*this, residency_options,
                                                          plan_.gathered_unit_bytes, "device");
   for (UnitId id = 0; id < units_.size(); ++id) {

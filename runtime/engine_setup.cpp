@@ -114,6 +114,17 @@ EngineState::~EngineState() {
     }
     if (unit.gathered.queued) unit.gathered.ready->wait();  // its copy and cast read the buffers
   }
+  // Gathers started ahead and never used complete before their buffers go: every rank sent its
+  // block when it started them, so this needs no Engine call of the peers (whose Engine may end
+  // at another moment, e.g. when Python collects it).
+  for (UnitState& unit : units_) {
+    if (!unit.gathered.pending) continue;
+    try {
+      unit.gathered.pending->wait();
+    } catch (...) {  // withdrawn (or the job ended) by the communicator
+    }
+    unit.gathered.pending.reset();
+  }
   for (auto& writes : grad_buffer_writes_) {
     for (io::Ticket& ticket : writes) ticket.wait();
   }

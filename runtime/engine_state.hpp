@@ -83,6 +83,9 @@ struct GatheredCopy {
   std::optional<tiers::Event> copied;
   std::optional<tiers::Event> ready;
   bool queued = false;
+  // Several ranks, in place, the shard in memory (gather.cpp, start_pending_gather): the
+  // all-gather started at the load, this rank's shard already sent; wait_load waits for the rest.
+  std::unique_ptr<comm::PendingAllGather> pending;
 
   std::byte* param_staging() const {
     return param_lease ? param_lease.data() : param_buffer.data();
@@ -254,6 +257,12 @@ class EngineState final : public tiers::ResidencyClient {
   // on the device streams ahead of use (start_load, or load_complete once the reads landed).
   bool gathers_ahead() const { return !device_addressable_ && ranks_ == 1; }
   bool may_queue_gather(UnitId unit) const;
+  // Several ranks with device memory the CPU addresses and a backend with pending gathers
+  // (EngineOptions::gathers_ahead_across_ranks): a load whose shard is in memory and final starts
+  // its all-gather.
+  bool may_start_pending_gather(UnitId unit) const;
+  void start_pending_gather(UnitState& unit);
+  void finish_pending_gather(UnitState& unit);
   void queue_gather(UnitState& unit);
   void wait_queued_gather(UnitState& unit);
   // The step just updated `group` of `unit` (its new parameters at `params`): a load waiting for
@@ -410,6 +419,9 @@ class EngineState final : public tiers::ResidencyClient {
   // The data path (EngineOptions::DeviceAccess): whether the CPU addresses device memory, and
   // whether collectives of device data take device memory directly.
   bool device_addressable_ = true;
+  // This Engine's keys of gathers started ahead (Communicator::reserve_pending_keys at finalize):
+  // unit u's is base + u. Unset: every all-gather runs at wait_load.
+  std::optional<std::uint32_t> pending_key_base_;
   bool comm_on_device_ = true;
   // The gradient reduce-scatter's dtype (gradient_reduce_dtype; fp32 with NcclComm).
   DType reduce_dtype_ = DType::kFp32;

@@ -3,7 +3,8 @@
 // unit's device buffers and starts the NVMe reads of this rank's parameter shard, wait_load
 // finishes the gather (own shard in place, all-gather over the ranks, cast to fp32), evict frees.
 // On the staged path with one rank the copy and cast are queued on the device streams as soon as
-// the shard is in memory (queue_gather), and wait_load waits for them.
+// the shard is in memory (queue_gather), and wait_load waits for them. With several ranks on the
+// host device a shard in memory starts its all-gather at start_load (start_pending_gather).
 // A GatheredUnit handle counts as a use (live_handles); step() refuses to run while one is alive.
 #include <cstring>
 #include <stdexcept>
@@ -58,6 +59,8 @@ void EngineState::start_load(tiers::UnitId id) {
       start_deferred(id);  // updates the home in place; wait_load waits for it
     } else if (may_queue_gather(id)) {
       queue_gather(unit);  // the shard is in memory and final: its copy and cast go on now
+    } else if (may_start_pending_gather(id)) {
+      start_pending_gather(unit);  // in memory and final: its all-gather starts now
     }
     return;
   }
@@ -124,6 +127,7 @@ bool EngineState::load_complete(tiers::UnitId id) {
   // Its NVMe reads (or the step's hand-over) are in: the copy and cast can go on the streams.
   // (A read that fails its checksum is still reported by wait_load before the unit is used.)
   if (may_queue_gather(id)) queue_gather(unit);
+  if (unit.gathered.pending) return unit.gathered.pending->test();
   return true;
 }
 
@@ -140,7 +144,9 @@ void EngineState::wait_load(tiers::UnitId id) {
   unit.gathered.reads.clear();
   {
     Tracer::Scope scope(options_.tracer, TraceTrack::kCopies, "gather " + unit.spec.name);
-    if (gathers_ahead()) {
+    if (unit.gathered.pending) {
+      finish_pending_gather(unit);
+    } else if (gathers_ahead()) {
       if (!unit.gathered.queued) queue_gather(unit);
       wait_queued_gather(unit);
     } else {
@@ -171,6 +177,15 @@ void EngineState::evict(tiers::UnitId id) {
   }
   gathered.reads.clear();
   if (gathered.queued) wait_queued_gather(units_[id]);  // the streams still read and write it
+  if (gathered.pending) {
+    // Unused (every rank evicts it here: rank-independent decisions), but its transfers read
+    // and write the buffer about to go. Every rank sent its shard when it started the gather.
+    try {
+      gathered.pending->wait();
+    } catch (...) {  // withdrawn; the communicator is poisoned and reports it at its next call
+    }
+    gathered.pending.reset();
+  }
   gathered.fresh_groups_due = 0;
   gathered.fresh_dest = nullptr;
   gathered.release_param_staging();
@@ -207,6 +222,48 @@ void EngineState::finish_gather_in_place(UnitState& unit) {
     cpu_adam::convert(
         cpu_adam::ConstTypedSpan(copy.full16.data(), layout.padded_numel, param_dtype),
         cpu_adam::TypedSpan(copy.full32.data(), layout.padded_numel, DType::kFp32),
+        *arena_);
+  }
+}
+
+// Several ranks, in place (may_start_pending_gather): a unit whose shard is in host or device
+// memory and final (nothing due to update it) starts its all-gather at start_load: the peers'
+// blocks are received straight into the gathered buffer, and this rank's shard, copied to its
+// place, goes out at once. Every rank starts the same gathers in the same order (rank-independent
+// residency decisions) and each has sent its block when its start returns, so a gather waited for
+// anywhere (wait_load, evict, the Engine's end, one rank's later than another's) needs nothing
+// more from the peers' Engine calls. Each is its own tag (the Engine's key base + unit id): they
+// complete in any order. Shards read from NVMe, or still to be updated, gather at wait_load.
+bool EngineState::may_start_pending_gather(UnitId id) const {
+  return pending_key_base_.has_value() && !units_[id].gathered.pending &&
+         !(id < update_due_.size() && update_due_[id] != 0);
+}
+
+void EngineState::start_pending_gather(UnitState& unit) {
+  const UnitId id = unit_index(unit);
+  GatheredCopy& copy = unit.gathered;
+  const ShardHome& param = unit.home(Kind::kParam);
+  const DType param_dtype = this->param_dtype();
+  const std::uint64_t element_bytes = param.element_bytes();
+  tiers::DeviceBuffer& full = param_dtype == DType::kFp32 ? copy.full32 : copy.full16;
+  std::memcpy(full.data() + unit.layout.shard_begin(rank_) * element_bytes, param.memory,
+              unit.layout.shard_numel * element_bytes);
+  copy.pending = comm_->start_all_gather(
+      comm::MutableBuffer{full.data(), unit.layout.padded_numel, param_dtype},
+      unit.layout.shard_numel, *pending_key_base_ + static_cast<std::uint32_t>(id));
+  copy.pending->send_own();
+  if (acquiring_ != id) ++gathers_queued_ahead_;
+}
+
+void EngineState::finish_pending_gather(UnitState& unit) {
+  unit.gathered.pending->wait();
+  unit.gathered.pending.reset();
+  const UnitLayout& layout = unit.layout;
+  const DType param_dtype = this->param_dtype();
+  if (param_dtype != DType::kFp32) {
+    cpu_adam::convert(
+        cpu_adam::ConstTypedSpan(unit.gathered.full16.data(), layout.padded_numel, param_dtype),
+        cpu_adam::TypedSpan(unit.gathered.full32.data(), layout.padded_numel, DType::kFp32),
         *arena_);
   }
 }

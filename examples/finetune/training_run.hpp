@@ -127,9 +127,10 @@ void print_step(const Report& report, std::uint32_t ranks) {
       optimizer.deferred_groups > 0
           ? fmt::format(" | deferred to the next forward: {} sub-groups", optimizer.deferred_groups)
           : std::string(),
-      // A CUDA device: copies queued on its streams instead of waited for on the host.
+      // Gathers started before their unit was used (a CUDA device's copies and casts on its
+      // streams; several ranks' all-gathers), gradient moves queued on the streams.
       optimizer.gathers_queued_ahead + optimizer.grad_moves_queued > 0
-          ? fmt::format(" | queued on the device streams: {} gathers ahead, {} gradient moves",
+          ? fmt::format(" | ahead of use: {} gathers, {} gradient moves queued",
                         optimizer.gathers_queued_ahead, optimizer.grad_moves_queued)
           : std::string(),
       optimizer.skipped ? " | SKIPPED (non-finite gradients)" : "");

@@ -76,6 +76,34 @@ void Communicator::broadcast(MutableBuffer data, int root) {
   do_broadcast(data, root);
 }
 
+std::unique_ptr<PendingAllGather> Communicator::start_all_gather(MutableBuffer recv,
+                                                                 std::size_t block,
+                                                                 std::uint32_t key) {
+  const auto ranks = static_cast<std::size_t>(size());
+  STRATA_ASSERT(has_pending_all_gathers(), "start_all_gather: the backend has no pending gathers");
+  STRATA_ASSERT(key <= max_pending_key(), "start_all_gather: key beyond max_pending_key()");
+  STRATA_ASSERT(recv.count == ranks * block, "start_all_gather: recv.count must be size() * count");
+  STRATA_ASSERT(block == 0 || recv.data != nullptr);
+  count(Collective::kAllGather, recv.bytes(), (ranks - 1) * block * dtype_bytes(recv.dtype));
+  return do_start_all_gather(recv, block, key);
+}
+
+std::optional<std::uint32_t> Communicator::reserve_pending_keys(std::uint32_t count) {
+  if (!has_pending_all_gathers() ||
+      next_pending_key_ + count > std::uint64_t{max_pending_key()} + 1) {
+    return std::nullopt;
+  }
+  const auto first = static_cast<std::uint32_t>(next_pending_key_);
+  next_pending_key_ += count;
+  return first;
+}
+
+std::unique_ptr<PendingAllGather> Communicator::do_start_all_gather(MutableBuffer, std::size_t,
+                                                                    std::uint32_t) {
+  STRATA_ASSERT(false, "start_all_gather on a backend without pending gathers");
+  return nullptr;
+}
+
 void Communicator::barrier() {
   count(Collective::kBarrier, 0, 0);
   do_barrier();

@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 
@@ -95,6 +96,36 @@ Chunk chunk_of(std::size_t total, int size, int rank);
 // (the Engine: d2h into pinned host buffers, the collective on the host, h2d back).
 enum class BufferMemory : std::uint8_t { kHost, kDevice };
 
+// An all-gather split in two, so that it can start ahead of use (the Engine's gathers of
+// prefetched units, docs/comm.md "Gathers started ahead"): the receives of the peers' blocks are
+// posted when it starts; this rank's own block, already in its place in the receive buffer, is
+// sent once it is final (send_own); wait() returns when every block has arrived and the own block
+// has left. Gathers of different keys complete in any order: a rank may send its block of one
+// before another's, whatever order its peers send theirs in. Gathers of the same key must start in
+// the same order on every rank (each is matched with the peers' in that order). A PendingAllGather
+// must be waited for before its buffer is freed; destroying one that has not completed withdraws
+// its requests (after an error) or ends the job (abort_all) when MPI cannot withdraw them.
+class PendingAllGather {
+ public:
+  virtual ~PendingAllGather() = default;
+  PendingAllGather(const PendingAllGather&) = delete;
+  PendingAllGather& operator=(const PendingAllGather&) = delete;
+
+  // The own block is in place: sends it to every peer. Once.
+  virtual void send_own() = 0;
+  bool own_sent() const { return own_sent_; }
+  // Advances the transfers; true once the gather is complete (the own block sent and every
+  // peer's received). Never blocks.
+  virtual bool test() = 0;
+  // Blocks until complete; throws CommTimeoutError naming the peers whose blocks have not arrived
+  // after the communicator's timeout.
+  virtual void wait() = 0;
+
+ protected:
+  PendingAllGather() = default;
+  bool own_sent_ = false;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -119,6 +150,18 @@ class Communicator {
   void barrier();
   // Waits for every collective issued so far (no-op on host backends, which complete on return).
   virtual void synchronize() {}
+
+  // All-gathers started ahead of use (PendingAllGather): whether this backend has them (MpiComm),
+  // and the largest key it takes. recv.count == size() * count; the own block is
+  // recv[rank() * count ...]. Counted as an all_gather when started.
+  virtual bool has_pending_all_gathers() const { return false; }
+  virtual std::uint32_t max_pending_key() const { return 0; }
+  // `count` keys no earlier reservation on this communicator got: the first of them, or nullopt
+  // once the keys up to max_pending_key() are used up. Ranks that reserve the same counts in the
+  // same order get the same keys.
+  std::optional<std::uint32_t> reserve_pending_keys(std::uint32_t count);
+  std::unique_ptr<PendingAllGather> start_all_gather(MutableBuffer recv, std::size_t count,
+                                                     std::uint32_t key);
 
   template <CommElement T>
   void all_gather(std::span<const T> send, std::span<T> recv) {
@@ -155,11 +198,15 @@ class Communicator {
   virtual void do_all_reduce(MutableBuffer data, ReduceOp op) = 0;
   virtual void do_broadcast(MutableBuffer data, int root) = 0;
   virtual void do_barrier() = 0;
+  virtual std::unique_ptr<PendingAllGather> do_start_all_gather(MutableBuffer recv,
+                                                                 std::size_t count,
+                                                                 std::uint32_t key);
 
  private:
   void count(Collective collective, std::uint64_t payload_bytes, std::uint64_t sent_bytes);
 
   CommStats stats_;
+  std::uint64_t next_pending_key_ = 0;
 };
 
 struct CommOptions {

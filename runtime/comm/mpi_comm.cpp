@@ -120,6 +120,8 @@ void abort_all(std::string_view reason, int exit_code) noexcept {
 
 struct MpiComm::State {
   MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm ahead = MPI_COMM_NULL;  // gathers started ahead of use (start_all_gather)
+  std::uint32_t tag_ub = 0;        // MPI_TAG_UB of `ahead`: the largest key
   MPI_Win arrivals = MPI_WIN_NULL;
   std::uint64_t* own_arrival = nullptr;  // this rank's slot in the window (shared with its peers)
   std::vector<MPI_Request> requests;     // of the collective in flight (at most 2 per peer)
@@ -141,6 +143,15 @@ MpiComm::MpiComm(const CommOptions& options)
   check(MPI_Comm_set_errhandler(state_->comm, MPI_ERRORS_RETURN), Collective::kSetup,
         "MPI_Comm_set_errhandler");
   check(MPI_Comm_size(state_->comm, &size_), Collective::kSetup, "MPI_Comm_size");
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &state_->ahead), Collective::kSetup, "MPI_Comm_dup");
+  check(MPI_Comm_set_errhandler(state_->ahead, MPI_ERRORS_RETURN), Collective::kSetup,
+        "MPI_Comm_set_errhandler");
+  void* tag_ub = nullptr;
+  int has_tag_ub = 0;
+  check(MPI_Comm_get_attr(state_->ahead, MPI_TAG_UB, &tag_ub, &has_tag_ub), Collective::kSetup,
+        "MPI_Comm_get_attr");
+  // MPI guarantees at least 32767.
+  state_->tag_ub = has_tag_ub != 0 ? static_cast<std::uint32_t>(*static_cast<int*>(tag_ub)) : 32767;
   check(MPI_Win_allocate(sizeof(std::uint64_t), sizeof(std::uint64_t), MPI_INFO_NULL, state_->comm,
                          &state_->own_arrival, &state_->arrivals),
         Collective::kSetup, "MPI_Win_allocate");
@@ -172,6 +183,7 @@ MpiComm::~MpiComm() {
     MPI_Win_unlock_all(state_->arrivals);
     MPI_Win_free(&state_->arrivals);
   }
+  if (state_->ahead != MPI_COMM_NULL) MPI_Comm_free(&state_->ahead);
   if (state_->comm != MPI_COMM_NULL) MPI_Comm_free(&state_->comm);
 }
 
@@ -471,6 +483,170 @@ void MpiComm::do_barrier() {
   state_->requests.push_back(MPI_REQUEST_NULL);
   check(MPI_Ibarrier(state_->comm, &state_->requests.back()), kKind, "MPI_Ibarrier");
   wait(kKind);
+}
+
+// A gather started ahead of use: the peers' blocks' receives posted at construction, the own
+// block's sends at send_own(), all on the communicator's `ahead` duplicate with the key as tag.
+class MpiPendingAllGather final : public PendingAllGather {
+ public:
+  MpiPendingAllGather(MpiComm& owner, MutableBuffer recv, std::size_t block, int tag)
+      : owner_(owner), recv_(recv), block_(block), tag_(tag) {
+    const auto ranks = static_cast<std::size_t>(owner_.size_);
+    requests_.assign(2 * ranks, MPI_REQUEST_NULL);  // [0, ranks) receives, [ranks, 2 ranks) sends
+    statuses_.resize(2 * ranks);
+    for (int step = 1; step < owner_.size_; ++step) {
+      const int peer = (owner_.rank_ - step + owner_.size_) % owner_.size_;
+      post(MPI_Irecv(block_at(peer), static_cast<int>(block_), mpi_type_of(recv_.dtype), peer,
+                     tag_, owner_.state_->ahead, &requests_[static_cast<std::size_t>(peer)]),
+           "MPI_Irecv");
+    }
+  }
+
+  ~MpiPendingAllGather() override {
+    if (pending() == 0) return;
+    // Not waited for (an error unwinds the Engine): no request may stay on the caller's buffer.
+    if (!withdraw()) {
+      abort_all(fmt::format("rank {}: an all-gather started ahead of use (key {}) was abandoned "
+                            "and MPI cannot withdraw its requests on the buffer being freed",
+                            owner_.rank_, tag_),
+                3);
+    }
+  }
+
+  void send_own() override {
+    STRATA_ASSERT(!own_sent_, "send_own twice");
+    own_sent_ = true;
+    const auto ranks = static_cast<std::size_t>(owner_.size_);
+    for (int step = 1; step < owner_.size_; ++step) {
+      const int peer = (owner_.rank_ + step) % owner_.size_;
+      post(MPI_Isend(block_at(owner_.rank_), static_cast<int>(block_), mpi_type_of(recv_.dtype),
+                     peer, tag_, owner_.state_->ahead,
+                     &requests_[ranks + static_cast<std::size_t>(peer)]),
+           "MPI_Isend");
+    }
+  }
+
+  bool test() override {
+    int done = 0;
+    const int result = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done,
+                                   statuses_.data());
+    if (result == MPI_ERR_IN_STATUS) {
+      for (const MPI_Status& status : statuses_) {
+        if (status.MPI_ERROR != MPI_SUCCESS && status.MPI_ERROR != MPI_ERR_PENDING) {
+          post(status.MPI_ERROR, "MPI_Testall");
+        }
+      }
+    }
+    post(result, "MPI_Testall");
+    return done != 0 && own_sent_;
+  }
+
+  void wait() override {
+    STRATA_ASSERT(own_sent_, "wait for a pending all-gather before its send_own");
+    const Clock::time_point start = Clock::now();
+    const Clock::time_point deadline = start + owner_.options_.timeout;
+    const Clock::time_point spin_until = start + kSpinBeforeBackoff;
+    Clock::duration backoff = kBackoffMin;
+    while (!test()) {
+      const Clock::time_point now = Clock::now();
+      if (now >= deadline) fail_timeout();
+      if (now < spin_until) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
+        backoff = std::min<Clock::duration>(2 * backoff, kBackoffMax);
+      }
+    }
+  }
+
+ private:
+  std::byte* block_at(int rank) const {
+    return static_cast<std::byte*>(recv_.data) +
+           static_cast<std::size_t>(rank) * block_ * dtype_bytes(recv_.dtype);
+  }
+
+  std::size_t pending() const {
+    return static_cast<std::size_t>(std::count_if(
+        requests_.begin(), requests_.end(), [](MPI_Request r) { return r != MPI_REQUEST_NULL; }));
+  }
+
+  void post(int mpi_result, std::string_view call) {
+    if (mpi_result == MPI_SUCCESS) return;
+    MpiError error(owner_.rank_, Collective::kAllGather, call, mpi_result,
+                   mpi_error_text(mpi_result));
+    if (owner_.first_error_.empty()) owner_.first_error_ = error.what();
+    throw error;
+  }
+
+  // Cancels every request still posted and waits (bounded) for each to complete or be
+  // cancelled. True when none is left on the buffer.
+  bool withdraw() {
+    for (MPI_Request& request : requests_) {
+      if (request != MPI_REQUEST_NULL) MPI_Cancel(&request);
+    }
+    const Clock::time_point deadline =
+        Clock::now() + std::min<Clock::duration>(kProbeLimit, owner_.options_.timeout);
+    Clock::duration backoff = kBackoffMin;
+    for (;;) {
+      for (MPI_Request& request : requests_) {
+        int done = 0;
+        if (request != MPI_REQUEST_NULL) MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+      }
+      if (pending() == 0) return true;
+      if (Clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min<Clock::duration>(2 * backoff, kBackoffMax);
+    }
+  }
+
+  [[noreturn]] void fail_timeout() {
+    std::vector<int> missing;
+    std::string detail =
+        fmt::format("the all-gather started ahead of use with key {} (a unit's gather) is "
+                    "missing the block of",
+                    tag_);
+    for (int peer = 0; peer < owner_.size_; ++peer) {
+      // MPI_Testall completes all or none: ask each receive on its own.
+      MPI_Request& receive = requests_[static_cast<std::size_t>(peer)];
+      int arrived = 0;
+      if (receive != MPI_REQUEST_NULL) MPI_Test(&receive, &arrived, MPI_STATUS_IGNORE);
+      if (receive == MPI_REQUEST_NULL) continue;
+      missing.push_back(peer);
+      detail += fmt::format(" rank {}", peer);
+    }
+    detail += " (a rank that never gathers this unit, or gathers units in another order)";
+    CommTimeoutError error(owner_.rank_, Collective::kAllGather,
+                           std::chrono::duration<double>(owner_.options_.timeout).count(),
+                           std::move(missing), detail);
+    owner_.first_error_ = error.what();
+    if (!withdraw()) {
+      abort_all(fmt::format("{} (and MPI cannot withdraw a send the late rank has not matched: "
+                            "ending the job rather than let MPI use memory the caller frees)",
+                            error.what()),
+                3);
+    }
+    throw error;
+  }
+
+  MpiComm& owner_;
+  MutableBuffer recv_;
+  std::size_t block_;
+  int tag_;
+  std::vector<MPI_Request> requests_;
+  std::vector<MPI_Status> statuses_;
+};
+
+std::uint32_t MpiComm::max_pending_key() const { return state_->tag_ub; }
+
+std::unique_ptr<PendingAllGather> MpiComm::do_start_all_gather(MutableBuffer recv,
+                                                               std::size_t count,
+                                                               std::uint32_t key) {
+  check_count(count, Collective::kAllGather);
+  if (poisoned()) {
+    throw CommError(rank_, Collective::kAllGather,
+                    "communicator unusable after an earlier error (" + first_error_ + ")");
+  }
+  return std::make_unique<MpiPendingAllGather>(*this, recv, count, static_cast<int>(key));
 }
 
 }  // namespace strata::runtime::comm

@@ -21,6 +21,13 @@
 //   and reduces the N blocks locally in rank order; all_reduce does the same on N chunks, then
 //   all-gathers the reduced chunks. Hence fp32 accumulation, one rounding, rank order: bitwise
 //   deterministic, and each rank sends exactly the ring algorithm's bytes (see CollectiveStats).
+// - Gathers started ahead of use (start_all_gather, PendingAllGather) run on a second duplicate of
+//   MPI_COMM_WORLD, so their messages never match a blocking collective's: the receives are
+//   posted at the start, the own block's sends at send_own(), and the tag is the caller's key
+//   (the Engine's reserved key base + unit id), so gathers of different keys complete in any
+//   order. MPI orders messages of one tag between two ranks (non-overtaking), which matches the
+//   gathers of one key in the order they started. Their progress happens inside MPI calls
+//   (test(), wait(), the other collectives).
 // - After any error the communicator is poisoned (later calls throw) and its destructor frees
 // nothing
 //   collective; the intended reaction is abort_all(), which ends every rank of the job.
@@ -58,6 +65,8 @@ class MpiComm final : public Communicator {
   // Requests of this communicator still posted in MPI: 0 between collectives, and after a timeout
   // (which withdraws them before it throws), but for a timed-out barrier's, which uses no memory.
   std::size_t pending_requests() const;
+  bool has_pending_all_gathers() const override { return true; }
+  std::uint32_t max_pending_key() const override;
 
  protected:
   void do_all_gather(ConstBuffer send, MutableBuffer recv) override;
@@ -65,8 +74,12 @@ class MpiComm final : public Communicator {
   void do_all_reduce(MutableBuffer data, ReduceOp op) override;
   void do_broadcast(MutableBuffer data, int root) override;
   void do_barrier() override;
+  std::unique_ptr<PendingAllGather> do_start_all_gather(MutableBuffer recv, std::size_t count,
+                                                         std::uint32_t key) override;
 
  private:
+  friend class MpiPendingAllGather;
+
   struct State;  // MPI handles, the arrival window, scratch (keeps <mpi.h> out of this header)
 
   void begin(Collective collective);

@@ -16,6 +16,9 @@
 //            so the job ends non-zero instead of hanging.
 //   withdraw rank 1 skips an all_gather: the others time out with no request left posted, free
 //            and reuse their buffers, and a collective on a new communicator then succeeds.
+//   pending  rank 1 starts a gather ahead of use (start_all_gather) and never sends its block: the
+//            others' wait() must throw CommTimeoutError naming all_gather and rank 1 within the
+//            timeout, with no request left on the buffer, which is then freed.
 //   backoff  rank 1 enters a barrier and an all_reduce 1.5 s late: the waiting ranks' CPU time
 //            stays under a quarter of the wall time (the wait sleeps instead of spinning).
 #include <mpi.h>
@@ -74,6 +77,34 @@ int run_timeout(MpiComm& comm) {
   } catch (const CommError& error) {
     if (std::strstr(error.what(), "unusable") == nullptr) return fail(comm.rank(), error.what());
   }
+  return 0;
+}
+
+int run_pending(MpiComm& comm) {
+  const std::size_t count = 8;
+  auto buffer = std::make_unique<std::vector<float>>(count * static_cast<std::size_t>(comm.size()),
+                                                     1.0f);
+  auto gather = comm.start_all_gather(MutableBuffer::of(std::span<float>(*buffer)), count, 7);
+  if (comm.rank() == 1) return 0;  // never sends: its gather is withdrawn as it is destroyed
+  gather->send_own();
+  const auto start = Clock::now();
+  try {
+    gather->wait();
+    return fail(comm.rank(), "a gather completed although rank 1 never sent its block");
+  } catch (const CommTimeoutError& error) {
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const std::string text = error.what();
+    std::fprintf(stderr, "[rank %d] got the expected error after %.2f s: %s\n", comm.rank(),
+                 elapsed, text.c_str());
+    if (error.collective() != Collective::kAllGather) return fail(comm.rank(), "wrong collective");
+    if (error.missing_ranks() != std::vector<int>{1})
+      return fail(comm.rank(), "wrong missing ranks");
+    if (text.find("all_gather") == std::string::npos || text.find("rank 1") == std::string::npos)
+      return fail(comm.rank(), "message does not name all_gather and rank 1");
+    if (elapsed < 1.9 || elapsed > 2.0 + 3.0) return fail(comm.rank(), "timeout not honoured");
+  }
+  gather.reset();  // nothing left posted: destroying it neither aborts nor waits
+  buffer.reset();
   return 0;
 }
 
@@ -212,11 +243,12 @@ int main(int argc, char** argv) {
   auto* comm = new MpiComm(CommOptions{kTimeout});
   try {
     if (mode == "timeout" || mode == "mismatch" || mode == "mpi-error" || mode == "withdraw" ||
-        mode == "backoff") {
+        mode == "backoff" || mode == "pending") {
       const int failures = mode == "timeout"    ? run_timeout(*comm)
                            : mode == "mismatch" ? run_mismatch(*comm)
                            : mode == "withdraw" ? run_withdraw(*comm)
                            : mode == "backoff"  ? run_backoff(*comm)
+                           : mode == "pending"  ? run_pending(*comm)
                                                 : run_mpi_error(*comm);
       int total = 0;
       MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
@@ -232,7 +264,7 @@ int main(int argc, char** argv) {
     else
       return fail(comm->rank(),
                   "usage: strata_comm_fault_program "
-                  "timeout|mismatch|mpi-error|withdraw|backoff|throw|hang");
+                  "timeout|mismatch|mpi-error|withdraw|backoff|pending|throw|hang");
   } catch (const std::exception& error) {
     abort_all(error.what(), 3);
   }

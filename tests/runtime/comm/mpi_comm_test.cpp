@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "runtime/comm/communicator.hpp"
@@ -222,6 +223,54 @@ TEST(MpiCommTest, LargeBuffersTakeTheRendezvousPath) {
   comm.all_gather(std::span<const Bf16>(shard), std::span<Bf16>(gathered));
   for (std::size_t i = 0; i < gathered.size(); ++i) {
     ASSERT_EQ(gathered[i], element<Bf16>(static_cast<int>(i / count), i % count, 8)) << i;
+  }
+}
+
+// Gathers started ahead of use (start_all_gather): every rank starts keys 0..3 in order, but
+// sends its blocks in a rank-dependent order and waits for them in reverse, with a blocking
+// collective in between; each completes with every rank's block (small blocks, eager, and large
+// ones, rendezvous). A key started again after its first gather completed gets the new blocks.
+TEST(MpiCommTest, PendingAllGathersCompleteInAnyOrderOfSends) {
+  MpiComm& comm = world();
+  ASSERT_TRUE(comm.has_pending_all_gathers());
+  EXPECT_GE(comm.max_pending_key(), 32767u);
+  const auto ranks = static_cast<std::size_t>(comm.size());
+  for (const std::size_t count : {std::size_t{5}, std::size_t{300007}}) {
+    for (int round = 0; round < 2; ++round) {
+      constexpr std::uint32_t kKeys = 4;
+      std::vector<std::vector<Bf16>> buffers(kKeys, std::vector<Bf16>(count * ranks));
+      std::vector<std::unique_ptr<PendingAllGather>> gathers;
+      const std::uint64_t calls_before = comm.stats()[Collective::kAllGather].calls;
+      for (std::uint32_t key = 0; key < kKeys; ++key) {
+        gathers.push_back(comm.start_all_gather(MutableBuffer::of(std::span<Bf16>(buffers[key])),
+                                                count, key));
+      }
+      EXPECT_EQ(comm.stats()[Collective::kAllGather].calls, calls_before + kKeys);
+      const int salt = 20 + round;
+      for (std::uint32_t i = 0; i < kKeys; ++i) {
+        const std::uint32_t key = (i + static_cast<std::uint32_t>(comm.rank())) % kKeys;
+        std::vector<Bf16>& buffer = buffers[key];
+        for (std::size_t e = 0; e < count; ++e) {
+          buffer[static_cast<std::size_t>(comm.rank()) * count + e] =
+              element<Bf16>(comm.rank(), e + key, salt);
+        }
+        EXPECT_FALSE(gathers[key]->own_sent());
+        gathers[key]->send_own();
+        EXPECT_TRUE(gathers[key]->own_sent());
+        if (i == 1) {
+          EXPECT_EQ(comm.all_reduce_u64(1, ReduceOp::kSum), ranks);
+        }
+      }
+      for (std::uint32_t key = kKeys; key-- > 0;) {
+        gathers[key]->wait();
+        EXPECT_TRUE(gathers[key]->test());
+        for (std::size_t e = 0; e < buffers[key].size(); ++e) {
+          ASSERT_EQ(buffers[key][e],
+                    element<Bf16>(static_cast<int>(e / count), e % count + key, salt))
+              << "key " << key << " element " << e << " round " << round << " count " << count;
+        }
+      }
+    }
   }
 }
 
