@@ -84,7 +84,7 @@ struct GatheredCopy {
   std::optional<tiers::Event> ready;
   bool queued = false;
   // Several ranks, in place, the shard in memory (gather.cpp, start_pending_gather): the
-  // all-gather started at the load, this rank's shard already sent; wait_load waits for the rest.
+  // all-gather started at the load, this rank's shard sent with it; wait_load waits for the rest.
   std::unique_ptr<comm::PendingAllGather> pending;
 
   std::byte* param_staging() const {
@@ -249,6 +249,13 @@ class EngineState final : public tiers::ResidencyClient {
   // gather.cpp
   void finish_gather(UnitState& unit);
   void finish_gather_in_place(UnitState& unit);
+  // The gathered buffer in the parameter dtype (what the all-gather fills; full32 for fp32).
+  tiers::DeviceBuffer& gathered_params(GatheredCopy& copy) const;
+  // Device memory the CPU addresses: this rank's shard in its place in gathered_params (copied
+  // from a home in memory; NVMe reads land there themselves). Returns where it is.
+  std::byte* place_own_shard(UnitState& unit);
+  // 16-bit parameters: full16 cast to full32 on the CPU.
+  void cast_gathered_to_fp32(UnitState& unit);
   void finish_gather_staged(UnitState& unit);
   // Where this rank's parameter shard lands for a gather (in place, or the pinned staging).
   std::byte* own_shard_destination(UnitState& unit);

@@ -83,9 +83,8 @@ std::byte* EngineState::own_shard_destination(UnitState& unit) {
   GatheredCopy& gathered = unit.gathered;
   const ShardHome& param = unit.home(Kind::kParam);
   if (device_addressable_) {
-    std::byte* full =
-        param_dtype() == DType::kFp32 ? gathered.full32.data() : gathered.full16.data();
-    return full + unit.layout.shard_begin(rank_) * param.element_bytes();
+    return gathered_params(gathered).data() +
+           unit.layout.shard_begin(rank_) * param.element_bytes();
   }
   if (std::optional<tiers::PinnedLease> lease = param_read_slab_->try_acquire()) {
     gathered.param_lease = std::move(*lease);
@@ -204,68 +203,69 @@ void EngineState::finish_gather(UnitState& unit) {
 // Device memory the CPU addresses: own shard copied into its place (NVMe reads landed there
 // already), all-gathered in place, cast to fp32 on the CPU.
 void EngineState::finish_gather_in_place(UnitState& unit) {
-  const ShardHome& param = unit.home(Kind::kParam);
   const UnitLayout& layout = unit.layout;
-  GatheredCopy& copy = unit.gathered;
-  const DType param_dtype = this->param_dtype();
-  const std::uint64_t shard_bytes = layout.shard_numel * param.element_bytes();
-  tiers::DeviceBuffer& full = param_dtype == DType::kFp32 ? copy.full32 : copy.full16;
-  const DType wire = param_dtype;
-  std::byte* own = full.data() + layout.shard_begin(rank_) * param.element_bytes();
-  if (param.residence() != Residence::kNvme) std::memcpy(own, param.memory, shard_bytes);
+  const DType wire = param_dtype();
+  const std::byte* own = place_own_shard(unit);
   if (ranks_ > 1) {
+    const std::uint64_t shard_bytes = layout.shard_numel * dtype_bytes(wire);
     std::memcpy(gather_send_scratch_.data(), own, shard_bytes);
     comm_->all_gather(comm::ConstBuffer{gather_send_scratch_.data(), layout.shard_numel, wire},
-                      comm::MutableBuffer{full.data(), layout.padded_numel, wire});
+                      comm::MutableBuffer{gathered_params(unit.gathered).data(),
+                                          layout.padded_numel, wire});
   }
-  if (param_dtype != DType::kFp32) {
-    cpu_adam::convert(
-        cpu_adam::ConstTypedSpan(copy.full16.data(), layout.padded_numel, param_dtype),
-        cpu_adam::TypedSpan(copy.full32.data(), layout.padded_numel, DType::kFp32),
-        *arena_);
+  cast_gathered_to_fp32(unit);
+}
+
+tiers::DeviceBuffer& EngineState::gathered_params(GatheredCopy& copy) const {
+  return param_dtype() == DType::kFp32 ? copy.full32 : copy.full16;
+}
+
+std::byte* EngineState::place_own_shard(UnitState& unit) {
+  const ShardHome& param = unit.home(Kind::kParam);
+  std::byte* own = gathered_params(unit.gathered).data() +
+                   unit.layout.shard_begin(rank_) * param.element_bytes();
+  if (param.residence() != Residence::kNvme) {
+    std::memcpy(own, param.memory, unit.layout.shard_numel * param.element_bytes());
   }
+  return own;
+}
+
+void EngineState::cast_gathered_to_fp32(UnitState& unit) {
+  const DType param_dtype = this->param_dtype();
+  if (param_dtype == DType::kFp32) return;
+  const std::uint64_t padded = unit.layout.padded_numel;
+  cpu_adam::convert(cpu_adam::ConstTypedSpan(unit.gathered.full16.data(), padded, param_dtype),
+                    cpu_adam::TypedSpan(unit.gathered.full32.data(), padded, DType::kFp32),
+                    *arena_);
 }
 
 // Several ranks, in place (may_start_pending_gather): a unit whose shard is in host or device
-// memory and final (nothing due to update it) starts its all-gather at start_load: the peers'
-// blocks are received straight into the gathered buffer, and this rank's shard, copied to its
-// place, goes out at once. Every rank starts the same gathers in the same order (rank-independent
-// residency decisions) and each has sent its block when its start returns, so a gather waited for
-// anywhere (wait_load, evict, the Engine's end, one rank's later than another's) needs nothing
-// more from the peers' Engine calls. Each is its own tag (the Engine's key base + unit id): they
-// complete in any order. Shards read from NVMe, or still to be updated, gather at wait_load.
+// memory and final (nothing due to update it) starts its all-gather at start_load: this rank's
+// shard is copied to its place in the gathered buffer and sent, and the peers' blocks are
+// received straight into that buffer. Every rank starts the same gathers in the same order
+// (rank-independent residency decisions) and each has sent its block when its start returns, so
+// a gather waited for anywhere (wait_load, evict, the Engine's end, one rank's later than
+// another's) needs nothing more from the peers' Engine calls. Each is its own tag (the Engine's
+// key base + unit id): they complete in any order. Shards read from NVMe, or still to be
+// updated, gather at wait_load.
 bool EngineState::may_start_pending_gather(UnitId id) const {
-  return pending_key_base_.has_value() && !units_[id].gathered.pending &&
-         !(id < update_due_.size() && update_due_[id] != 0);
+  return pending_key_base_.has_value() && !(id < update_due_.size() && update_due_[id] != 0);
 }
 
 void EngineState::start_pending_gather(UnitState& unit) {
   const UnitId id = unit_index(unit);
-  GatheredCopy& copy = unit.gathered;
-  const ShardHome& param = unit.home(Kind::kParam);
-  const DType param_dtype = this->param_dtype();
-  const std::uint64_t element_bytes = param.element_bytes();
-  tiers::DeviceBuffer& full = param_dtype == DType::kFp32 ? copy.full32 : copy.full16;
-  std::memcpy(full.data() + unit.layout.shard_begin(rank_) * element_bytes, param.memory,
-              unit.layout.shard_numel * element_bytes);
-  copy.pending = comm_->start_all_gather(
-      comm::MutableBuffer{full.data(), unit.layout.padded_numel, param_dtype},
+  place_own_shard(unit);
+  unit.gathered.pending = comm_->start_all_gather(
+      comm::MutableBuffer{gathered_params(unit.gathered).data(), unit.layout.padded_numel,
+                          param_dtype()},
       unit.layout.shard_numel, *pending_key_base_ + static_cast<std::uint32_t>(id));
-  copy.pending->send_own();
   if (acquiring_ != id) ++gathers_queued_ahead_;
 }
 
 void EngineState::finish_pending_gather(UnitState& unit) {
   unit.gathered.pending->wait();
   unit.gathered.pending.reset();
-  const UnitLayout& layout = unit.layout;
-  const DType param_dtype = this->param_dtype();
-  if (param_dtype != DType::kFp32) {
-    cpu_adam::convert(
-        cpu_adam::ConstTypedSpan(unit.gathered.full16.data(), layout.padded_numel, param_dtype),
-        cpu_adam::TypedSpan(unit.gathered.full32.data(), layout.padded_numel, DType::kFp32),
-        *arena_);
-  }
+  cast_gathered_to_fp32(unit);
 }
 
 // Staged, several ranks (one rank queues its gathers ahead: queue_gather): the own shard comes
@@ -280,7 +280,7 @@ void EngineState::finish_gather_staged(UnitState& unit) {
   const DType param_dtype = this->param_dtype();
   const std::uint64_t shard_bytes = layout.shard_numel * param.element_bytes();
   const std::uint64_t padded_bytes = layout.padded_numel * param.element_bytes();
-  tiers::DeviceBuffer& full = param_dtype == DType::kFp32 ? copy.full32 : copy.full16;
+  tiers::DeviceBuffer& full = gathered_params(copy);
   const DType wire = param_dtype;
   DeviceLanes& lane = *lanes_;
   const std::byte* host_own = param.residence() == Residence::kAddressable ? param.memory
@@ -344,7 +344,7 @@ void EngineState::queue_gather(UnitState& unit) {
   if (!copy.ready) copy.ready.emplace(device_->create_event());
   const DType param_dtype = this->param_dtype();
   const std::uint64_t shard_bytes = layout.shard_numel * param.element_bytes();
-  tiers::DeviceBuffer& full = param_dtype == DType::kFp32 ? copy.full32 : copy.full16;
+  tiers::DeviceBuffer& full = gathered_params(copy);
   DeviceLanes& lane = *lanes_;
   const tiers::DeviceSpan own = full.span(0, shard_bytes);  // one rank: the shard is the unit
   if (param.residence() == Residence::kAddressable) {

@@ -96,26 +96,21 @@ Chunk chunk_of(std::size_t total, int size, int rank);
 // (the Engine: d2h into pinned host buffers, the collective on the host, h2d back).
 enum class BufferMemory : std::uint8_t { kHost, kDevice };
 
-// An all-gather split in two, so that it can start ahead of use (the Engine's gathers of
-// prefetched units, docs/comm.md "Gathers started ahead"): the receives of the peers' blocks are
-// posted when it starts; this rank's own block, already in its place in the receive buffer, is
-// sent once it is final (send_own); wait() returns when every block has arrived and the own block
-// has left. Gathers of different keys complete in any order: a rank may send its block of one
-// before another's, whatever order its peers send theirs in. Gathers of the same key must start in
-// the same order on every rank (each is matched with the peers' in that order). A PendingAllGather
-// must be waited for before its buffer is freed; destroying one that has not completed withdraws
-// its requests (after an error) or ends the job (abort_all) when MPI cannot withdraw them.
+// An all-gather started ahead of use (the Engine's gathers of prefetched units, docs/comm.md
+// "Gathers started ahead"): at the start this rank's own block, already in its place in the
+// receive buffer, is sent to every peer and the receives of the peers' blocks are posted; wait()
+// returns when every block has arrived and the own block has left. Gathers of different keys
+// complete in any order, whatever order the ranks start them in; gathers of the same key must
+// start in the same order on every rank (each is matched with the peers' in that order). A
+// PendingAllGather must be waited for before its buffer is freed; destroying one that has not
+// completed withdraws its requests (after an error) or ends the job (abort_all) when MPI cannot.
 class PendingAllGather {
  public:
   virtual ~PendingAllGather() = default;
   PendingAllGather(const PendingAllGather&) = delete;
   PendingAllGather& operator=(const PendingAllGather&) = delete;
 
-  // The own block is in place: sends it to every peer. Once.
-  virtual void send_own() = 0;
-  bool own_sent() const { return own_sent_; }
-  // Advances the transfers; true once the gather is complete (the own block sent and every
-  // peer's received). Never blocks.
+  // Advances the transfers; true once the gather is complete. Never blocks.
   virtual bool test() = 0;
   // Blocks until complete; throws CommTimeoutError naming the peers whose blocks have not arrived
   // after the communicator's timeout.
@@ -123,7 +118,6 @@ class PendingAllGather {
 
  protected:
   PendingAllGather() = default;
-  bool own_sent_ = false;
 };
 
 class Communicator {
@@ -153,7 +147,7 @@ class Communicator {
 
   // All-gathers started ahead of use (PendingAllGather): whether this backend has them (MpiComm),
   // and the largest key it takes. recv.count == size() * count; the own block is
-  // recv[rank() * count ...]. Counted as an all_gather when started.
+  // recv[rank() * count ...] and must be in place when it starts. Counted as an all_gather.
   virtual bool has_pending_all_gathers() const { return false; }
   virtual std::uint32_t max_pending_key() const { return 0; }
   // `count` keys no earlier reservation on this communicator got: the first of them, or nullopt

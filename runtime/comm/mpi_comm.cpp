@@ -151,7 +151,8 @@ MpiComm::MpiComm(const CommOptions& options)
   check(MPI_Comm_get_attr(state_->ahead, MPI_TAG_UB, &tag_ub, &has_tag_ub), Collective::kSetup,
         "MPI_Comm_get_attr");
   // MPI guarantees at least 32767.
-  state_->tag_ub = has_tag_ub != 0 ? static_cast<std::uint32_t>(*static_cast<int*>(tag_ub)) : 32767;
+  state_->tag_ub =
+      has_tag_ub != 0 ? static_cast<std::uint32_t>(*static_cast<int*>(tag_ub)) : 32767;
   check(MPI_Win_allocate(sizeof(std::uint64_t), sizeof(std::uint64_t), MPI_INFO_NULL, state_->comm,
                          &state_->own_arrival, &state_->arrivals),
         Collective::kSetup, "MPI_Win_allocate");
@@ -485,8 +486,8 @@ void MpiComm::do_barrier() {
   wait(kKind);
 }
 
-// A gather started ahead of use: the peers' blocks' receives posted at construction, the own
-// block's sends at send_own(), all on the communicator's `ahead` duplicate with the key as tag.
+// A gather started ahead of use: the peers' blocks' receives and the own block's sends posted at
+// construction, on the communicator's `ahead` duplicate with the key as tag.
 class MpiPendingAllGather final : public PendingAllGather {
  public:
   MpiPendingAllGather(MpiComm& owner, MutableBuffer recv, std::size_t block, int tag)
@@ -494,11 +495,19 @@ class MpiPendingAllGather final : public PendingAllGather {
     const auto ranks = static_cast<std::size_t>(owner_.size_);
     requests_.assign(2 * ranks, MPI_REQUEST_NULL);  // [0, ranks) receives, [ranks, 2 ranks) sends
     statuses_.resize(2 * ranks);
+    const MPI_Datatype type = mpi_type_of(recv_.dtype);
+    // Peers in a rotated order, receives first, as exchange() does.
     for (int step = 1; step < owner_.size_; ++step) {
       const int peer = (owner_.rank_ - step + owner_.size_) % owner_.size_;
-      post(MPI_Irecv(block_at(peer), static_cast<int>(block_), mpi_type_of(recv_.dtype), peer,
-                     tag_, owner_.state_->ahead, &requests_[static_cast<std::size_t>(peer)]),
+      post(MPI_Irecv(block_at(peer), static_cast<int>(block_), type, peer, tag_,
+                     owner_.state_->ahead, &requests_[static_cast<std::size_t>(peer)]),
            "MPI_Irecv");
+    }
+    for (int step = 1; step < owner_.size_; ++step) {
+      const int peer = (owner_.rank_ + step) % owner_.size_;
+      post(MPI_Isend(block_at(owner_.rank_), static_cast<int>(block_), type, peer, tag_,
+                     owner_.state_->ahead, &requests_[ranks + static_cast<std::size_t>(peer)]),
+           "MPI_Isend");
     }
   }
 
@@ -510,19 +519,6 @@ class MpiPendingAllGather final : public PendingAllGather {
                             "and MPI cannot withdraw its requests on the buffer being freed",
                             owner_.rank_, tag_),
                 3);
-    }
-  }
-
-  void send_own() override {
-    STRATA_ASSERT(!own_sent_, "send_own twice");
-    own_sent_ = true;
-    const auto ranks = static_cast<std::size_t>(owner_.size_);
-    for (int step = 1; step < owner_.size_; ++step) {
-      const int peer = (owner_.rank_ + step) % owner_.size_;
-      post(MPI_Isend(block_at(owner_.rank_), static_cast<int>(block_), mpi_type_of(recv_.dtype),
-                     peer, tag_, owner_.state_->ahead,
-                     &requests_[ranks + static_cast<std::size_t>(peer)]),
-           "MPI_Isend");
     }
   }
 
@@ -538,11 +534,10 @@ class MpiPendingAllGather final : public PendingAllGather {
       }
     }
     post(result, "MPI_Testall");
-    return done != 0 && own_sent_;
+    return done != 0;
   }
 
   void wait() override {
-    STRATA_ASSERT(own_sent_, "wait for a pending all-gather before its send_own");
     const Clock::time_point start = Clock::now();
     const Clock::time_point deadline = start + owner_.options_.timeout;
     const Clock::time_point spin_until = start + kSpinBeforeBackoff;

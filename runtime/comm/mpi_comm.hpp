@@ -22,8 +22,8 @@
 //   all-gathers the reduced chunks. Hence fp32 accumulation, one rounding, rank order: bitwise
 //   deterministic, and each rank sends exactly the ring algorithm's bytes (see CollectiveStats).
 // - Gathers started ahead of use (start_all_gather, PendingAllGather) run on a second duplicate of
-//   MPI_COMM_WORLD, so their messages never match a blocking collective's: the receives are
-//   posted at the start, the own block's sends at send_own(), and the tag is the caller's key
+//   MPI_COMM_WORLD, so their messages never match a blocking collective's: the receives and the
+//   own block's sends are posted at the start, and the tag is the caller's key
 //   (the Engine's reserved key base + unit id), so gathers of different keys complete in any
 //   order. MPI orders messages of one tag between two ranks (non-overtaking), which matches the
 //   gathers of one key in the order they started. Their progress happens inside MPI calls

@@ -16,8 +16,8 @@
 //            so the job ends non-zero instead of hanging.
 //   withdraw rank 1 skips an all_gather: the others time out with no request left posted, free
 //            and reuse their buffers, and a collective on a new communicator then succeeds.
-//   pending  rank 1 starts a gather ahead of use (start_all_gather) and never sends its block: the
-//            others' wait() must throw CommTimeoutError naming all_gather and rank 1 within the
+//   pending  the others start a gather ahead of use (start_all_gather) that rank 1 never starts:
+//            their wait() must throw CommTimeoutError naming all_gather and rank 1 within the
 //            timeout, with no request left on the buffer, which is then freed.
 //   backoff  rank 1 enters a barrier and an all_reduce 1.5 s late: the waiting ranks' CPU time
 //            stays under a quarter of the wall time (the wait sleeps instead of spinning).
@@ -84,9 +84,8 @@ int run_pending(MpiComm& comm) {
   const std::size_t count = 8;
   auto buffer = std::make_unique<std::vector<float>>(count * static_cast<std::size_t>(comm.size()),
                                                      1.0f);
+  if (comm.rank() == 1) return 0;  // never starts it: its block never comes
   auto gather = comm.start_all_gather(MutableBuffer::of(std::span<float>(*buffer)), count, 7);
-  if (comm.rank() == 1) return 0;  // never sends: its gather is withdrawn as it is destroyed
-  gather->send_own();
   const auto start = Clock::now();
   try {
     gather->wait();

@@ -226,11 +226,12 @@ TEST(MpiCommTest, LargeBuffersTakeTheRendezvousPath) {
   }
 }
 
-// Gathers started ahead of use (start_all_gather): every rank starts keys 0..3 in order, but
-// sends its blocks in a rank-dependent order and waits for them in reverse, with a blocking
-// collective in between; each completes with every rank's block (small blocks, eager, and large
-// ones, rendezvous). A key started again after its first gather completed gets the new blocks.
-TEST(MpiCommTest, PendingAllGathersCompleteInAnyOrderOfSends) {
+// Gathers started ahead of use (start_all_gather): every rank starts keys 0..3 in a
+// rank-dependent order (each after writing its own block), with a blocking collective after the
+// second, and waits for them in reverse; each completes with every rank's block (small blocks,
+// eager, and large ones, rendezvous). A key started again after its first gather completed gets
+// the new blocks.
+TEST(MpiCommTest, PendingAllGathersCompleteInAnyOrderOfStarts) {
   MpiComm& comm = world();
   ASSERT_TRUE(comm.has_pending_all_gathers());
   EXPECT_GE(comm.max_pending_key(), 32767u);
@@ -239,13 +240,8 @@ TEST(MpiCommTest, PendingAllGathersCompleteInAnyOrderOfSends) {
     for (int round = 0; round < 2; ++round) {
       constexpr std::uint32_t kKeys = 4;
       std::vector<std::vector<Bf16>> buffers(kKeys, std::vector<Bf16>(count * ranks));
-      std::vector<std::unique_ptr<PendingAllGather>> gathers;
+      std::vector<std::unique_ptr<PendingAllGather>> gathers(kKeys);
       const std::uint64_t calls_before = comm.stats()[Collective::kAllGather].calls;
-      for (std::uint32_t key = 0; key < kKeys; ++key) {
-        gathers.push_back(comm.start_all_gather(MutableBuffer::of(std::span<Bf16>(buffers[key])),
-                                                count, key));
-      }
-      EXPECT_EQ(comm.stats()[Collective::kAllGather].calls, calls_before + kKeys);
       const int salt = 20 + round;
       for (std::uint32_t i = 0; i < kKeys; ++i) {
         const std::uint32_t key = (i + static_cast<std::uint32_t>(comm.rank())) % kKeys;
@@ -254,13 +250,13 @@ TEST(MpiCommTest, PendingAllGathersCompleteInAnyOrderOfSends) {
           buffer[static_cast<std::size_t>(comm.rank()) * count + e] =
               element<Bf16>(comm.rank(), e + key, salt);
         }
-        EXPECT_FALSE(gathers[key]->own_sent());
-        gathers[key]->send_own();
-        EXPECT_TRUE(gathers[key]->own_sent());
+        gathers[key] =
+            comm.start_all_gather(MutableBuffer::of(std::span<Bf16>(buffer)), count, key);
         if (i == 1) {
           EXPECT_EQ(comm.all_reduce_u64(1, ReduceOp::kSum), ranks);
         }
       }
+      EXPECT_EQ(comm.stats()[Collective::kAllGather].calls, calls_before + kKeys);
       for (std::uint32_t key = kKeys; key-- > 0;) {
         gathers[key]->wait();
         EXPECT_TRUE(gathers[key]->test());
