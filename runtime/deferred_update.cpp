@@ -114,7 +114,10 @@ void EngineState::run_deferred(std::span<const UnitId> units) {
         units, deferred_scaling_, [&](UnitId id) { return deferred_hyper_[id]; }, {},
         [&](UnitId id, std::size_t group, const std::byte* params) {
           hand_fresh_params(id, group, params);
-          if (group + 1 == units_[id].groups.size()) done(id, DeferredState::kNone);
+          if (group + 1 == units_[id].groups.size()) {
+            send_after_update(id);  // the gather started at the unit's load, if any
+            done(id, DeferredState::kNone);
+          }
         },
         &deferred_pre_reads_);
   } catch (...) {

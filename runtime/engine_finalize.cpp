@@ -332,6 +332,12 @@ void EngineState::build_residency() {
       !gathers_at_use_knob() && comm_->has_pending_all_gathers()) {
     pending_key_base_ = comm_->reserve_pending_keys(static_cast<std::uint32_t>(units_.size()));
   }
+  const bool params_on_nvme = std::any_of(units_.begin(), units_.end(), [](const UnitState& unit) {
+    return unit.home(Kind::kParam).residence() == Residence::kNvme;
+  });
+  if (pending_key_base_ && params_on_nvme && comm_->sends_from_any_thread()) {
+    sender_ = std::make_unique<GatherSender>();
+  }
   residency_ = std::make_unique<tiers::ResidencyManager>(*this, residency_options,
                                                          plan_.gathered_unit_bytes, "device");
   for (UnitId id = 0; id < units_.size(); ++id) {

@@ -115,8 +115,10 @@ EngineState::~EngineState() {
     if (unit.gathered.queued) unit.gathered.ready->wait();  // its copy and cast read the buffers
   }
   // Gathers started ahead and never used complete before their buffers go: every rank sent its
-  // block when it started them, so this needs no Engine call of the peers (whose Engine may end
-  // at another moment, e.g. when Python collects it).
+  // block when it started them, or its sender does once the reads (all in now) are, so this
+  // needs no Engine call of the peers (whose Engine may end at another moment, e.g. when Python
+  // collects it).
+  sender_.reset();  // runs what was submitted
   for (UnitState& unit : units_) {
     if (!unit.gathered.pending) continue;
     try {

@@ -45,6 +45,7 @@
 #include "runtime/buffer_plan.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/engine.hpp"
+#include "runtime/gather_sender.hpp"
 #include "runtime/partition.hpp"
 #include "runtime/shard_home.hpp"
 #include "runtime/speculation.hpp"
@@ -83,9 +84,14 @@ struct GatheredCopy {
   std::optional<tiers::Event> copied;
   std::optional<tiers::Event> ready;
   bool queued = false;
-  // Several ranks, in place, the shard in memory (gather.cpp, start_pending_gather): the
-  // all-gather started at the load, this rank's shard sent with it; wait_load waits for the rest.
+  // Several ranks, in place (gather.cpp, start_pending_gather): the all-gather started at the
+  // load, this rank's shard sent with it (in memory) or by the GatherSender's job `send_job`
+  // once its NVMe reads are in (0: none); wait_load waits for the rest.
   std::unique_ptr<comm::PendingAllGather> pending;
+  std::uint64_t send_job = 0;
+  // Its deferred update's worker sends the own block once the update has handed the parameters
+  // over (deferred_update.cpp, send_after_update). Set and cleared by the owner thread.
+  bool send_after_update = false;
 
   std::byte* param_staging() const {
     return param_lease ? param_lease.data() : param_buffer.data();
@@ -268,8 +274,17 @@ class EngineState final : public tiers::ResidencyClient {
   // (EngineOptions::gathers_ahead_across_ranks): a load whose shard is in memory and final starts
   // its all-gather.
   bool may_start_pending_gather(UnitId unit) const;
-  void start_pending_gather(UnitState& unit);
+  // The own block is sent now (in memory), by the GatherSender once the reads are in (NVMe), or
+  // by the update worker once the deferred update is done.
+  enum class OwnSend : std::uint8_t { kNow, kAfterReads, kAfterUpdate };
+  void start_pending_gather(UnitState& unit, OwnSend own = OwnSend::kNow);
+  // Gathers whose own block another thread sends (MPI at MPI_THREAD_MULTIPLE).
+  bool sends_from_threads() const {
+    return pending_key_base_.has_value() && comm_->sends_from_any_thread();
+  }
+  void send_after_update(UnitId unit);  // on the update worker's thread
   void finish_pending_gather(UnitState& unit);
+  void finish_send_job(GatheredCopy& gathered);  // waits for the sender to have run it
   void queue_gather(UnitState& unit);
   void wait_queued_gather(UnitState& unit);
   // The step just updated `group` of `unit` (its new parameters at `params`): a load waiting for
@@ -429,6 +444,9 @@ class EngineState final : public tiers::ResidencyClient {
   // This Engine's keys of gathers started ahead (Communicator::reserve_pending_keys at finalize):
   // unit u's is base + u. Unset: every all-gather runs at wait_load.
   std::optional<std::uint32_t> pending_key_base_;
+  // Sends the own blocks of those whose shard is read from NVMe (gather_sender.hpp); null when
+  // the communicator cannot send from another thread, or no parameter shard is on NVMe.
+  std::unique_ptr<GatherSender> sender_;
   bool comm_on_device_ = true;
   // The gradient reduce-scatter's dtype (gradient_reduce_dtype; fp32 with NcclComm).
   DType reduce_dtype_ = DType::kFp32;

@@ -56,6 +56,7 @@ void EngineState::start_load(tiers::UnitId id) {
   const bool deferred = deferred_pending(id);
   if (unit.home(Kind::kParam).residence() != Residence::kNvme) {
     if (deferred) {
+      if (sends_from_threads()) start_pending_gather(unit, OwnSend::kAfterUpdate);
       start_deferred(id);  // updates the home in place; wait_load waits for it
     } else if (may_queue_gather(id)) {
       queue_gather(unit);  // the shard is in memory and final: its copy and cast go on now
@@ -70,10 +71,16 @@ void EngineState::start_load(tiers::UnitId id) {
   if (deferred || (id < update_due_.size() && update_due_[id] != 0)) {
     gathered.fresh_groups_due = unit.groups.size();
     gathered.fresh_dest = shard;
-    if (deferred) start_deferred(id);  // [zero] defer_update: the update runs now
+    if (deferred) {  // [zero] defer_update: the update runs now
+      if (sends_from_threads()) start_pending_gather(unit, OwnSend::kAfterUpdate);
+      start_deferred(id);
+    }
     return;
   }
   read_param_shard(unit, shard);
+  if (sender_ != nullptr && may_start_pending_gather(id)) {
+    start_pending_gather(unit, OwnSend::kAfterReads);
+  }
 }
 
 // Read this rank's shard straight into its place in the gathered buffer when the CPU addresses
@@ -126,6 +133,7 @@ bool EngineState::load_complete(tiers::UnitId id) {
   // Its NVMe reads (or the step's hand-over) are in: the copy and cast can go on the streams.
   // (A read that fails its checksum is still reported by wait_load before the unit is used.)
   if (may_queue_gather(id)) queue_gather(unit);
+  if (unit.gathered.send_job != 0 && !sender_->done(unit.gathered.send_job)) return false;
   if (unit.gathered.pending) return unit.gathered.pending->test();
   return true;
 }
@@ -161,8 +169,8 @@ void EngineState::write_back(tiers::UnitId) {
 
 void EngineState::evict(tiers::UnitId id) {
   GatheredCopy& gathered = units_[id].gathered;
-  if (deferred_pending(id) && gathered.fresh_dest != nullptr) {
-    // Its update is writing into the buffers about to go.
+  if (deferred_pending(id) && (gathered.fresh_dest != nullptr || gathered.send_after_update)) {
+    // Its update is writing into the buffers about to go, or is to send from them.
     try {
       wait_deferred(id);
     } catch (...) {  // reported again by complete_deferred, which refuses to commit
@@ -178,12 +186,15 @@ void EngineState::evict(tiers::UnitId id) {
   if (gathered.queued) wait_queued_gather(units_[id]);  // the streams still read and write it
   if (gathered.pending) {
     // Unused (every rank evicts it here: rank-independent decisions), but its transfers read
-    // and write the buffer about to go. Every rank sent its shard when it started the gather.
+    // and write the buffer about to go. Every rank sent its shard when it started the gather, or
+    // its sender does once the shard's reads (waited above) are in.
+    finish_send_job(gathered);
     try {
       gathered.pending->wait();
     } catch (...) {  // withdrawn; the communicator is poisoned and reports it at its next call
     }
     gathered.pending.reset();
+    gathered.send_after_update = false;
   }
   gathered.fresh_groups_due = 0;
   gathered.fresh_dest = nullptr;
@@ -239,32 +250,62 @@ void EngineState::cast_gathered_to_fp32(UnitState& unit) {
                     *arena_);
 }
 
-// Several ranks, in place (may_start_pending_gather): a unit whose shard is in host or device
-// memory and final (nothing due to update it) starts its all-gather at start_load: this rank's
-// shard is copied to its place in the gathered buffer and sent, and the peers' blocks are
-// received straight into that buffer. Every rank starts the same gathers in the same order
-// (rank-independent residency decisions) and each has sent its block when its start returns, so
-// a gather waited for anywhere (wait_load, evict, the Engine's end, one rank's later than
-// another's) needs nothing more from the peers' Engine calls. Each is its own tag (the Engine's
-// key base + unit id): they complete in any order. Shards read from NVMe, or still to be
-// updated, gather at wait_load.
+// Several ranks, in place (may_start_pending_gather): a unit whose shard is final (nothing due to
+// update it) starts its all-gather at start_load, and the peers' blocks are received straight into
+// the gathered buffer. A shard in host or device memory is copied to its place and sent at once; a
+// shard read from NVMe (when the communicator sends from any thread: sender_) is sent by the
+// GatherSender as soon as its reads are in; a shard a deferred update is producing (idem) is sent
+// by the update worker when the update is done (send_after_update). Every rank starts the same
+// gathers in the same order (rank-independent residency decisions), and each rank's block leaves
+// without a later Engine call of that rank, so a gather waited for anywhere (wait_load, evict, the
+// Engine's end, one rank's later than another's) needs nothing more from the peers' Engine calls.
+// Each is its own tag (the Engine's key base + unit id): they complete in any order. Shards the
+// running step has yet to update gather at wait_load.
 bool EngineState::may_start_pending_gather(UnitId id) const {
   return pending_key_base_.has_value() && !(id < update_due_.size() && update_due_[id] != 0);
 }
 
-void EngineState::start_pending_gather(UnitState& unit) {
+void EngineState::start_pending_gather(UnitState& unit, OwnSend own) {
   const UnitId id = unit_index(unit);
-  place_own_shard(unit);
-  unit.gathered.pending = comm_->start_all_gather(
-      comm::MutableBuffer{gathered_params(unit.gathered).data(), unit.layout.padded_numel,
+  GatheredCopy& gathered = unit.gathered;
+  if (own == OwnSend::kNow) place_own_shard(unit);
+  gathered.pending = comm_->start_all_gather(
+      comm::MutableBuffer{gathered_params(gathered).data(), unit.layout.padded_numel,
                           param_dtype()},
-      unit.layout.shard_numel, *pending_key_base_ + static_cast<std::uint32_t>(id));
+      unit.layout.shard_numel, *pending_key_base_ + static_cast<std::uint32_t>(id),
+      own == OwnSend::kNow ? comm::Communicator::OwnBlock::kNow
+                           : comm::Communicator::OwnBlock::kLater);
+  if (own == OwnSend::kAfterReads) {
+    gathered.send_job = sender_->submit(gathered.reads, *gathered.pending);
+  }
+  gathered.send_after_update = own == OwnSend::kAfterUpdate;
   if (acquiring_ != id) ++gathers_queued_ahead_;
 }
 
+// The deferred update of a unit whose gather started at its load has handed its parameters over:
+// in memory the home holds them (copied to their place now), from NVMe they were written to their
+// place (hand_fresh_params). The owner reads the flag only after the update is done.
+void EngineState::send_after_update(UnitId id) {
+  UnitState& unit = units_[id];
+  if (!unit.gathered.send_after_update) return;
+  place_own_shard(unit);
+  try {
+    unit.gathered.pending->send_own();
+  } catch (...) {  // kept by the gather: wait_load's wait throws it
+  }
+}
+
+void EngineState::finish_send_job(GatheredCopy& gathered) {
+  if (gathered.send_job == 0) return;
+  sender_->wait(gathered.send_job);
+  gathered.send_job = 0;
+}
+
 void EngineState::finish_pending_gather(UnitState& unit) {
+  finish_send_job(unit.gathered);
   unit.gathered.pending->wait();
   unit.gathered.pending.reset();
+  unit.gathered.send_after_update = false;
   cast_gathered_to_fp32(unit);
 }
 

@@ -78,14 +78,15 @@ void Communicator::broadcast(MutableBuffer data, int root) {
 
 std::unique_ptr<PendingAllGather> Communicator::start_all_gather(MutableBuffer recv,
                                                                  std::size_t block,
-                                                                 std::uint32_t key) {
+                                                                 std::uint32_t key,
+                                                                 OwnBlock own) {
   const auto ranks = static_cast<std::size_t>(size());
   STRATA_ASSERT(has_pending_all_gathers(), "start_all_gather: the backend has no pending gathers");
   STRATA_ASSERT(key <= max_pending_key(), "start_all_gather: key beyond max_pending_key()");
   STRATA_ASSERT(recv.count == ranks * block, "start_all_gather: recv.count must be size() * count");
   STRATA_ASSERT(block == 0 || recv.data != nullptr);
   count(Collective::kAllGather, recv.bytes(), (ranks - 1) * block * dtype_bytes(recv.dtype));
-  return do_start_all_gather(recv, block, key);
+  return do_start_all_gather(recv, block, key, own);
 }
 
 std::optional<std::uint32_t> Communicator::reserve_pending_keys(std::uint32_t count) {
@@ -99,7 +100,7 @@ std::optional<std::uint32_t> Communicator::reserve_pending_keys(std::uint32_t co
 }
 
 std::unique_ptr<PendingAllGather> Communicator::do_start_all_gather(MutableBuffer, std::size_t,
-                                                                    std::uint32_t) {
+                                                                    std::uint32_t, OwnBlock) {
   STRATA_ASSERT(false, "start_all_gather on a backend without pending gathers");
   return nullptr;
 }

@@ -97,19 +97,25 @@ Chunk chunk_of(std::size_t total, int size, int rank);
 enum class BufferMemory : std::uint8_t { kHost, kDevice };
 
 // An all-gather started ahead of use (the Engine's gathers of prefetched units, docs/comm.md
-// "Gathers started ahead"): at the start this rank's own block, already in its place in the
-// receive buffer, is sent to every peer and the receives of the peers' blocks are posted; wait()
-// returns when every block has arrived and the own block has left. Gathers of different keys
-// complete in any order, whatever order the ranks start them in; gathers of the same key must
-// start in the same order on every rank (each is matched with the peers' in that order). A
-// PendingAllGather must be waited for before its buffer is freed; destroying one that has not
-// completed withdraws its requests (after an error) or ends the job (abort_all) when MPI cannot.
+// "Gathers started ahead"): at the start the receives of the peers' blocks are posted and, with
+// OwnBlock::kNow, this rank's own block, already in its place in the receive buffer, is sent to
+// every peer; with OwnBlock::kLater send_own() sends it once it is there. wait() returns when every
+// block has arrived and the own block has left (a kLater gather must have sent it first). Gathers
+// of different keys complete in any order, whatever order the ranks start them in; gathers of the
+// same key must start in the same order on every rank (each is matched with the peers' in that
+// order). A PendingAllGather must be waited for before its buffer is freed; destroying one that has
+// not completed withdraws its requests (after an error) or ends the job (abort_all) when MPI
+// cannot.
 class PendingAllGather {
  public:
   virtual ~PendingAllGather() = default;
   PendingAllGather(const PendingAllGather&) = delete;
   PendingAllGather& operator=(const PendingAllGather&) = delete;
 
+  // Sends the own block of a gather started with OwnBlock::kLater; once. Any thread may call it
+  // while another tests or waits when the communicator's sends_from_any_thread(); it throws what
+  // MPI reports, which test() and wait() then report too.
+  virtual void send_own() = 0;
   // Advances the transfers; true once the gather is complete. Never blocks.
   virtual bool test() = 0;
   // Blocks until complete; throws CommTimeoutError naming the peers whose blocks have not arrived
@@ -154,8 +160,13 @@ class Communicator {
   // once the keys up to max_pending_key() are used up. Ranks that reserve the same counts in the
   // same order get the same keys.
   std::optional<std::uint32_t> reserve_pending_keys(std::uint32_t count);
+  // Whether a PendingAllGather's send_own() may run on another thread than the one calling the
+  // communicator (MpiComm under MPI_THREAD_MULTIPLE).
+  virtual bool sends_from_any_thread() const { return false; }
+  enum class OwnBlock : std::uint8_t { kNow, kLater };
   std::unique_ptr<PendingAllGather> start_all_gather(MutableBuffer recv, std::size_t count,
-                                                     std::uint32_t key);
+                                                     std::uint32_t key,
+                                                     OwnBlock own = OwnBlock::kNow);
 
   template <CommElement T>
   void all_gather(std::span<const T> send, std::span<T> recv) {
@@ -194,7 +205,7 @@ class Communicator {
   virtual void do_barrier() = 0;
   virtual std::unique_ptr<PendingAllGather> do_start_all_gather(MutableBuffer recv,
                                                                  std::size_t count,
-                                                                 std::uint32_t key);
+                                                                 std::uint32_t key, OwnBlock own);
 
  private:
   void count(Collective collective, std::uint64_t payload_bytes, std::uint64_t sent_bytes);

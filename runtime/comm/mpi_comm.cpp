@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -46,8 +47,10 @@ class MpiLifetime {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (initialized != 0) return;  // the application owns MPI
+    // MULTIPLE lets an Engine's sender thread post the sends of gathers started ahead of use
+    // (PendingAllGather::send_own); SERIALIZED is enough for everything else.
     int provided = 0;
-    const int result = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    const int result = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
     if (result != MPI_SUCCESS) {
       throw MpiError(-1, Collective::kSetup, "MPI_Init_thread", result, mpi_error_text(result));
     }
@@ -139,6 +142,9 @@ MpiComm::MpiComm(const CommOptions& options)
   ensure_mpi_initialized();
   uncaught_at_construction_ = std::uncaught_exceptions();
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  int thread_level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&thread_level);
+  thread_multiple_ = thread_level == MPI_THREAD_MULTIPLE;
   check(MPI_Comm_dup(MPI_COMM_WORLD, &state_->comm), Collective::kSetup, "MPI_Comm_dup");
   check(MPI_Comm_set_errhandler(state_->comm, MPI_ERRORS_RETURN), Collective::kSetup,
         "MPI_Comm_set_errhandler");
@@ -486,11 +492,15 @@ void MpiComm::do_barrier() {
   wait(kKind);
 }
 
-// A gather started ahead of use: the peers' blocks' receives and the own block's sends posted at
-// construction, on the communicator's `ahead` duplicate with the key as tag.
+// A gather started ahead of use: the peers' blocks' receives posted at construction, the own
+// block's sends then too (OwnBlock::kNow) or by send_own(), on the communicator's `ahead`
+// duplicate with the key as tag. `mutex_` orders send_own() on a sender thread against test(),
+// wait() and the destructor on the Engine's thread (MPI_THREAD_MULTIPLE makes the calls legal;
+// the mutex keeps them off the same request array at once).
 class MpiPendingAllGather final : public PendingAllGather {
  public:
-  MpiPendingAllGather(MpiComm& owner, MutableBuffer recv, std::size_t block, int tag)
+  MpiPendingAllGather(MpiComm& owner, MutableBuffer recv, std::size_t block, int tag,
+                      Communicator::OwnBlock own)
       : owner_(owner), recv_(recv), block_(block), tag_(tag) {
     const auto ranks = static_cast<std::size_t>(owner_.size_);
     requests_.assign(2 * ranks, MPI_REQUEST_NULL);  // [0, ranks) receives, [ranks, 2 ranks) sends
@@ -503,15 +513,11 @@ class MpiPendingAllGather final : public PendingAllGather {
                      owner_.state_->ahead, &requests_[static_cast<std::size_t>(peer)]),
            "MPI_Irecv");
     }
-    for (int step = 1; step < owner_.size_; ++step) {
-      const int peer = (owner_.rank_ + step) % owner_.size_;
-      post(MPI_Isend(block_at(owner_.rank_), static_cast<int>(block_), type, peer, tag_,
-                     owner_.state_->ahead, &requests_[ranks + static_cast<std::size_t>(peer)]),
-           "MPI_Isend");
-    }
+    if (own == Communicator::OwnBlock::kNow) post_sends();
   }
 
   ~MpiPendingAllGather() override {
+    const std::lock_guard lock(mutex_);
     if (pending() == 0) return;
     // Not waited for (an error unwinds the Engine): no request may stay on the caller's buffer.
     if (!withdraw()) {
@@ -522,7 +528,27 @@ class MpiPendingAllGather final : public PendingAllGather {
     }
   }
 
+  void send_own() override {
+    const std::lock_guard lock(mutex_);
+    STRATA_ASSERT(!sent_, "send_own twice");
+    try {
+      post_sends();
+    } catch (const MpiError&) {  // reported by the Engine thread's next test() or wait()
+      send_error_ = std::current_exception();
+      throw;
+    }
+  }
+
   bool test() override {
+    const std::lock_guard lock(mutex_);
+    if (send_error_) {
+      try {
+        std::rethrow_exception(send_error_);
+      } catch (const std::exception& error) {
+        if (owner_.first_error_.empty()) owner_.first_error_ = error.what();
+        throw;
+      }
+    }
     int done = 0;
     const int result = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done,
                                    statuses_.data());
@@ -544,7 +570,10 @@ class MpiPendingAllGather final : public PendingAllGather {
     Clock::duration backoff = kBackoffMin;
     while (!test()) {
       const Clock::time_point now = Clock::now();
-      if (now >= deadline) fail_timeout();
+      if (now >= deadline) {
+        const std::lock_guard lock(mutex_);
+        fail_timeout();
+      }
       if (now < spin_until) {
         std::this_thread::yield();
       } else {
@@ -558,6 +587,24 @@ class MpiPendingAllGather final : public PendingAllGather {
   std::byte* block_at(int rank) const {
     return static_cast<std::byte*>(recv_.data) +
            static_cast<std::size_t>(rank) * block_ * dtype_bytes(recv_.dtype);
+  }
+
+  // The own block to every peer, in the rotated order. Called with mutex_ held (or from the
+  // constructor, before anyone else sees this gather).
+  void post_sends() {
+    const auto ranks = static_cast<std::size_t>(owner_.size_);
+    const MPI_Datatype type = mpi_type_of(recv_.dtype);
+    sent_ = true;
+    for (int step = 1; step < owner_.size_; ++step) {
+      const int peer = (owner_.rank_ + step) % owner_.size_;
+      const int result =
+          MPI_Isend(block_at(owner_.rank_), static_cast<int>(block_), type, peer, tag_,
+                    owner_.state_->ahead, &requests_[ranks + static_cast<std::size_t>(peer)]);
+      if (result != MPI_SUCCESS) {
+        throw MpiError(owner_.rank_, Collective::kAllGather, "MPI_Isend", result,
+                       mpi_error_text(result));
+      }
+    }
   }
 
   std::size_t pending() const {
@@ -627,6 +674,9 @@ class MpiPendingAllGather final : public PendingAllGather {
   MutableBuffer recv_;
   std::size_t block_;
   int tag_;
+  std::mutex mutex_;
+  bool sent_ = false;
+  std::exception_ptr send_error_;  // from send_own() on another thread
   std::vector<MPI_Request> requests_;
   std::vector<MPI_Status> statuses_;
 };
@@ -635,13 +685,14 @@ std::uint32_t MpiComm::max_pending_key() const { return state_->tag_ub; }
 
 std::unique_ptr<PendingAllGather> MpiComm::do_start_all_gather(MutableBuffer recv,
                                                                std::size_t count,
-                                                               std::uint32_t key) {
+                                                               std::uint32_t key,
+                                                               OwnBlock own) {
   check_count(count, Collective::kAllGather);
   if (poisoned()) {
     throw CommError(rank_, Collective::kAllGather,
                     "communicator unusable after an earlier error (" + first_error_ + ")");
   }
-  return std::make_unique<MpiPendingAllGather>(*this, recv, count, static_cast<int>(key));
+  return std::make_unique<MpiPendingAllGather>(*this, recv, count, static_cast<int>(key), own);
 }
 
 }  // namespace strata::runtime::comm

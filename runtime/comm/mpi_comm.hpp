@@ -27,7 +27,10 @@
 //   (the Engine's reserved key base + unit id), so gathers of different keys complete in any
 //   order. MPI orders messages of one tag between two ranks (non-overtaking), which matches the
 //   gathers of one key in the order they started. Their progress happens inside MPI calls
-//   (test(), wait(), the other collectives).
+//   (test(), wait(), the other collectives). A gather started with OwnBlock::kLater posts only the
+//   receives; send_own() posts the sends, from another thread when MPI runs at
+//   MPI_THREAD_MULTIPLE (what strata asks for when it initialises MPI; it accepts
+//   MPI_THREAD_SERIALIZED, and then sends_from_any_thread() is false).
 // - After any error the communicator is poisoned (later calls throw) and its destructor frees
 // nothing
 //   collective; the intended reaction is abort_all(), which ends every rank of the job.
@@ -66,6 +69,7 @@ class MpiComm final : public Communicator {
   // (which withdraws them before it throws), but for a timed-out barrier's, which uses no memory.
   std::size_t pending_requests() const;
   bool has_pending_all_gathers() const override { return true; }
+  bool sends_from_any_thread() const override { return thread_multiple_; }
   std::uint32_t max_pending_key() const override;
 
  protected:
@@ -75,7 +79,7 @@ class MpiComm final : public Communicator {
   void do_broadcast(MutableBuffer data, int root) override;
   void do_barrier() override;
   std::unique_ptr<PendingAllGather> do_start_all_gather(MutableBuffer recv, std::size_t count,
-                                                         std::uint32_t key) override;
+                                                         std::uint32_t key, OwnBlock own) override;
 
  private:
   friend class MpiPendingAllGather;
@@ -96,6 +100,7 @@ class MpiComm final : public Communicator {
   void check_count(std::size_t count, Collective collective);
 
   CommOptions options_;
+  bool thread_multiple_ = false;  // MPI_Query_thread: MPI_THREAD_MULTIPLE
   int rank_ = 0;
   int size_ = 1;
   std::uint64_t sequence_ = 0;  // collectives entered so far (the current one included)

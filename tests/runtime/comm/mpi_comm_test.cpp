@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "runtime/comm/communicator.hpp"
@@ -265,6 +266,53 @@ TEST(MpiCommTest, PendingAllGathersCompleteInAnyOrderOfStarts) {
                     element<Bf16>(static_cast<int>(e / count), e % count + key, salt))
               << "key " << key << " element " << e << " round " << round << " count " << count;
         }
+      }
+    }
+  }
+}
+
+// Gathers whose own block arrives later (OwnBlock::kLater, the Engine's shards read from NVMe):
+// the receives are posted at the start; a second thread writes each own block after a
+// rank-dependent delay and calls send_own() while this thread runs a blocking collective and then
+// waits for the gathers in reverse. Every gather completes with every rank's block, and no rank's
+// wait depends on a later call of its peers' main threads.
+TEST(MpiCommTest, PendingAllGathersSendTheirOwnBlockFromAnotherThread) {
+  MpiComm& comm = world();
+  if (!comm.sends_from_any_thread()) {
+    GTEST_SKIP() << "MPI runs below MPI_THREAD_MULTIPLE here: send_own() stays on one thread";
+  }
+  const auto ranks = static_cast<std::size_t>(comm.size());
+  const auto rank = static_cast<std::size_t>(comm.rank());
+  for (const std::size_t count : {std::size_t{5}, std::size_t{300007}}) {
+    constexpr std::uint32_t kKeys = 4;
+    std::vector<std::vector<Bf16>> buffers(kKeys, std::vector<Bf16>(count * ranks));
+    std::vector<std::unique_ptr<PendingAllGather>> gathers(kKeys);
+    for (std::uint32_t key = 0; key < kKeys; ++key) {
+      gathers[key] = comm.start_all_gather(MutableBuffer::of(std::span<Bf16>(buffers[key])),
+                                           count, 100 + key, Communicator::OwnBlock::kLater);
+    }
+    std::thread sender([&] {
+      for (std::uint32_t i = 0; i < kKeys; ++i) {
+        const std::uint32_t key = (i + static_cast<std::uint32_t>(rank)) % kKeys;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5 * (rank + 1)));
+        for (std::size_t e = 0; e < count; ++e) {
+          buffers[key][rank * count + e] = element<Bf16>(comm.rank(), e + key, 30);
+        }
+        gathers[key]->send_own();
+      }
+    });
+    EXPECT_EQ(comm.all_reduce_u64(1, ReduceOp::kSum), ranks);
+    for (std::uint32_t key = kKeys; key-- > 0;) {
+      // The peers' blocks arrive whatever this rank's sender has done (test() counts the sends
+      // posted so far); wait() once the sender is done also waits for this rank's sends.
+      while (!gathers[key]->test()) std::this_thread::yield();
+    }
+    sender.join();
+    for (std::uint32_t key = 0; key < kKeys; ++key) {
+      gathers[key]->wait();
+      for (std::size_t e = 0; e < buffers[key].size(); ++e) {
+        ASSERT_EQ(buffers[key][e], element<Bf16>(static_cast<int>(e / count), e % count + key, 30))
+            << "key " << key << " element " << e << " count " << count;
       }
     }
   }
