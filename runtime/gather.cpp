@@ -276,7 +276,19 @@ void EngineState::start_pending_gather(UnitState& unit, OwnSend own) {
       own == OwnSend::kNow ? comm::Communicator::OwnBlock::kNow
                            : comm::Communicator::OwnBlock::kLater);
   if (own == OwnSend::kAfterReads) {
-    gathered.send_job = sender_->submit(gathered.reads, *gathered.pending);
+    gathered.send_job = sender_->submit(
+        [reads = gathered.reads]() mutable {
+          bool in = true;
+          for (tiers::StoreRead& read : reads) {
+            try {
+              read.wait();
+            } catch (...) {  // reported by wait_load's own wait on the read
+              in = false;
+            }
+          }
+          return in;
+        },
+        *gathered.pending);
   }
   gathered.send_after_update = own == OwnSend::kAfterUpdate;
   if (acquiring_ != id) ++gathers_queued_ahead_;

@@ -15,12 +15,12 @@ GatherSender::~GatherSender() {
   thread_.join();
 }
 
-std::uint64_t GatherSender::submit(std::vector<tiers::StoreRead> reads,
+std::uint64_t GatherSender::submit(std::function<bool()> own_block_in,
                                    comm::PendingAllGather& gather) {
   std::uint64_t number = 0;
   {
     const std::lock_guard lock(mutex_);
-    queue_.push_back(Job{std::move(reads), &gather});
+    queue_.push_back(Job{std::move(own_block_in), &gather});
     number = ++submitted_;
   }
   work_.notify_all();
@@ -47,15 +47,12 @@ void GatherSender::loop() {
       job = std::move(queue_.front());
       queue_.pop_front();
     }
-    bool read = true;
-    for (tiers::StoreRead& piece : job.reads) {
-      try {
-        piece.wait();
-      } catch (...) {  // reported by the Engine's own wait on the read
-        read = false;
-      }
+    bool in = false;
+    try {
+      in = job.own_block_in();
+    } catch (...) {  // reported by the Engine's own wait on the read
     }
-    if (read) {
+    if (in) {
       try {
         job.gather->send_own();
       } catch (...) {  // kept by the gather: its next test() or wait() throws it

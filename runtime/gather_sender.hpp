@@ -12,12 +12,11 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
-#include <vector>
 
 #include "runtime/comm/communicator.hpp"
-#include "tiers/nvme_store.hpp"
 
 namespace strata::runtime::detail {
 
@@ -28,16 +27,18 @@ class GatherSender {
   GatherSender(const GatherSender&) = delete;
   GatherSender& operator=(const GatherSender&) = delete;
 
-  // Once every read of `reads` has succeeded, `gather.send_own()`. The gather must outlive the
-  // job: wait() for the returned number before destroying it. Jobs run in submission order.
-  std::uint64_t submit(std::vector<tiers::StoreRead> reads, comm::PendingAllGather& gather);
+  // Once `own_block_in()` returns true (it blocks until the own block is in place: the Engine's
+  // waits for the shard's reads), `gather.send_own()`; false (a read failed) sends nothing. The
+  // gather must outlive the job: wait() for the returned number before destroying it. Jobs run
+  // in submission order, one at a time.
+  std::uint64_t submit(std::function<bool()> own_block_in, comm::PendingAllGather& gather);
   // Whether job `number` has run (its block sent, or not sent because a read failed).
   bool done(std::uint64_t number);
   void wait(std::uint64_t number);
 
  private:
   struct Job {
-    std::vector<tiers::StoreRead> reads;
+    std::function<bool()> own_block_in;
     comm::PendingAllGather* gather = nullptr;
   };
   void loop();
