@@ -153,6 +153,23 @@ void plan_staged_path(BufferPlan& plan, const Config& config, const BufferPlanIn
   }
 }
 
+// The staged path's all-gathers started ahead of use (gather.cpp, start_pending_gather): the
+// units loading at once (prefetched, and the one acquired), within half the spare host budget.
+void plan_gather_slots(BufferPlan& plan, const Config& config, const BufferPlanInputs& inputs) {
+  if (inputs.device_addressable || inputs.collectives_on_device || !inputs.gathers_ahead ||
+      plan.ranks < 2) {
+    return;
+  }
+  const std::uint64_t need = plan.host_need_bytes();
+  const std::uint64_t budget = config.tiers.host.budget_bytes;
+  const std::uint64_t room = budget > need ? (budget - need) / 2 : 0;
+  const std::uint64_t slot = aligned(plan.kind(ShardKind::kParam).bytes(plan.largest_padded_numel));
+  if (slot == 0) return;
+  plan.gather_slot_bytes = slot;
+  plan.gather_slots = static_cast<std::uint32_t>(
+      std::min<std::uint64_t>(config.zero.prefetch_depth + 2, room / slot));
+}
+
 // The speculative updates' undo copies (BufferPlan::undo_unit_bytes): only where the update can
 // run during the backward (the CPU addresses device memory), of the kinds it writes in memory.
 void plan_undo_copies(BufferPlan& plan, const Config& config, const BufferPlanInputs& inputs,
@@ -235,6 +252,7 @@ BufferPlan make_buffer_plan(const Config& config, const BufferPlanInputs& inputs
   plan.gather_send_bytes = plan.largest_shard_numel * param_bytes;
   plan_nvme_staging(plan, config);
   plan_staged_path(plan, config, inputs);
+  plan_gather_slots(plan, config, inputs);
   plan_undo_copies(plan, config, inputs, layouts);
   if (config.tiers.host.nvme_read_cache && plan.any_nvme &&
       config.tiers.host.budget_bytes > plan.host_need_bytes()) {
@@ -280,7 +298,8 @@ std::uint64_t BufferPlan::nvme_staging_bytes() const {
 
 std::uint64_t BufferPlan::staged_path_bytes() const {
   return 2 * device_staging_slot_bytes + shard_staging_bytes + full_staging_bytes +
-         2 * grad_move_slot_bytes + param_read_slots * param_read_slot_bytes;
+         2 * grad_move_slot_bytes + param_read_slots * param_read_slot_bytes +
+         gather_slots * gather_slot_bytes;
 }
 
 }  // namespace strata::runtime

@@ -65,6 +65,9 @@ struct BufferPlanInputs {
   // host device, direct), and whether collectives take device memory (host device or NcclComm).
   bool device_addressable = true;
   bool collectives_on_device = true;
+  // Several ranks whose communicator starts all-gathers ahead of use (MpiComm), not switched off
+  // (EngineOptions::gathers_ahead_across_ranks, STRATA_GATHERS_AT_USE).
+  bool gathers_ahead = false;
 };
 
 // The part of one state kind group (parameters, gradients, or the optimizer's master and moments)
@@ -112,6 +115,12 @@ struct BufferPlan {
   std::uint64_t grad_move_slot_bytes = 0;  // each of two
   std::uint32_t param_read_slots = 0;
   std::uint64_t param_read_slot_bytes = 0;
+  // Several ranks with collectives on the host (BufferPlanInputs::gathers_ahead): pinned slots an
+  // all-gather started ahead of use receives into, a padded unit in the parameter dtype, one per
+  // unit loading at once; as many as fit in half the host budget the rest of the plan leaves
+  // free (none: every gather runs at use).
+  std::uint32_t gather_slots = 0;
+  std::uint64_t gather_slot_bytes = 0;
 
   // [zero] overlap_optimizer (runtime/speculation.hpp): pinned copies of the in-memory state
   // (master, moments, parameters homed on the host, or in device memory the CPU addresses) a

@@ -83,6 +83,7 @@ std::vector<tiers::ExtentSpec> EngineState::plan_homes() {
   inputs.grad_accumulation = options_.grad_accumulation;
   inputs.device_addressable = device_addressable_;
   inputs.collectives_on_device = comm_on_device_;
+  inputs.gathers_ahead = gathers_ahead_across_ranks();
   plan_ = make_buffer_plan(config_, inputs);
 
   std::vector<tiers::ExtentSpec> extents;
@@ -196,6 +197,9 @@ void EngineState::allocate() {
   }
   if (plan_.param_read_slots > 0) {
     param_read_slab_ = host_pool_->allocate_slab(plan_.param_read_slots, plan_.param_read_slot_bytes);
+  }
+  if (plan_.gather_slots > 0) {
+    gather_slab_ = host_pool_->allocate_slab(plan_.gather_slots, plan_.gather_slot_bytes);
   }
 }
 
@@ -328,8 +332,8 @@ void EngineState::build_residency() {
   // Each unit's gather started ahead is its own key (gather.cpp, start_pending_gather), from a
   // range no other Engine on this communicator uses: every rank finalizes its Engines in the same
   // order, so the ranges agree.
-  if (ranks_ > 1 && device_addressable_ && options_.gathers_ahead_across_ranks &&
-      !gathers_at_use_knob() && comm_->has_pending_all_gathers()) {
+  // Collectives on the host: received into pinned slots (staged path), when the plan found room.
+  if (gathers_ahead_across_ranks() && (device_addressable_ || plan_.gather_slots > 0)) {
     pending_key_base_ = comm_->reserve_pending_keys(static_cast<std::uint32_t>(units_.size()));
   }
   const bool params_on_nvme = std::any_of(units_.begin(), units_.end(), [](const UnitState& unit) {

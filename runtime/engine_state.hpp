@@ -36,6 +36,7 @@
 
 #include <tbb/task_arena.h>
 
+#include "base/debug_knobs.hpp"
 #include "base/dtype.hpp"
 #include "cpu_adam/typed_span.hpp"
 #include "cpu_adam/grad_norm.hpp"
@@ -88,6 +89,8 @@ struct GatheredCopy {
   // load, this rank's shard sent with it (in memory) or by the GatherSender's job `send_job`
   // once its NVMe reads are in (0: none); wait_load waits for the rest.
   std::unique_ptr<comm::PendingAllGather> pending;
+  // The staged path: the pinned slot it receives into (gather_slab_); one h2d copy at wait_load.
+  tiers::PinnedLease gather_lease;
   std::uint64_t send_job = 0;
   // Its deferred update's worker sends the own block once the update has handed the parameters
   // over (deferred_update.cpp, send_after_update). Set and cleared by the owner thread.
@@ -278,11 +281,27 @@ class EngineState final : public tiers::ResidencyClient {
   // by the update worker once the deferred update is done.
   enum class OwnSend : std::uint8_t { kNow, kAfterReads, kAfterUpdate };
   void start_pending_gather(UnitState& unit, OwnSend own = OwnSend::kNow);
+  // Several ranks, a communicator with PendingAllGather, not switched off: the Engine may start
+  // gathers ahead (it does when pending_key_base_ is set at finalize).
+  bool gathers_ahead_across_ranks() const {
+    return ranks_ > 1 && options_.gathers_ahead_across_ranks && !gathers_at_use_knob() &&
+           comm_->has_pending_all_gathers();
+  }
+  // Where a gather started ahead receives the unit: the gathered buffer in place, or the pinned
+  // slot on the staged path (claim_gather_slot).
+  std::byte* gather_target(GatheredCopy& copy) const;
+  // True when the unit may receive its gather ahead: in place always, on the staged path when a
+  // slot is free (the same on every rank: slots follow the rank-independent loads).
+  bool claim_gather_slot(UnitState& unit);
+  // The staged path's end of a gather: the gathered unit h2d (from `host_full`, or already on the
+  // device when null), the cast on the compute stream, both waited for; the staging released.
+  void finish_staged_copy(UnitState& unit, const std::byte* host_full);
   // Gathers whose own block another thread sends (MPI at MPI_THREAD_MULTIPLE).
   bool sends_from_threads() const {
     return pending_key_base_.has_value() && comm_->sends_from_any_thread();
   }
-  void send_after_update(UnitId unit);  // on the update worker's thread
+  bool sends_after_update(UnitId unit);  // a gather may start whose update sends the own block
+  void send_after_update(UnitId unit);   // on the update worker's thread
   void finish_pending_gather(UnitState& unit);
   void finish_send_job(GatheredCopy& gathered);  // waits for the sender to have run it
   void queue_gather(UnitState& unit);
@@ -508,6 +527,9 @@ class EngineState final : public tiers::ResidencyClient {
   // side; pinned slots the NVMe parameter reads land in on the staged path.
   tiers::DeviceBuffer gather_send_scratch_;
   std::optional<tiers::PinnedSlab> param_read_slab_;
+  // Several ranks, collectives on the host, the staged path: the slots gathers started ahead
+  // receive into (BufferPlan::gather_slots).
+  std::optional<tiers::PinnedSlab> gather_slab_;
 
   // The staged path's (device_lanes.cpp): streams and events; pinned staging of device-homed
   // sub-groups (two slots), of one gradient shard in fp32 and of one padded unit in fp32.

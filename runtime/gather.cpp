@@ -56,15 +56,19 @@ void EngineState::start_load(tiers::UnitId id) {
   const bool deferred = deferred_pending(id);
   if (unit.home(Kind::kParam).residence() != Residence::kNvme) {
     if (deferred) {
-      if (sends_from_threads()) start_pending_gather(unit, OwnSend::kAfterUpdate);
+      if (sends_after_update(id)) start_pending_gather(unit, OwnSend::kAfterUpdate);
       start_deferred(id);  // updates the home in place; wait_load waits for it
     } else if (may_queue_gather(id)) {
       queue_gather(unit);  // the shard is in memory and final: its copy and cast go on now
-    } else if (may_start_pending_gather(id)) {
+    } else if (may_start_pending_gather(id) && claim_gather_slot(unit)) {
       start_pending_gather(unit);  // in memory and final: its all-gather starts now
     }
     return;
   }
+  // Its gather can start ahead once the reads are in: claimed first, so that on the staged path
+  // the reads land in the gather's slot.
+  const bool ahead = !deferred && sender_ != nullptr && may_start_pending_gather(id) &&
+                     claim_gather_slot(unit);
   std::byte* shard = own_shard_destination(unit);
   // The step updates this unit after this load starts (in step(), or deferred to now): its new
   // parameters come from the update (hand_fresh_params), not from a read of what it replaces.
@@ -72,15 +76,13 @@ void EngineState::start_load(tiers::UnitId id) {
     gathered.fresh_groups_due = unit.groups.size();
     gathered.fresh_dest = shard;
     if (deferred) {  // [zero] defer_update: the update runs now
-      if (sends_from_threads()) start_pending_gather(unit, OwnSend::kAfterUpdate);
+      if (sends_after_update(id)) start_pending_gather(unit, OwnSend::kAfterUpdate);
       start_deferred(id);
     }
     return;
   }
   read_param_shard(unit, shard);
-  if (sender_ != nullptr && may_start_pending_gather(id)) {
-    start_pending_gather(unit, OwnSend::kAfterReads);
-  }
+  if (ahead) start_pending_gather(unit, OwnSend::kAfterReads);
 }
 
 // Read this rank's shard straight into its place in the gathered buffer when the CPU addresses
@@ -89,9 +91,8 @@ void EngineState::start_load(tiers::UnitId id) {
 std::byte* EngineState::own_shard_destination(UnitState& unit) {
   GatheredCopy& gathered = unit.gathered;
   const ShardHome& param = unit.home(Kind::kParam);
-  if (device_addressable_) {
-    return gathered_params(gathered).data() +
-           unit.layout.shard_begin(rank_) * param.element_bytes();
+  if (device_addressable_ || gathered.gather_lease) {
+    return gather_target(gathered) + unit.layout.shard_begin(rank_) * param.element_bytes();
   }
   if (std::optional<tiers::PinnedLease> lease = param_read_slab_->try_acquire()) {
     gathered.param_lease = std::move(*lease);
@@ -196,6 +197,7 @@ void EngineState::evict(tiers::UnitId id) {
     gathered.pending.reset();
     gathered.send_after_update = false;
   }
+  gathered.gather_lease.reset();
   gathered.fresh_groups_due = 0;
   gathered.fresh_dest = nullptr;
   gathered.release_param_staging();
@@ -231,10 +233,22 @@ tiers::DeviceBuffer& EngineState::gathered_params(GatheredCopy& copy) const {
   return param_dtype() == DType::kFp32 ? copy.full32 : copy.full16;
 }
 
+std::byte* EngineState::gather_target(GatheredCopy& copy) const {
+  return device_addressable_ ? gathered_params(copy).data() : copy.gather_lease.data();
+}
+
+bool EngineState::claim_gather_slot(UnitState& unit) {
+  if (device_addressable_) return true;
+  std::optional<tiers::PinnedLease> lease = gather_slab_->try_acquire();
+  if (!lease) return false;
+  unit.gathered.gather_lease = std::move(*lease);
+  return true;
+}
+
 std::byte* EngineState::place_own_shard(UnitState& unit) {
   const ShardHome& param = unit.home(Kind::kParam);
-  std::byte* own = gathered_params(unit.gathered).data() +
-                   unit.layout.shard_begin(rank_) * param.element_bytes();
+  std::byte* own =
+      gather_target(unit.gathered) + unit.layout.shard_begin(rank_) * param.element_bytes();
   if (param.residence() != Residence::kNvme) {
     std::memcpy(own, param.memory, unit.layout.shard_numel * param.element_bytes());
   }
@@ -262,7 +276,9 @@ void EngineState::cast_gathered_to_fp32(UnitState& unit) {
 // Each is its own tag (the Engine's key base + unit id): they complete in any order. Shards the
 // running step has yet to update gather at wait_load.
 bool EngineState::may_start_pending_gather(UnitId id) const {
-  return pending_key_base_.has_value() && !(id < update_due_.size() && update_due_[id] != 0);
+  // On the staged path a device-homed shard would need a d2h first: it gathers at use.
+  return pending_key_base_.has_value() && !(id < update_due_.size() && update_due_[id] != 0) &&
+         units_[id].home(Kind::kParam).residence() != Residence::kStagedDevice;
 }
 
 void EngineState::start_pending_gather(UnitState& unit, OwnSend own) {
@@ -270,8 +286,7 @@ void EngineState::start_pending_gather(UnitState& unit, OwnSend own) {
   GatheredCopy& gathered = unit.gathered;
   if (own == OwnSend::kNow) place_own_shard(unit);
   gathered.pending = comm_->start_all_gather(
-      comm::MutableBuffer{gathered_params(gathered).data(), unit.layout.padded_numel,
-                          param_dtype()},
+      comm::MutableBuffer{gather_target(gathered), unit.layout.padded_numel, param_dtype()},
       unit.layout.shard_numel, *pending_key_base_ + static_cast<std::uint32_t>(id),
       own == OwnSend::kNow ? comm::Communicator::OwnBlock::kNow
                            : comm::Communicator::OwnBlock::kLater);
@@ -297,9 +312,18 @@ void EngineState::start_pending_gather(UnitState& unit, OwnSend own) {
 // The deferred update of a unit whose gather started at its load has handed its parameters over:
 // in memory the home holds them (copied to their place now), from NVMe they were written to their
 // place (hand_fresh_params). The owner reads the flag only after the update is done.
+bool EngineState::sends_after_update(UnitId id) {
+  if (!sends_from_threads()) return false;
+  // Only an update not started yet: the worker reads the flag set here after it takes the unit.
+  const std::lock_guard lock(deferred_mutex_);
+  return deferred_[id] == DeferredState::kDue;
+}
+
 void EngineState::send_after_update(UnitId id) {
   UnitState& unit = units_[id];
-  if (!unit.gathered.send_after_update) return;
+  // Every sub-group's parameters handed over (NVMe home): otherwise wait_load reads the shard
+  // again, and nothing may have been sent.
+  if (!unit.gathered.send_after_update || unit.gathered.fresh_groups_due > 0) return;
   place_own_shard(unit);
   try {
     unit.gathered.pending->send_own();
@@ -318,7 +342,11 @@ void EngineState::finish_pending_gather(UnitState& unit) {
   unit.gathered.pending->wait();
   unit.gathered.pending.reset();
   unit.gathered.send_after_update = false;
-  cast_gathered_to_fp32(unit);
+  if (device_addressable_) {
+    cast_gathered_to_fp32(unit);
+  } else {
+    finish_staged_copy(unit, unit.gathered.gather_lease.data());
+  }
 }
 
 // Staged, several ranks (one rank queues its gathers ahead: queue_gather): the own shard comes
@@ -330,11 +358,9 @@ void EngineState::finish_gather_staged(UnitState& unit) {
   const ShardHome& param = unit.home(Kind::kParam);
   const UnitLayout& layout = unit.layout;
   GatheredCopy& copy = unit.gathered;
-  const DType param_dtype = this->param_dtype();
   const std::uint64_t shard_bytes = layout.shard_numel * param.element_bytes();
-  const std::uint64_t padded_bytes = layout.padded_numel * param.element_bytes();
   tiers::DeviceBuffer& full = gathered_params(copy);
-  const DType wire = param_dtype;
+  const DType wire = param_dtype();
   DeviceLanes& lane = *lanes_;
   const std::byte* host_own = param.residence() == Residence::kAddressable ? param.memory
                               : param.residence() == Residence::kNvme      ? copy.param_staging()
@@ -350,22 +376,34 @@ void EngineState::finish_gather_staged(UnitState& unit) {
     }
     comm_->all_gather(comm::ConstBuffer{send, layout.shard_numel, wire},
                       comm::MutableBuffer{full_staging_.data(), layout.padded_numel, wire});
-    lane.h2d.copy_to_device(full.span(0, padded_bytes), full_staging_.data());
+    finish_staged_copy(unit, full_staging_.data());
+    return;
+  }
+  const tiers::DeviceSpan own =
+      full.span(layout.shard_begin(rank_) * param.element_bytes(), shard_bytes);
+  if (host_own != nullptr) {
+    lane.h2d.copy_to_device(own, host_own);
   } else {
-    const tiers::DeviceSpan own =
-        full.span(layout.shard_begin(rank_) * param.element_bytes(), shard_bytes);
-    if (host_own != nullptr) {
-      lane.h2d.copy_to_device(own, host_own);
-    } else {
-      lane.h2d.copy_on_device(own, param.device_span(0, layout.shard_numel));
-    }
-    // NcclComm: in device memory, on the communicator's stream.
-    lane.h2d.copy_on_device(gather_send_scratch_.span(0, shard_bytes), own);
-    lane.h2d.record(lane.h2d_done);
-    lane.h2d_done.wait();
-    comm_->all_gather(comm::ConstBuffer{gather_send_scratch_.data(), layout.shard_numel, wire},
-                      comm::MutableBuffer{full.data(), layout.padded_numel, wire});
-    comm_->synchronize();
+    lane.h2d.copy_on_device(own, param.device_span(0, layout.shard_numel));
+  }
+  // NcclComm: in device memory, on the communicator's stream.
+  lane.h2d.copy_on_device(gather_send_scratch_.span(0, shard_bytes), own);
+  lane.h2d.record(lane.h2d_done);
+  lane.h2d_done.wait();
+  comm_->all_gather(comm::ConstBuffer{gather_send_scratch_.data(), layout.shard_numel, wire},
+                    comm::MutableBuffer{full.data(), layout.padded_numel, wire});
+  comm_->synchronize();
+  finish_staged_copy(unit, nullptr);
+}
+
+void EngineState::finish_staged_copy(UnitState& unit, const std::byte* host_full) {
+  GatheredCopy& copy = unit.gathered;
+  const UnitLayout& layout = unit.layout;
+  const DType param_dtype = this->param_dtype();
+  const std::uint64_t padded_bytes = layout.padded_numel * dtype_bytes(param_dtype);
+  DeviceLanes& lane = *lanes_;
+  if (host_full != nullptr) {
+    lane.h2d.copy_to_device(gathered_params(copy).span(0, padded_bytes), host_full);
   }
   lane.h2d.record(lane.h2d_done);
   lane.compute.wait(lane.h2d_done);
@@ -375,7 +413,9 @@ void EngineState::finish_gather_staged(UnitState& unit) {
   }
   lane.compute.record(lane.compute_done);
   lane.compute_done.wait();
-  copy.release_param_staging();  // the h2d copy that read it is done (compute waited for it)
+  // The h2d copy that read them is done (compute waited for it).
+  copy.release_param_staging();
+  copy.gather_lease.reset();
 }
 
 // Not when a step running now has yet to update the unit's home (a prefetch of the next

@@ -115,7 +115,7 @@ void add_buffer_rows(MemoryPlan& plan, const Config& config, const BufferPlan& b
   if (buffers.staged_path_bytes() > 0) {
     plan.buffers.push_back(
         {"pinned staging of the CUDA data path (device-homed sub-groups, a gradient shard, a "
-         "unit for collectives on the host, NVMe parameter reads)",
+         "unit for collectives on the host, NVMe parameter reads, gathers started ahead)",
          Tier::kHost, buffers.staged_path_bytes()});
   }
 }

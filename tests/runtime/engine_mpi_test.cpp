@@ -251,7 +251,8 @@ TEST(EngineMpi, StagedPathIsBitwiseIdenticalToTheDirectPath) {
 // #18: with several ranks a prefetched unit starts its all-gather at its load
 // (EngineOptions::gathers_ahead_across_ranks): a shard in memory is sent then; one read from NVMe
 // by the Engine's GatherSender once its reads are in, one a deferred update produces by the update
-// worker when it is done (both when MPI runs at MPI_THREAD_MULTIPLE).
+// worker when it is done (both when MPI runs at MPI_THREAD_MULTIPLE). On the staged path (the code
+// CUDA runs with collectives on the host) into a pinned slot, h2d and cast at wait_load.
 // Counted by StepStats::gathers_queued_ahead; the parameters stay bitwise those of gathers run at
 // use, with the serial, overlapped and deferred steps, bf16 and fp32 parameters.
 TEST(EngineMpi, GathersStartAheadOfUseAcrossRanks) {
@@ -259,49 +260,60 @@ TEST(EngineMpi, GathersStartAheadOfUseAcrossRanks) {
     const char* name;
     bool overlap, defer;
   };
-  for (const Step& mode : {Step{"serial", false, false}, Step{"overlapped", true, false},
-                           Step{"deferred", true, true}}) {
-    for (const Tier params : {Tier::kDevice, Tier::kHost, Tier::kNvme}) {
-      for (const DType dtype : {DType::kBf16, DType::kFp32}) {
-        SCOPED_TRACE(fmt::format("{} step, params on {}, {}, {} ranks", mode.name,
-                                 to_string(params), to_string(dtype), world().size()));
-        const auto run = [&](bool ahead) {
-          ScratchDir dir;
-          Config config = make_config(dir);
-          config.zero.params = params;
-          config.zero.optimizer = Tier::kNvme;
-          config.zero.persistence_threshold = 0;  // every unit gathered and evicted every step
-          config.zero.prefetch_depth = 2;
-          config.zero.overlap_optimizer = mode.overlap;
-          config.zero.defer_update = mode.defer;
-          config.precision.params = config.precision.grads = dtype;
-          auto device = host_device(config);
-          Engine engine(config, *device, world(),
-                        EngineOptions{.gathers_ahead_across_ranks = ahead});
-          TinyMlp model(kWidths, 8, 100 + static_cast<std::uint32_t>(world().rank()));
-          model.add_units(engine);
-          engine.finalize();
-          std::uint64_t queued_ahead = 0;
-          for (int step = 0; step < 4; ++step) {
-            model.train_step(engine);
-            queued_ahead += engine.step().gathers_queued_ahead;
+  for (const bool staged : {false, true}) {
+    for (const Step& mode : {Step{"serial", false, false}, Step{"overlapped", true, false},
+                             Step{"deferred", true, true}}) {
+      for (const Tier params : {Tier::kDevice, Tier::kHost, Tier::kNvme}) {
+        for (const DType dtype : {DType::kBf16, DType::kFp32}) {
+          SCOPED_TRACE(fmt::format("{} path, {} step, params on {}, {}, {} ranks",
+                                   staged ? "staged" : "direct", mode.name, to_string(params),
+                                   to_string(dtype), world().size()));
+          const auto run = [&](bool ahead) {
+            ScratchDir dir;
+            Config config = make_config(dir);
+            config.zero.params = params;
+            config.zero.optimizer = Tier::kNvme;
+            config.zero.persistence_threshold = 0;  // every unit gathered and evicted every step
+            config.zero.prefetch_depth = 2;
+            config.zero.overlap_optimizer = mode.overlap;
+            config.zero.defer_update = mode.defer;
+            config.precision.params = config.precision.grads = dtype;
+            auto device = host_device(config);
+            EngineOptions options;
+            options.gathers_ahead_across_ranks = ahead;
+            if (staged) options.device_access = EngineOptions::DeviceAccess::kStaged;
+            Engine engine(config, *device, world(), options);
+            TinyMlp model(kWidths, 8, 100 + static_cast<std::uint32_t>(world().rank()));
+            model.add_units(engine);
+            engine.finalize();
+            std::uint64_t queued_ahead = 0;
+            for (int step = 0; step < 4; ++step) {
+              model.train_step(engine);
+              queued_ahead += engine.step().gathers_queued_ahead;
+            }
+            std::vector<std::vector<float>> masters;
+            for (UnitId unit : model.units()) masters.push_back(engine.gather_master(unit));
+            return std::pair(queued_ahead, masters);
+          };
+          const auto [ahead_count, ahead] = run(true);
+          const auto [at_use_count, at_use] = run(false);
+          if (!staged || world().size() > 1) {  // (one rank queues its staged gathers)
+            EXPECT_EQ(at_use_count, 0u);
           }
-          std::vector<std::vector<float>> masters;
-          for (UnitId unit : model.units()) masters.push_back(engine.gather_master(unit));
-          return std::pair(queued_ahead, masters);
-        };
-        const auto [ahead_count, ahead] = run(true);
-        const auto [at_use_count, at_use] = run(false);
-        EXPECT_EQ(at_use_count, 0u);
-        const bool read = params == Tier::kNvme || force_nvme_knob();
-        if (world().size() == 1) {
-          EXPECT_EQ(ahead_count, 0u);  // one rank gathers no collective
-        } else if (!read || world().sends_from_any_thread()) {
-          EXPECT_GT(ahead_count, 0u);
-        }
-        for (std::size_t u = 0; u < at_use.size(); ++u) {
-          EXPECT_EQ(std::memcmp(ahead[u].data(), at_use[u].data(), at_use[u].size() * 4), 0)
-              << "unit " << u << " differs from gathers at use";
+          const bool read = params == Tier::kNvme || force_nvme_knob();
+          // A device-homed shard on the staged path would need a d2h first: gathered at use.
+          const bool staged_device = staged && params == Tier::kDevice && !force_nvme_knob();
+          if (world().size() == 1) {
+            if (!staged) {
+              EXPECT_EQ(ahead_count, 0u);  // one rank gathers no collective
+            }
+          } else if (!staged_device && (!read || world().sends_from_any_thread())) {
+            EXPECT_GT(ahead_count, 0u);
+          }
+          for (std::size_t u = 0; u < at_use.size(); ++u) {
+            EXPECT_EQ(std::memcmp(ahead[u].data(), at_use[u].data(), at_use[u].size() * 4), 0)
+                << "unit " << u << " differs from gathers at use";
+          }
         }
       }
     }
