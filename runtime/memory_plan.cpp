@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/debug_knobs.hpp"
 #include "cpu_adam/state_dtype.hpp"
 #include "runtime/buffer_plan.hpp"
 #include "runtime/byte_size.hpp"
@@ -40,7 +41,8 @@ std::uint64_t largest_unit_elements(const Config& config, std::uint64_t params) 
 
 // The Engine's buffer plan for this plan's units and data path. Only Ψ known: units of
 // plan.unit_elements. A CUDA device takes the staged path, and its collectives are counted on the
-// host (a unit of pinned staging that NcclComm would make unneeded).
+// host (a unit of pinned staging, and the slots of gathers started ahead over MPI, that NcclComm
+// would make unneeded).
 BufferPlanInputs buffer_inputs(const Config& config, const PlanInputs& inputs,
                                const MemoryPlan& plan) {
   BufferPlanInputs out;
@@ -55,6 +57,7 @@ BufferPlanInputs buffer_inputs(const Config& config, const PlanInputs& inputs,
   out.grad_accumulation = config.model.grad_accumulation;
   out.device_addressable = config.tiers.device.kind != DeviceKind::kCuda;
   out.collectives_on_device = out.device_addressable;
+  out.gathers_ahead = plan.ranks > 1 && !gathers_at_use_knob();
   return out;
 }
 

@@ -18,6 +18,7 @@
 #include "base/float16.hpp"
 #include "runtime/comm/local_comm.hpp"
 #include "runtime/engine.hpp"
+#include "runtime/memory_plan.hpp"
 #include "tests/runtime/comm/mpi_test_main.hpp"
 #include "tests/io/io_test_support.hpp"
 #include "tests/runtime/engine_test_config.hpp"
@@ -403,6 +404,49 @@ INSTANTIATE_TEST_SUITE_P(Params, EngineMpiAhead, ::testing::Values(Tier::kHost, 
                          [](const ::testing::TestParamInfo<Tier>& tier) {
                            return std::string(to_string(tier.param));
                          });
+
+// `strata plan` for a CUDA device under mpirun counts the pinned slots the staged path's gathers
+// started ahead receive into: the Engine on the staged path (the host device's emulation of it)
+// allocates exactly the host memory the plan prints, with the slots and, under
+// STRATA_GATHERS_AT_USE, without them.
+TEST(EngineMpi, StagedPathAllocatesTheHostMemoryThePlanPrints) {
+  if (force_nvme_knob()) GTEST_SKIP() << "STRATA_FORCE_NVME moves the state behind the plan's back";
+  ScratchDir dir;
+  Config config = make_config(dir);
+  config.zero.params = Tier::kHost;
+  config.zero.grads = Tier::kHost;
+  config.zero.optimizer = Tier::kHost;
+  config.zero.persistence_threshold = 0;
+  config.zero.prefetch_depth = 2;
+  PlanInputs inputs;
+  inputs.ranks = static_cast<std::uint32_t>(world().size());
+  for (std::size_t layer = 0; layer + 1 < kWidths.size(); ++layer) {
+    const std::uint64_t numel =
+        std::uint64_t{kWidths[layer]} * kWidths[layer + 1] + kWidths[layer + 1];
+    inputs.unit_numels.push_back(numel);
+    inputs.params += numel;
+  }
+  Config planned = config;
+  planned.tiers.device.kind = DeviceKind::kCuda;  // the plan reads the data path from the kind
+  const std::uint64_t planned_host =
+      make_memory_plan(planned, inputs).tier(Tier::kHost).total_bytes();
+  auto device = host_device(config);
+  Engine engine(config, *device, world(),
+                EngineOptions{.device_access = EngineOptions::DeviceAccess::kStaged});
+  TinyMlp model(kWidths, 8, 100 + static_cast<std::uint32_t>(world().rank()));
+  model.set_device(*device);
+  model.add_units(engine);
+  engine.finalize();
+  std::uint64_t ahead = 0;
+  for (int step = 0; step < 2; ++step) {
+    model.train_step(engine);
+    ahead += engine.step().gathers_queued_ahead;
+  }
+  EXPECT_EQ(engine.host_high_water_bytes(), planned_host);
+  if (world().size() > 1 && !gathers_at_use_knob()) {
+    EXPECT_GT(ahead, 0u);
+  }
+}
 
 TEST(EngineMpi, EachRankHoldsAboutOneNthOfTheState) {
   if (force_nvme_knob()) {
