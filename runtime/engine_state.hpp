@@ -276,7 +276,17 @@ class EngineState final : public tiers::ResidencyClient {
   // Several ranks with device memory the CPU addresses and a backend with pending gathers
   // (EngineOptions::gathers_ahead_across_ranks): a load whose shard is in memory and final starts
   // its all-gather.
+  // (Also a unit the running step has yet to update: its gather starts once the update is done,
+  // start_gather_once_updated.)
   bool may_start_pending_gather(UnitId unit) const;
+  // A step running now ([zero] overlap_optimizer) has yet to update the unit's home.
+  bool update_due(UnitId unit) const {
+    return unit < update_due_.size() && update_due_[unit] != 0;
+  }
+  // The running step has updated a unit the next iteration's prefetch loaded under it (its home
+  // holds the new parameters, or they were handed to its gathered buffer): its gather starts
+  // now (queued on the streams, or all-gathered ahead) instead of at use.
+  void start_gather_once_updated(UnitId unit);
   // The own block is sent now (in memory), by the GatherSender once the reads are in (NVMe), or
   // by the update worker once the deferred update is done.
   enum class OwnSend : std::uint8_t { kNow, kAfterReads, kAfterUpdate };
@@ -371,7 +381,8 @@ class EngineState final : public tiers::ResidencyClient {
   std::optional<std::uint32_t> pipeline_fixed_buffer(std::size_t item) const;
   // The pipeline over every sub-group of `units`; before_update (if set) sees each sub-group
   // just before its update, after_update just after it, with where its new parameters are when
-  // they go to NVMe (else null).
+  // they go to NVMe (else null); unit_done sees each unit once its last sub-group's new state is
+  // on its way home (device homes: queued on the h2d stream; NVMe: its writes issued).
   // Returns the seconds spent in the CPU optimizer.
   using AfterUpdate = std::function<void(UnitId, std::size_t, const std::byte*)>;
   double run_pipeline(std::span<const UnitId> units, const cpu_adam::GradScaling& scaling,
@@ -379,7 +390,8 @@ class EngineState final : public tiers::ResidencyClient {
                       const std::function<void(UnitId, std::size_t)>& before_update = {},
                       const AfterUpdate& after_update = {},
                       std::vector<PreRead>* pre_reads = nullptr,
-                      std::size_t* adopted = nullptr);
+                      std::size_t* adopted = nullptr,
+                      const std::function<void(UnitId)>& unit_done = {});
   void update_sub_group(UnitState& unit, std::size_t group, const cpu_adam::ParamSpans& spans,
                         std::byte* param_out, const cpu_adam::Hyperparams& hyper,
                         const cpu_adam::GradScaling& scaling);

@@ -60,19 +60,21 @@ void EngineState::start_load(tiers::UnitId id) {
       start_deferred(id);  // updates the home in place; wait_load waits for it
     } else if (may_queue_gather(id)) {
       queue_gather(unit);  // the shard is in memory and final: its copy and cast go on now
-    } else if (may_start_pending_gather(id) && claim_gather_slot(unit)) {
+    } else if (may_start_pending_gather(id) && claim_gather_slot(unit) && !update_due(id)) {
       start_pending_gather(unit);  // in memory and final: its all-gather starts now
-    }
+    }  // (one the step has yet to update starts once it is: start_gather_once_updated)
     return;
   }
-  // Its gather can start ahead once the reads are in: claimed first, so that on the staged path
-  // the reads land in the gather's slot.
-  const bool ahead = !deferred && sender_ != nullptr && may_start_pending_gather(id) &&
+  // Its gather can start ahead once the reads are in (sent by the GatherSender) or once the
+  // running step has handed its new parameters over: claimed first, so that on the staged path
+  // the reads or the parameters land in the gather's slot.
+  const bool due = update_due(id);
+  const bool ahead = !deferred && (due || sender_ != nullptr) && may_start_pending_gather(id) &&
                      claim_gather_slot(unit);
   std::byte* shard = own_shard_destination(unit);
   // The step updates this unit after this load starts (in step(), or deferred to now): its new
   // parameters come from the update (hand_fresh_params), not from a read of what it replaces.
-  if (deferred || (id < update_due_.size() && update_due_[id] != 0)) {
+  if (deferred || due) {
     gathered.fresh_groups_due = unit.groups.size();
     gathered.fresh_dest = shard;
     if (deferred) {  // [zero] defer_update: the update runs now
@@ -273,12 +275,32 @@ void EngineState::cast_gathered_to_fp32(UnitState& unit) {
 // gathers in the same order (rank-independent residency decisions), and each rank's block leaves
 // without a later Engine call of that rank, so a gather waited for anywhere (wait_load, evict, the
 // Engine's end, one rank's later than another's) needs nothing more from the peers' Engine calls.
-// Each is its own tag (the Engine's key base + unit id): they complete in any order. Shards the
-// running step has yet to update gather at wait_load.
+// Each is its own tag (the Engine's key base + unit id): they complete in any order. A shard the
+// running step has yet to update starts its gather once the step has updated it.
 bool EngineState::may_start_pending_gather(UnitId id) const {
   // On the staged path a device-homed shard would need a d2h first: it gathers at use.
-  return pending_key_base_.has_value() && !(id < update_due_.size() && update_due_[id] != 0) &&
+  return pending_key_base_.has_value() &&
          units_[id].home(Kind::kParam).residence() != Residence::kStagedDevice;
+}
+
+// [zero] overlap_optimizer: the step prefetches the next iteration's first units before its
+// updates (optimizer_step.cpp), so a unit it has yet to update is loaded without its gather
+// (start_load). Called on the step's thread once the unit's last sub-group is updated and on its
+// way home: the home holds the new parameters, or the step handed them to the gathered buffer
+// (NVMe home), or their h2d to the device home is queued ahead of the gather's on the same
+// stream. Every rank updates the same units in the same order, so every rank starts the same
+// gathers in the same order.
+void EngineState::start_gather_once_updated(UnitId id) {
+  if (!update_due(id)) return;
+  update_due_[id] = 0;
+  UnitState& unit = units_[id];
+  GatheredCopy& gathered = unit.gathered;
+  if (!gathered.full32 || gathered.fresh_groups_due > 0) return;  // not loaded under the step
+  if (may_queue_gather(id)) {
+    queue_gather(unit);
+  } else if (may_start_pending_gather(id) && (device_addressable_ || gathered.gather_lease)) {
+    start_pending_gather(unit);  // the own block is in memory (or in its place): sent now
+  }
 }
 
 void EngineState::start_pending_gather(UnitState& unit, OwnSend own) {
@@ -419,10 +441,10 @@ void EngineState::finish_staged_copy(UnitState& unit, const std::byte* host_full
 }
 
 // Not when a step running now has yet to update the unit's home (a prefetch of the next
-// iteration under the step's updates, [zero] overlap_optimizer): wait_load queues it then.
+// iteration under the step's updates, [zero] overlap_optimizer): start_gather_once_updated queues
+// it then.
 bool EngineState::may_queue_gather(UnitId id) const {
-  return gathers_ahead() && !units_[id].gathered.queued &&
-         !(id < update_due_.size() && update_due_[id] != 0);
+  return gathers_ahead() && !units_[id].gathered.queued && !update_due(id);
 }
 
 // The staged path with one rank, queued ahead of use: the own shard (the whole unit) to the

@@ -483,7 +483,7 @@ double EngineState::run_optimizer(std::span<const UnitId> units,
       [&](UnitId unit, std::size_t group, const std::byte* params) {
         hand_fresh_params(unit, group, params);
       },
-      &pre_reads_, &pre_read_groups_);
+      &pre_reads_, &pre_read_groups_, [&](UnitId unit) { start_gather_once_updated(unit); });
 }
 
 double EngineState::run_pipeline(std::span<const UnitId> units,
@@ -491,7 +491,8 @@ double EngineState::run_pipeline(std::span<const UnitId> units,
                                  const std::function<cpu_adam::Hyperparams(UnitId)>& hyper_of,
                                  const std::function<void(UnitId, std::size_t)>& before_update,
                                  const AfterUpdate& after_update,
-                                 std::vector<PreRead>* pre_reads, std::size_t* adopted) {
+                                 std::vector<PreRead>* pre_reads, std::size_t* adopted,
+                                 const std::function<void(UnitId)>& unit_done) {
   OptimizerPipeline pipeline(*this, units);
   if (pre_reads != nullptr) {
     const std::size_t taken = pipeline.adopt(*pre_reads);
@@ -527,6 +528,7 @@ double EngineState::run_pipeline(std::span<const UnitId> units,
     }
     stage_out(unit, pipeline.group(i), i % 2, kWriteKinds);
     pipeline.issue_writes(i);
+    if (unit_done && pipeline.group(i) + 1 == unit.groups.size()) unit_done(pipeline.unit_id(i));
   }
   pipeline.drain();
   finish_staging();
