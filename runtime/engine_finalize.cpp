@@ -336,10 +336,13 @@ void EngineState::build_residency() {
   if (gathers_ahead_across_ranks() && (device_addressable_ || plan_.gather_slots > 0)) {
     pending_key_base_ = comm_->reserve_pending_keys(static_cast<std::uint32_t>(units_.size()));
   }
-  const bool params_on_nvme = std::any_of(units_.begin(), units_.end(), [](const UnitState& unit) {
-    return unit.home(Kind::kParam).residence() == Residence::kNvme;
+  // Shards read from NVMe, and on the staged path shards copied d2h from a device home, are sent
+  // by the GatherSender once they are in host memory.
+  const bool sends_later = std::any_of(units_.begin(), units_.end(), [](const UnitState& unit) {
+    const Residence residence = unit.home(Kind::kParam).residence();
+    return residence == Residence::kNvme || residence == Residence::kStagedDevice;
   });
-  if (pending_key_base_ && params_on_nvme && comm_->sends_from_any_thread()) {
+  if (pending_key_base_ && sends_later && comm_->sends_from_any_thread()) {
     sender_ = std::make_unique<GatherSender>();
   }
   residency_ = std::make_unique<tiers::ResidencyManager>(*this, residency_options,

@@ -79,17 +79,22 @@ struct GatheredCopy {
   std::size_t fresh_groups_due = 0;
   std::byte* fresh_dest = nullptr;
   // The staged path with one rank (gather.cpp, queue_gather): the h2d copy and the cast are
-  // queued on the device streams as soon as the shard is in memory, ahead of use; `copied` and
-  // `ready` order them (created at the unit's first load, reused), and wait_load waits for
-  // `ready`. `queued`: that work is on the streams and nobody has waited for it yet.
+  // queued on the device streams as soon as the shard is in memory, ahead of use; with several
+  // ranks, once a gather started ahead has all its blocks in (queue_gathered_copy). `copied` and
+  // `ready` order them (created at the unit's first queued gather, reused), and wait_load waits
+  // for `ready`. `queued`: that work is on the streams and nobody has waited for it yet.
   std::optional<tiers::Event> copied;
   std::optional<tiers::Event> ready;
   bool queued = false;
+  // Several ranks on the staged path, a device home: the own shard's d2h into the gather's slot
+  // done (start_gather_of_final_shard); the GatherSender sends the block after it.
+  std::optional<tiers::Event> own_copied;
   // Several ranks, in place (gather.cpp, start_pending_gather): the all-gather started at the
   // load, this rank's shard sent with it (in memory) or by the GatherSender's job `send_job`
   // once its NVMe reads are in (0: none); wait_load waits for the rest.
   std::unique_ptr<comm::PendingAllGather> pending;
-  // The staged path: the pinned slot it receives into (gather_slab_); one h2d copy at wait_load.
+  // The staged path: the pinned slot it receives into (gather_slab_), copied h2d once all blocks
+  // are in (queue_gathered_copy, or wait_load); released at wait_load or evict.
   tiers::PinnedLease gather_lease;
   std::uint64_t send_job = 0;
   // Its deferred update's worker sends the own block once the update has handed the parameters
@@ -287,10 +292,12 @@ class EngineState final : public tiers::ResidencyClient {
   // holds the new parameters, or they were handed to its gathered buffer): its gather starts
   // now (queued on the streams, or all-gathered ahead) instead of at use.
   void start_gather_once_updated(UnitId unit);
-  // The own block is sent now (in memory), by the GatherSender once the reads are in (NVMe), or
-  // by the update worker once the deferred update is done.
-  enum class OwnSend : std::uint8_t { kNow, kAfterReads, kAfterUpdate };
+  // The own block is sent now (in memory), by the GatherSender once the reads are in (NVMe) or
+  // its d2h copy is done (staged device home), or by the update worker once the deferred update
+  // is done.
+  enum class OwnSend : std::uint8_t { kNow, kAfterReads, kAfterCopy, kAfterUpdate };
   void start_pending_gather(UnitState& unit, OwnSend own = OwnSend::kNow);
+  void start_gather_of_final_shard(UnitState& unit, bool after_h2d = false);
   // Several ranks, a communicator with PendingAllGather, not switched off: the Engine may start
   // gathers ahead (it does when pending_key_base_ is set at finalize).
   bool gathers_ahead_across_ranks() const {
@@ -314,7 +321,11 @@ class EngineState final : public tiers::ResidencyClient {
   void send_after_update(UnitId unit);   // on the update worker's thread
   void finish_pending_gather(UnitState& unit);
   void finish_send_job(GatheredCopy& gathered);  // waits for the sender to have run it
+  // Tests the gathers started ahead; queues the staged h2d and cast of those complete.
+  void advance_gathers_ahead();
   void queue_gather(UnitState& unit);
+  void queue_gathered_copy(UnitState& unit);
+  void queue_cast(UnitState& unit);
   void wait_queued_gather(UnitState& unit);
   // The step just updated `group` of `unit` (its new parameters at `params`): a load waiting for
   // them takes them (optimizer_step.cpp).

@@ -3,8 +3,10 @@
 // unit's device buffers and starts the NVMe reads of this rank's parameter shard, wait_load
 // finishes the gather (own shard in place, all-gather over the ranks, cast to fp32), evict frees.
 // On the staged path with one rank the copy and cast are queued on the device streams as soon as
-// the shard is in memory (queue_gather), and wait_load waits for them. With several ranks on the
-// host device a shard in memory starts its all-gather at start_load (start_pending_gather).
+// the shard is in memory (queue_gather), and wait_load waits for them. With several ranks a
+// prefetched unit starts its all-gather at start_load (start_pending_gather), or once the running
+// step has updated it; each gather() tests those in flight (advance_gathers_ahead) and, on the
+// staged path, queues the copy and cast of those complete.
 // A GatheredUnit handle counts as a use (live_handles); step() refuses to run while one is alive.
 #include <cstring>
 #include <stdexcept>
@@ -21,6 +23,7 @@ namespace strata::runtime::detail {
 const float* EngineState::gather(UnitId id) {
   STRATA_ASSERT(finalized_, "gather before finalize");
   unit(id);  // throws std::out_of_range naming an unknown id
+  advance_gathers_ahead();
   acquiring_ = id;  // a load start_load begins for another unit now is a prefetch
   try {
     residency_->acquire(id);
@@ -61,7 +64,7 @@ void EngineState::start_load(tiers::UnitId id) {
     } else if (may_queue_gather(id)) {
       queue_gather(unit);  // the shard is in memory and final: its copy and cast go on now
     } else if (may_start_pending_gather(id) && claim_gather_slot(unit) && !update_due(id)) {
-      start_pending_gather(unit);  // in memory and final: its all-gather starts now
+      start_gather_of_final_shard(unit);  // in memory and final: its all-gather starts now
     }  // (one the step has yet to update starts once it is: start_gather_once_updated)
     return;
   }
@@ -156,8 +159,10 @@ void EngineState::wait_load(tiers::UnitId id) {
     Tracer::Scope scope(options_.tracer, TraceTrack::kCopies, "gather " + unit.spec.name);
     if (unit.gathered.pending) {
       finish_pending_gather(unit);
+    } else if (unit.gathered.queued) {  // (queue_gather, or queue_gathered_copy)
+      wait_queued_gather(unit);
     } else if (gathers_ahead()) {
-      if (!unit.gathered.queued) queue_gather(unit);
+      queue_gather(unit);
       wait_queued_gather(unit);
     } else {
       finish_gather(unit);
@@ -266,11 +271,12 @@ void EngineState::cast_gathered_to_fp32(UnitState& unit) {
                     *arena_);
 }
 
-// Several ranks, in place (may_start_pending_gather): a unit whose shard is final (nothing due to
-// update it) starts its all-gather at start_load, and the peers' blocks are received straight into
-// the gathered buffer. A shard in host or device memory is copied to its place and sent at once; a
-// shard read from NVMe (when the communicator sends from any thread: sender_) is sent by the
-// GatherSender as soon as its reads are in; a shard a deferred update is producing (idem) is sent
+// Several ranks (may_start_pending_gather): a unit whose shard is final (nothing due to update it)
+// starts its all-gather at start_load, and the peers' blocks are received straight into the
+// gathered buffer (in place) or the unit's pinned slot (staged path). A shard in memory the CPU
+// addresses is copied to its place and sent at once; a shard read from NVMe (when the
+// communicator sends from any thread: sender_) is sent by the GatherSender as soon as its reads
+// are in, and (idem) a staged device home's shard once its d2h copy is done; a shard a deferred update is producing (idem) is sent
 // by the update worker when the update is done (send_after_update). Every rank starts the same
 // gathers in the same order (rank-independent residency decisions), and each rank's block leaves
 // without a later Engine call of that rank, so a gather waited for anywhere (wait_load, evict, the
@@ -278,9 +284,35 @@ void EngineState::cast_gathered_to_fp32(UnitState& unit) {
 // Each is its own tag (the Engine's key base + unit id): they complete in any order. A shard the
 // running step has yet to update starts its gather once the step has updated it.
 bool EngineState::may_start_pending_gather(UnitId id) const {
-  // On the staged path a device-homed shard would need a d2h first: it gathers at use.
+  // On the staged path a device-homed shard is copied d2h first, and the GatherSender sends it.
   return pending_key_base_.has_value() &&
-         units_[id].home(Kind::kParam).residence() != Residence::kStagedDevice;
+         (units_[id].home(Kind::kParam).residence() != Residence::kStagedDevice ||
+          sender_ != nullptr);
+}
+
+// A shard in memory that nothing will update before its use: host memory (or device memory the
+// CPU addresses) is copied to its place and sent now; on the staged path a device home's shard is
+// copied d2h into its place in the slot (after everything queued on the h2d stream so far when
+// the step has just queued its new parameters there: `after_h2d`), and the GatherSender sends it
+// once that copy is done.
+void EngineState::start_gather_of_final_shard(UnitState& unit, bool after_h2d) {
+  const ShardHome& param = unit.home(Kind::kParam);
+  if (param.residence() != Residence::kStagedDevice) {
+    start_pending_gather(unit);
+    return;
+  }
+  GatheredCopy& copy = unit.gathered;
+  if (!copy.own_copied) copy.own_copied.emplace(device_->create_event());
+  DeviceLanes& lane = *lanes_;
+  if (after_h2d) {
+    lane.h2d.record(lane.h2d_done);
+    lane.d2h.wait(lane.h2d_done);
+  }
+  lane.d2h.copy_to_host(
+      gather_target(copy) + unit.layout.shard_begin(rank_) * param.element_bytes(),
+      param.device_span(0, unit.layout.shard_numel));
+  lane.d2h.record(*copy.own_copied);
+  start_pending_gather(unit, OwnSend::kAfterCopy);
 }
 
 // [zero] overlap_optimizer: the step prefetches the next iteration's first units before its
@@ -299,7 +331,7 @@ void EngineState::start_gather_once_updated(UnitId id) {
   if (may_queue_gather(id)) {
     queue_gather(unit);
   } else if (may_start_pending_gather(id) && (device_addressable_ || gathered.gather_lease)) {
-    start_pending_gather(unit);  // the own block is in memory (or in its place): sent now
+    start_gather_of_final_shard(unit, /*after_h2d=*/true);  // in memory (or in place), final now
   }
 }
 
@@ -312,7 +344,18 @@ void EngineState::start_pending_gather(UnitState& unit, OwnSend own) {
       unit.layout.shard_numel, *pending_key_base_ + static_cast<std::uint32_t>(id),
       own == OwnSend::kNow ? comm::Communicator::OwnBlock::kNow
                            : comm::Communicator::OwnBlock::kLater);
-  if (own == OwnSend::kAfterReads) {
+  if (own == OwnSend::kAfterCopy) {
+    gathered.send_job = sender_->submit(
+        [copied = &*gathered.own_copied] {
+          try {
+            copied->wait();
+          } catch (...) {  // the stream's error: reported by its next synchronize
+            return false;
+          }
+          return true;
+        },
+        *gathered.pending);
+  } else if (own == OwnSend::kAfterReads) {
     gathered.send_job = sender_->submit(
         [reads = gathered.reads]() mutable {
           bool in = true;
@@ -350,6 +393,36 @@ void EngineState::send_after_update(UnitId id) {
   try {
     unit.gathered.pending->send_own();
   } catch (...) {  // kept by the gather: wait_load's wait throws it
+  }
+}
+
+// Several ranks, at each gather() (the model's calls between units): MPI moves a message's bytes
+// only inside MPI calls, so testing the gathers started ahead here lets them progress under the
+// compute of the units before them rather than all at wait_load. On the staged path a gather
+// whose blocks are all in has its h2d copy and cast queued on the streams now
+// (queue_gathered_copy), under that compute too. Its slot stays claimed until wait_load or evict:
+// slot claims must not depend on timing. A gather whose own block another thread is still to
+// send (the GatherSender's job, a deferred update's worker) is only tested: its test may say
+// complete before that send is posted.
+void EngineState::advance_gathers_ahead() {
+  if (!pending_key_base_) return;
+  for (UnitState& unit : units_) {
+    GatheredCopy& gathered = unit.gathered;
+    if (!gathered.pending) continue;
+    // Until the own block is posted, a test that says complete speaks of the receives alone.
+    if (gathered.send_after_update ||
+        (gathered.send_job != 0 && !sender_->done(gathered.send_job))) {
+      gathered.pending->test();
+      continue;
+    }
+    // One test moves at most a fragment or so of each message: a few, while the peers' blocks
+    // are already here, complete it in this call rather than at the next.
+    bool complete = false;
+    for (int tries = 0; tries < 4 && !complete; ++tries) complete = gathered.pending->test();
+    if (!complete || device_addressable_) continue;  // (in place, wait_load casts it)
+    finish_send_job(gathered);
+    gathered.pending.reset();
+    queue_gathered_copy(unit);
   }
 }
 
@@ -455,9 +528,6 @@ void EngineState::queue_gather(UnitState& unit) {
   const ShardHome& param = unit.home(Kind::kParam);
   const UnitLayout& layout = unit.layout;
   GatheredCopy& copy = unit.gathered;
-  if (!copy.copied) copy.copied.emplace(device_->create_event());
-  if (!copy.ready) copy.ready.emplace(device_->create_event());
-  const DType param_dtype = this->param_dtype();
   const std::uint64_t shard_bytes = layout.shard_numel * param.element_bytes();
   tiers::DeviceBuffer& full = gathered_params(copy);
   DeviceLanes& lane = *lanes_;
@@ -469,16 +539,38 @@ void EngineState::queue_gather(UnitState& unit) {
   } else {
     lane.h2d.copy_on_device(own, param.device_span(0, layout.shard_numel));
   }
+  queue_cast(unit);
+  if (acquiring_ != unit_index(unit)) ++gathers_queued_ahead_;
+}
+
+// Several ranks on the staged path, a gather started ahead whose blocks are all in its pinned slot
+// (advance_gathers_ahead): the whole unit h2d, then the cast, queued; wait_load waits for `ready`.
+void EngineState::queue_gathered_copy(UnitState& unit) {
+  GatheredCopy& copy = unit.gathered;
+  const std::uint64_t padded_bytes = unit.layout.padded_numel * dtype_bytes(param_dtype());
+  lanes_->h2d.copy_to_device(gathered_params(copy).span(0, padded_bytes), copy.gather_lease.data());
+  queue_cast(unit);
+}
+
+// The end of a queued gather: once the h2d stream's copy is done (`copied`), the cast on the
+// compute stream, then `ready`; the unit's events are created at its first queued gather and
+// reused.
+void EngineState::queue_cast(UnitState& unit) {
+  GatheredCopy& copy = unit.gathered;
+  if (!copy.copied) copy.copied.emplace(device_->create_event());
+  if (!copy.ready) copy.ready.emplace(device_->create_event());
+  const UnitLayout& layout = unit.layout;
+  const DType param_dtype = this->param_dtype();
+  DeviceLanes& lane = *lanes_;
   lane.h2d.record(*copy.copied);
   lane.compute.wait(*copy.copied);
   if (param_dtype != DType::kFp32) {
     lane.compute.cast(copy.full32.span(0, layout.padded_numel * 4), DType::kFp32,
-                      copy.full16.span(0, layout.padded_numel * param.element_bytes()),
+                      copy.full16.span(0, layout.padded_numel * dtype_bytes(param_dtype)),
                       param_dtype);
   }
   lane.compute.record(*copy.ready);
   copy.queued = true;
-  if (acquiring_ != unit_index(unit)) ++gathers_queued_ahead_;
   if (options_.tracer != nullptr) {
     const auto now = Tracer::Clock::now();
     options_.tracer->record(TraceTrack::kCopies, "queue gather " + unit.spec.name, now, now);
@@ -490,6 +582,7 @@ void EngineState::wait_queued_gather(UnitState& unit) {
   copy.ready->wait();  // after the cast, which waited for the copy: both are done
   copy.queued = false;
   copy.release_param_staging();
+  copy.gather_lease.reset();
 }
 
 std::vector<float> EngineState::gather_master(UnitId id) {

@@ -4,6 +4,7 @@
 // rank holds ~1/N of the unsharded state. The staged data path (the code CUDA runs: device memory
 // through streams, collectives staged through pinned host buffers) matches the direct one bitwise.
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -21,6 +23,7 @@
 #include "runtime/comm/local_comm.hpp"
 #include "runtime/engine.hpp"
 #include "runtime/memory_plan.hpp"
+#include "runtime/trace.hpp"
 #include "tests/runtime/comm/mpi_test_main.hpp"
 #include "tests/io/io_test_support.hpp"
 #include "tests/runtime/engine_test_config.hpp"
@@ -305,26 +308,30 @@ TEST(EngineMpi, GathersStartAheadOfUseAcrossRanks) {
           const auto [ahead_count, ahead] = run(true);
           const auto [at_use_count, at_use] = run(false);
           const bool read = params == Tier::kNvme || force_nvme_knob();
+          // Shards read from NVMe, and on the staged path shards copied d2h from a device home,
+          // are sent by another thread: MPI_THREAD_MULTIPLE.
+          const bool staged_device = staged && params == Tier::kDevice && !force_nvme_knob();
+          const bool sent_later = read || staged_device;
           const std::tuple key{staged, params, dtype};
           if (!mode.overlap) {
             serial_ahead[key] = ahead_count;
-          } else if (!mode.defer && (!read || (world().size() > 1 &&
-                                               world().sends_from_any_thread()))) {
+          } else if (!mode.defer &&
+                     (world().size() > 1 ? !sent_later || world().sends_from_any_thread()
+                                         : !read)) {
             // (NVMe shards with one rank queue once their reads land, which the serial step
-            // sees at use as often as not; below MPI_THREAD_MULTIPLE it gathers them at use.)
+            // sees at use as often as not; below MPI_THREAD_MULTIPLE the serial step gathers
+            // NVMe shards, and staged device-homed ones, at use.)
             EXPECT_EQ(ahead_count, serial_ahead.at(key))
                 << "the overlapped step starts fewer gathers ahead than the serial step";
           }
           if (!staged || world().size() > 1) {  // (one rank queues its staged gathers)
             EXPECT_EQ(at_use_count, 0u);
           }
-          // A device-homed shard on the staged path would need a d2h first: gathered at use.
-          const bool staged_device = staged && params == Tier::kDevice && !force_nvme_knob();
           if (world().size() == 1) {
             if (!staged) {
               EXPECT_EQ(ahead_count, 0u);  // one rank gathers no collective
             }
-          } else if (!staged_device && (!read || world().sends_from_any_thread())) {
+          } else if (!sent_later || world().sends_from_any_thread()) {
             EXPECT_GT(ahead_count, 0u);
           }
           for (std::size_t u = 0; u < at_use.size(); ++u) {
@@ -343,6 +350,60 @@ Config ahead_config(const ScratchDir& dir, Tier params) {
   config.zero.persistence_threshold = 0;
   config.zero.prefetch_depth = 2;
   return config;
+}
+
+// #18: several ranks on the staged path (the code CUDA runs, collectives over MPI): a gather
+// started ahead whose blocks are all in by the model's next gather() has its h2d copy and cast
+// queued on the device streams then (the trace's "queue gather"), not at wait_load, and the
+// parameters stay bitwise those of gathers at use, params on the device (copied d2h into the slot
+// and sent by the GatherSender), the host and NVMe. The backward sleeps before each
+// reduce_grads, so the blocks of the units prefetched at its gather() are in by the next one:
+// MPI moves bytes only inside MPI calls, and the blocks here are small enough to go eagerly
+// (under 4 KiB: a larger one takes a handshake, which needs more than one test on each side).
+TEST(EngineMpi, StagedGathersQueueTheirCopyOnceTheBlocksAreIn) {
+  if (world().size() == 1) {
+    GTEST_SKIP() << "one rank has no collective: its staged gathers are queued at the load";
+  }
+  for (const Tier params : {Tier::kDevice, Tier::kHost, Tier::kNvme}) {
+    if (params != Tier::kHost && !world().sends_from_any_thread()) {
+      continue;  // below MPI_THREAD_MULTIPLE shards read from NVMe or a device home gather at use
+    }
+    SCOPED_TRACE(fmt::format("params on {}, {} ranks", to_string(params), world().size()));
+    const auto run = [&](bool ahead, Tracer* tracer) {
+      ScratchDir dir;
+      const Config config = ahead_config(dir, params);
+      auto device = host_device(config);
+      EngineOptions options;
+      options.gathers_ahead_across_ranks = ahead;
+      options.device_access = EngineOptions::DeviceAccess::kStaged;
+      options.tracer = tracer;
+      Engine engine(config, *device, world(), options);
+      TinyMlp model({20, 24, 9, 5}, 8, 100 + static_cast<std::uint32_t>(world().rank()));
+      model.add_units(engine);
+      engine.finalize();
+      for (int step = 0; step < 6; ++step) {
+        model.train_step(engine, 1.0, nullptr, [](std::vector<float>&) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        });
+        engine.step();
+      }
+      std::vector<std::vector<float>> masters;
+      for (UnitId unit : model.units()) masters.push_back(engine.gather_master(unit));
+      return masters;
+    };
+    Tracer tracer;
+    const auto ahead = run(true, &tracer);
+    const auto at_use = run(false, nullptr);
+    std::size_t queued = 0;
+    for (const Tracer::Event& event : tracer.events()) {
+      if (event.name.starts_with("queue gather ")) ++queued;
+    }
+    EXPECT_GT(queued, 0u) << "no staged gather had its copy queued before wait_load";
+    for (std::size_t u = 0; u < at_use.size(); ++u) {
+      EXPECT_EQ(std::memcmp(ahead[u].data(), at_use[u].data(), at_use[u].size() * 4), 0)
+          << "unit " << u << " differs from gathers at use";
+    }
+  }
 }
 
 // Two Engines on one communicator, their steps interleaved, both with gathers started ahead (the
