@@ -276,11 +276,12 @@ void EngineState::cast_gathered_to_fp32(UnitState& unit) {
 // gathered buffer (in place) or the unit's pinned slot (staged path). A shard in memory the CPU
 // addresses is copied to its place and sent at once; a shard read from NVMe (when the
 // communicator sends from any thread: sender_) is sent by the GatherSender as soon as its reads
-// are in, and (idem) a staged device home's shard once its d2h copy is done; a shard a deferred update is producing (idem) is sent
-// by the update worker when the update is done (send_after_update). Every rank starts the same
-// gathers in the same order (rank-independent residency decisions), and each rank's block leaves
-// without a later Engine call of that rank, so a gather waited for anywhere (wait_load, evict, the
-// Engine's end, one rank's later than another's) needs nothing more from the peers' Engine calls.
+// are in, and (idem) a staged device home's shard once its d2h copy is done; a shard a deferred
+// update is producing (idem) is sent by the update worker when the update is done
+// (send_after_update). Every rank starts the same gathers in the same order (rank-independent
+// residency decisions), and each rank's block leaves without a later Engine call of that rank,
+// so a gather waited for anywhere (wait_load, evict, the Engine's end, one rank's later than
+// another's) needs nothing more from the peers' Engine calls.
 // Each is its own tag (the Engine's key base + unit id): they complete in any order. A shard the
 // running step has yet to update starts its gather once the step has updated it.
 bool EngineState::may_start_pending_gather(UnitId id) const {

@@ -528,7 +528,9 @@ double EngineState::run_pipeline(std::span<const UnitId> units,
     }
     stage_out(unit, pipeline.group(i), i % 2, kWriteKinds);
     pipeline.issue_writes(i);
-    if (unit_done && pipeline.group(i) + 1 == unit.groups.size()) unit_done(pipeline.unit_id(i));
+    if (unit_done && pipeline.group(i) + 1 == unit.groups.size()) {
+      unit_done(pipeline.unit_id(i));
+    }
   }
   pipeline.drain();
   finish_staging();
