@@ -236,7 +236,7 @@ class Engine {
   // High-water mark of the host staging save / load / export / import stream through, outside the
   // host budget (bytes): a few sub-groups' worth, never O(model) (docs/reliability.md).
   std::uint64_t stream_staging_high_water_bytes() const;
-  // Where the host pool's memory comes from, after finalize ([tiers.host] pinned): "cudaHostAlloc"
+  // Where the host pool's memory comes from, after finalize ([tiers.host] pinned): "cudaHostRegister"
   // or "mmap" (page-locked when the process may), or "mmap (pageable)" with pinned = false.
   std::string_view host_allocator_name() const;
   // Where each state kind lives, one line, for logs: "params device, grads host, optimizer nvme".

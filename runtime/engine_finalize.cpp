@@ -150,7 +150,7 @@ void EngineState::check_budgets(const std::vector<tiers::ExtentSpec>& extents) c
   if (!extents.empty()) check_nvme_paths(config_.tiers.nvme, extents, rank_);
 }
 
-// [tiers.host] pinned: the device's page-locked memory (cudaHostAlloc, mmap + mlock), or plain
+// [tiers.host] pinned: the device's page-locked memory (mmap + cudaHostRegister, mmap + mlock), or plain
 // pageable mmap. Both are 4 KiB aligned, so every path (O_DIRECT included) works on either; pageable
 // memory only makes device copies slower (the driver bounces them) and lets the kernel swap it.
 std::shared_ptr<tiers::PinnedAllocator> EngineState::host_allocator() const {

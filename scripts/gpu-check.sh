@@ -1,98 +1,159 @@
 #!/usr/bin/env bash
-# On a machine with NVIDIA GPUs, one command from a clean checkout (at most 8 minutes on one H200,
-# build included; it builds only what it runs):
-#  1. every GPU test (CudaDevice and its kernels, the device pool, the pinned pool on cudaHostAlloc,
-#     NcclComm on 1 rank and under mpirun on 2+ GPUs, the Engine's CUDA path, the GPT's and the
-#     Hugging Face decoder's CUDA backends, fine-tuning on the GPU); it fails if any of them skips;
-#  2. the same CUDA tests under compute-sanitizer: memcheck on all, racecheck on the kernels' tests;
-#  3. h2d / d2h GB/s of pinned copies (`strata bench device`);
-#  4. `strata bench step --device cuda`, 1e8 parameters, optimizer on the host and on NVMe;
-#  5. fine-tuning tokens/s, achieved TFLOPS and MFU (model FLOPs / step time / the GPU's bf16 peak)
-#     for all-device, optimizer-on-host and params+optimizer-on-NVMe placements, next to the host
-#     device;
-#  6. fine-tuning a 90 M-parameter Llama-architecture folder (strata-make-tiny-model) with
-#     `strata-finetune --model --device cuda`: bf16 tensor-core products, tiled attention.
-# Its output ends with one "gpu-check: <figure>: <value>" line per figure, ready for the README.
-# GPU_PEAK_TFLOPS overrides the bf16 dense peak used for MFU (default 989: H100/H200 SXM).
-set -euo pipefail
+# Everything strata checks on an NVIDIA GPU, in one run (about 6 minutes on one H200), against
+# PyTorch on the same machine. Made for a GPU machine without internet and without strata's
+# dependencies: build the bundle where they are (scripts/gpu-bundle.sh), carry the checkout with
+# .gpu-bundle/ to the GPU machine, run this there. Without a bundle it builds from source, which
+# needs scripts/install-deps.sh's packages.
+#
+# Sections (GPU_CHECK_ONLY="tests bench" runs a subset; names below):
+#  tests      every CUDA test of every suite (filter *Cuda*:*cuda*:*Nccl*); fails if any skips
+#  sanitizer  compute-sanitizer memcheck on the CUDA tests of the kernels, racecheck on kernels
+#  bench      pinned h2d/d2h GB/s, `strata bench step --device cuda` (optimizer on host and NVMe),
+#             the GPU optimizer and attention kernels' timings where this build has them
+#  gpt        the built-in 25 M GPT, three placements, on cuda and on the host device
+#  llama      a 1.08 B Llama folder (hidden 2048, 24 layers, 16/4 heads, inner 5632), seq 1024 x 8:
+#             strata all on the GPU and optimizer on the host, next to PyTorch + transformers
+#             (sdpa, bf16 autocast, fused AdamW, all on the GPU) and FSDP2 + CPUOffloadPolicy
+#             (bf16 MixedPrecisionPolicy, AdamW on the CPU): tokens/s, TFLOPS, MFU, ratios
+#  losses     the same 1.08 B folder, seq 256 x 2, 5 steps on cuda: the losses to set beside the
+#             host device's (the same command with --device host)
+#  export     a 90 M Llama folder fine-tuned 2 steps on cuda with --export; transformers loads the
+#             export, its logits on strata-eval's first window and the tokenizers library's ids
+#             against strata's
+# Output: the log, then one "gpu-check: <figure>" line per figure; with $OUT set (the lent
+# machine's return folder) the log and the summary are written there too. Exit status 1 when any
+# section failed (the others still ran). GPU_PEAK_TFLOPS (default 989, H100/H200 SXM bf16 dense)
+# is the MFU's denominator.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+root=$(pwd)
+out_dir=${OUT:-$(mktemp -d)}
+mkdir -p "$out_dir"
+exec > >(tee "$out_dir/gpu-check.log") 2>&1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+peak_tflops=${GPU_PEAK_TFLOPS:-989}
+only=" ${GPU_CHECK_ONLY:-tests sanitizer bench gpt llama losses export} "
+summary_file="$out_dir/summary.txt"
+: >"$summary_file"
+failed=()
+note() { echo "gpu-check: $*" | tee -a "$summary_file"; }
+fail() { failed+=("$1"); note "FAILED $*"; }
+wanted() { [[ $only == *" $1 "* ]]; }
+stamp() { echo "== $(date -u +%H:%M:%S) $*"; }
+
+if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu-check: no NVIDIA GPU visible (nvidia-smi -L failed); nothing to check here" >&2
   exit 2
 fi
 nvidia-smi -L
-gpus=$(nvidia-smi -L | wc -l)
-peak_tflops=${GPU_PEAK_TFLOPS:-989}
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-summary=()  # the closing lines, in order
-add_summary() { summary+=("gpu-check: $1"); }
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
 
-./scripts/install-deps.sh
-build=build/gpu-check
-# CUDA ON, not AUTO: a missing toolkit fails loudly.
-cmake --preset release -B "$build" -DSTRATA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=native >/dev/null
-cmake --build "$build" -j "$(nproc)" --target strata strata_tiers_tests strata_comm_tests \
-  strata_runtime_tests strata_gpt_tests strata_finetune_tests strata-finetune strata_nccl_mpi_tests \
-  strata_llm_model_tests strata-make-tiny-model
-
-# 1. Every CUDA test. The suites' own skip lines are counted: a GPU test that skips here means the
-# GPU was not usable, which is a failure. NcclComm's multi-rank tests skip on one GPU, saying so.
-cuda_filter='*Cuda*:*cuda*:*Nccl*'
-run_suite() {  # suite binary, gtest filter, log
-  "$build/$1" --gtest_filter="$2" 2>&1 | tee "$3"
-}
-run_suite tests/tiers/strata_tiers_tests "$cuda_filter" "$work/tiers.log"
-run_suite tests/runtime/comm/strata_comm_tests "$cuda_filter" "$work/comm.log"
-run_suite tests/runtime/strata_runtime_tests "$cuda_filter" "$work/runtime.log"
-run_suite tests/examples/strata_gpt_tests "$cuda_filter" "$work/gpt.log"
-run_suite tests/examples/strata_finetune_tests "$cuda_filter" "$work/finetune.log"
-run_suite tests/examples/llm/strata_llm_model_tests "$cuda_filter" "$work/llm.log"
-nccl_ranks=$((gpus < 4 ? gpus : 4))
-if ((nccl_ranks >= 2)); then
-  mpirun --allow-run-as-root --oversubscribe -np "$nccl_ranks" \
-    "$build/tests/runtime/comm/strata_nccl_mpi_tests" 2>&1 | tee "$work/nccl_mpi.log"
-  add_summary "NcclComm multi-rank tests: passed on $nccl_ranks GPUs"
+# --- The binaries: the bundle, or a build from source. ---
+nvidia_libs=$(ls -d /opt/torch/.venv/lib/python3*/site-packages/nvidia/*/lib 2>/dev/null | paste -sd:)
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${nvidia_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if [[ -f .gpu-bundle/manifest ]]; then
+  cat .gpu-bundle/manifest
+  build=$(awk -F= '$1 == "build_dir" {print $2}' .gpu-bundle/manifest)
+  source_dir=$(awk -F= '$1 == "source_dir" {print $2}' .gpu-bundle/manifest)
+  python3 - "$build" "$work/lib" <<'PY'
+import sys, tarfile
+for archive, dest in ((".gpu-bundle/bin.tar.xz", "."), (".gpu-bundle/lib.tar.xz", sys.argv[2])):
+    with tarfile.open(archive) as tar:
+        tar.extractall(dest, filter="tar")
+PY
+  export LD_LIBRARY_PATH="$work/lib:$LD_LIBRARY_PATH"
+  # The tests find their fixtures through the source path they were compiled with.
+  if [[ $source_dir != "$root" && ! -e $source_dir ]]; then
+    mkdir -p "$(dirname "$source_dir")" && ln -s "$root" "$source_dir"
+  fi
+  data_dir="$root/data/common-licenses"
 else
-  add_summary "NcclComm multi-rank tests: skipped (1 GPU: they need 2)"
+  ./scripts/install-deps.sh
+  build=build/gpu-check
+  cmake --preset release -B "$build" -DSTRATA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=native >/dev/null
+  cmake --build "$build" -j "$(nproc)" --target strata strata-finetune strata-make-tiny-model \
+    strata-eval strata-llm-bench strata_tiers_tests strata_runtime_tests strata_gpt_tests \
+    strata_finetune_tests strata_llm_model_tests || exit 1
+  data_dir=/usr/share/common-licenses
 fi
-if grep -h "\[  SKIPPED \]" "$work"/tiers.log "$work"/comm.log "$work"/runtime.log \
-  "$work"/gpt.log "$work"/finetune.log "$work"/llm.log; then
-  echo "gpu-check: the GPU tests above skipped although a GPU is visible" >&2
-  exit 1
-fi
-add_summary "GPU tests: passed, none skipped"
-
-# 2. compute-sanitizer: memcheck on every CUDA test (leaks too), racecheck on the kernels' tests.
-sanitizer=compute-sanitizer
-command -v "$sanitizer" >/dev/null || sanitizer=/usr/local/cuda/bin/compute-sanitizer
-sanitize() {  # tool, binary, filter
-  local options=(--tool "$1" --error-exitcode 1)
-  [[ $1 == memcheck ]] && options+=(--leak-check full)
-  "$sanitizer" "${options[@]}" "$build/$2" --gtest_filter="$3" --gtest_brief=1
-}
-for suite in tests/tiers/strata_tiers_tests tests/runtime/strata_runtime_tests \
-  tests/examples/strata_gpt_tests tests/examples/llm/strata_llm_model_tests; do
-  sanitize memcheck "$suite" "$cuda_filter"
-done
-sanitize racecheck tests/tiers/strata_tiers_tests 'Backends/DeviceCastTest.*/cuda:Backends/DeviceTest.*Accumulate*/cuda:Backends/DeviceTest.Scale*/cuda'
-sanitize racecheck tests/examples/strata_gpt_tests '*GptCuda*'
-sanitize racecheck tests/examples/llm/strata_llm_model_tests '*DecoderCuda*'
-add_summary "compute-sanitizer: memcheck and racecheck clean"
-
-# 3. Pinned copies.
 strata="$build/runtime/strata"
-"$strata" bench device --device cuda --mib 256 --iterations 20 | tee "$work/device.log"
-h2d=$(awk '/^copy host->device/ {print $3}' "$work/device.log")
-d2h=$(awk '/^copy device->host/ {print $3}' "$work/device.log")
-add_summary "h2d pinned copy: $h2d GB/s (256 MiB)"
-add_summary "d2h pinned copy: $d2h GB/s (256 MiB)"
+finetune="$build/examples/finetune/strata-finetune"
+make_model="$build/examples/llm/strata-make-tiny-model"
+suites=(tests/tiers/strata_tiers_tests tests/runtime/strata_runtime_tests
+        tests/examples/strata_gpt_tests tests/examples/strata_finetune_tests
+        tests/examples/llm/strata_llm_model_tests)
+cuda_filter='*Cuda*:*cuda*:*Nccl*'
+json_number() { grep -o "\"$1\": *[0-9.e+-]*" "$2" | head -n 1 | sed 's/.*: *//'; }
+# Median tokens/s of a strata-finetune log's step lines after the first (allocation, warm-up).
+median_tokens() {
+  awk -F'|' '/^step +[0-9]+ \| loss/ { n = $1; sub(/step +/, "", n); if (n + 0 < 2) next;
+             t = $4; gsub(/[^0-9.]/, "", t); v[++k] = t } END { if (!k) { print 0; exit }
+             asort(v); print (k % 2) ? v[(k + 1) / 2] : (v[k / 2] + v[k / 2 + 1]) / 2 }' "$1"
+}
+# TFLOPS and MFU of tokens/s for FLOP/token.
+rate() { awk -v t="$1" -v f="$2" -v p="$peak_tflops" 'BEGIN { x = t * f / 1e12; printf "%.1f TFLOPS, MFU %.1f%%", x, 100 * x / p }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "n/a" }'; }
+# A config from an example with the device and host budgets raised.
+big_config() {  # example name, output
+  sed -e 's/^budget = "8GiB"/budget = "64GiB"/' -e '0,/^budget = "64GiB"/s//budget = "120GiB"/' \
+    -e "s|/var/tmp/strata-nvme|$work/nvme|" "examples/configs/$1.toml" >"$2"
+}
 
-# 4. The Engine on the GPU: 1e8 parameters (params and grads in GPU memory), optimizer state on
-# the host, then on NVMe (a scratch directory on the local disk).
-mkdir -p "$work/nvme"
-for optimizer in host nvme; do
-  cat >"$work/step-$optimizer.toml" <<EOF
+# --- tests ---
+if wanted tests; then
+  stamp tests
+  for suite in "${suites[@]}"; do
+    log="$work/$(basename "$suite").log"
+    timeout 300 "$build/$suite" --gtest_filter="$cuda_filter" --gtest_brief=1 >"$log" 2>&1
+    status=$?
+    tail -n 5 "$log"
+    grep -E "^\[  (FAILED|SKIPPED) \]" "$log" | head -n 20
+    passed=$(grep -oE "\[  PASSED  \] [0-9]+" "$log" | grep -oE "[0-9]+$" || echo 0)
+    skipped=$(grep -cE "^\[  SKIPPED \] .*\." "$log")
+    if ((status != 0)); then
+      fail "tests $(basename "$suite"): exit $status, $passed passed"
+    elif ((skipped > 0)); then
+      fail "tests $(basename "$suite"): $skipped skipped although a GPU is visible"
+    else
+      note "tests $(basename "$suite"): $passed CUDA tests passed, none skipped"
+    fi
+    if grep -q "unreported error" "$log"; then fail "tests $(basename "$suite"): a stream error was never reported"; fi
+  done
+fi
+
+# --- sanitizer ---
+if wanted sanitizer; then
+  stamp sanitizer
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  sanitize() {  # tool, suite, filter
+    local options=(--tool "$1" --error-exitcode 1 --print-limit 20)
+    [[ $1 == memcheck ]] && options+=(--leak-check full)
+    timeout 240 "$sanitizer" "${options[@]}" "$build/$2" --gtest_filter="$3" --gtest_brief=1 \
+      >"$work/sanitize.log" 2>&1
+    local status=$?
+    grep -E "ERROR SUMMARY|========= (Invalid|Race|Leak)" "$work/sanitize.log" | head -n 8
+    if ((status == 0)); then note "$1 $(basename "$2") ($3): clean"
+    else fail "$1 $(basename "$2") ($3): exit $status"; tail -n 30 "$work/sanitize.log"; fi
+  }
+  sanitize memcheck tests/tiers/strata_tiers_tests "$cuda_filter"
+  sanitize memcheck tests/examples/llm/strata_llm_model_tests '*DecoderCuda*:*FlashAttentionCuda*'
+  sanitize memcheck tests/examples/strata_gpt_tests "$cuda_filter"
+  sanitize racecheck tests/tiers/strata_tiers_tests \
+    'Backends/DeviceCastTest.*/cuda:Backends/DeviceTest.*Accumulate*/cuda:*CudaOptimizer*'
+  sanitize racecheck tests/examples/llm/strata_llm_model_tests '*DecoderCuda*.Fp32*:*FlashAttentionCuda*'
+fi
+
+# --- bench ---
+if wanted bench; then
+  stamp bench
+  "$strata" bench device --device cuda --mib 256 --iterations 20 | tee "$work/device.log"
+  note "h2d pinned copy: $(awk '/^copy host->device/ {print $3}' "$work/device.log") GB/s (256 MiB)"
+  note "d2h pinned copy: $(awk '/^copy device->host/ {print $3}' "$work/device.log") GB/s (256 MiB)"
+  grep -E "^gpu-optimizer" "$work/device.log" | while read -r line; do note "$line"; done
+  mkdir -p "$work/nvme"
+  for optimizer in host nvme; do
+    cat >"$work/step-$optimizer.toml" <<EOF
 [tiers.device]
 kind = "cuda"
 budget = "16GiB"
@@ -107,54 +168,140 @@ params = "device"
 grads = "device"
 optimizer = "$optimizer"
 EOF
-  "$strata" bench step "$work/step-$optimizer.toml" --device cuda --params 1e8 \
-    --unit-params 1e7 --steps 2 --overwrite --json | tee "$work/step-$optimizer.json"
-  t_step=$(grep -o '"t_step_s":[0-9.e+-]*' "$work/step-$optimizer.json" | cut -d: -f2)
-  add_summary "bench step, 1e8 params, optimizer on $optimizer: $t_step s/step"
-done
-
-# 5. Fine-tuning (the 25.4 M-parameter GPT of examples/configs, micro-batch 8 x 128 tokens), 10
-# steps per placement on the GPU and on the host-emulated device. Model FLOPs per token: 6 N for
-# the matrices plus 12 L d T for attention (forward and backward, Chinchilla / PaLM convention).
-json_number() { grep -o "\"$1\": [0-9.e+-]*" "$2" | cut -d' ' -f2; }
-toml_number() { awk -F'[= #]+' -v key="$1" '$1 == key {print $2; exit}' "$2"; }
-for placement in all_device optimizer_host params_optimizer_nvme; do
-  config="examples/configs/$placement.toml"
-  layers=$(toml_number layers "$config")
-  d_model=$(toml_number d_model "$config")
-  seq_len=$(toml_number seq_len "$config")
-  for device in cuda host; do
-    out="$work/finetune-$placement-$device.json"
-    echo "gpu-check: strata-finetune $placement --device $device"
-    "$build/examples/finetune/strata-finetune" --config "$config" --device "$device" --steps 10 --overwrite \
-      --eval-every 0 --eval-batches 1 --summary-json "$out" | grep -E "device:|^step +10 |summary"
-    tokens_per_s=$(json_number tokens_per_s "$out")
-    params=$(json_number params "$out")
-    read -r tflops mfu < <(awk -v t="$tokens_per_s" -v n="$params" -v l="$layers" -v d="$d_model" \
-      -v s="$seq_len" -v peak="$peak_tflops" \
-      'BEGIN { f = t * (6 * n + 12 * l * d * s) / 1e12; printf "%.2f %.1f\n", f, 100 * f / peak }')
-    if [[ $device == cuda ]]; then
-      add_summary "fine-tuning $placement on cuda: $tokens_per_s tokens/s, $tflops TFLOPS, MFU $mfu% (peak $peak_tflops)"
+    if timeout 120 "$strata" bench step "$work/step-$optimizer.toml" --device cuda --params 1e8 \
+      --unit-params 1e7 --steps 2 --overwrite --json >"$work/step-$optimizer.json"; then
+      note "bench step, 1e8 params, optimizer on $optimizer: $(json_number t_step_s "$work/step-$optimizer.json") s/step (t_io $(json_number t_io_s "$work/step-$optimizer.json") s)"
     else
-      add_summary "fine-tuning $placement on host device: $tokens_per_s tokens/s, $tflops TFLOPS"
+      fail "bench step, optimizer on $optimizer"
     fi
   done
-done
+  rm -rf "$work/nvme"
+  if "$build/examples/llm/strata-llm-bench" --help 2>/dev/null | grep -q -- "--attention-kernels"; then
+    timeout 120 "$build/examples/llm/strata-llm-bench" --attention-kernels --device cuda \
+      >"$work/attention.log" 2>&1 || fail "attention kernel bench"
+    cat "$work/attention.log"
+    grep -E "^attention" "$work/attention.log" | while read -r line; do note "$line"; done
+  fi
+fi
 
-# 6. A Hugging Face Llama-architecture folder on the GPU: hidden 1024, 8 layers, 16 heads over 4 kv
-# heads, inner 2816 (GQA, RoPE, SwiGLU), micro-batch 8 x 512 tokens, all state on the device.
-"$build/examples/llm/strata-make-tiny-model" --out "$work/llama" --family llama --hidden-size 1024 \
-  --intermediate-size 2816 --layers 8 --heads 16 --kv-heads 4
-out="$work/finetune-llama-cuda.json"
-"$build/examples/finetune/strata-finetune" --model "$work/llama" --config examples/configs/all_device.toml \
-  --device cuda --seq-len 512 --micro-batch 8 --steps 10 --overwrite --eval-every 0 --eval-batches 1 \
-  --summary-json "$out" | grep -E "device:|^step +10 |summary"
-tokens_per_s=$(json_number tokens_per_s "$out")
-params=$(json_number params "$out")
-read -r tflops mfu < <(awk -v t="$tokens_per_s" -v n="$params" -v l=8 -v d=1024 -v s=512 \
-  -v peak="$peak_tflops" \
-  'BEGIN { f = t * (6 * n + 12 * l * d * s) / 1e12; printf "%.2f %.1f\n", f, 100 * f / peak }')
-add_summary "fine-tuning a $params-parameter Llama folder (--model) on cuda: $tokens_per_s tokens/s, $tflops TFLOPS, MFU $mfu%"
+# --- gpt: the built-in GPT, micro-batch 8 x 128 tokens, 8 steps per placement and device ---
+if wanted gpt; then
+  stamp gpt
+  for placement in all_device optimizer_host params_optimizer_nvme; do
+    sed "s|/var/tmp/strata-nvme|$work/nvme|" "examples/configs/$placement.toml" >"$work/$placement.toml"
+    for device in cuda host; do
+      log="$work/gpt-$placement-$device.log"
+      if timeout 120 "$finetune" --config "$work/$placement.toml" --device "$device" --steps 8 \
+        --overwrite --eval-every 0 --eval-batches 1 --data "$data_dir" \
+        --summary-json "$work/gpt.json" >"$log" 2>&1; then
+        params=$(json_number params "$work/gpt.json")
+        tokens=$(median_tokens "$log")
+        # 6 N + 12 L d T FLOP per token (PaLM's count): 8 layers, d 512, T 128.
+        flop=$(awk -v n="$params" 'BEGIN { print 6 * n + 12 * 8 * 512 * 128 }')
+        note "GPT $placement on $device: $tokens tokens/s, $(rate "$tokens" "$flop")"
+      else
+        fail "GPT $placement on $device"; tail -n 20 "$log"
+      fi
+    done
+  done
+  rm -rf "$work/nvme"
+fi
 
+# --- llama: the 1.08 B folder, strata against PyTorch ---
+llama="$work/llama-1b"
+make_llama() {
+  [[ -d $llama ]] || "$make_model" --out "$llama" --family llama --hidden-size 2048 \
+    --intermediate-size 5632 --layers 24 --heads 16 --kv-heads 4 --max-positions 4096 --seed 1
+}
+if wanted llama; then
+  stamp llama
+  make_llama
+  # FLOP per token at seq 1024: 6 N + 12 L d T.
+  params=$(python3 -c "
+import json; c = json.load(open('$llama/config.json')); d, L, i, V = c['hidden_size'], c['num_hidden_layers'], c['intermediate_size'], c['vocab_size']
+kv = d // c['num_attention_heads'] * c['num_key_value_heads']
+print(L * (2 * d * d + 2 * d * kv + 3 * d * i + 2 * d) + 2 * V * d + d)")
+  flop=$(awk -v n="$params" 'BEGIN { print 6 * n + 12 * 24 * 2048 * 1024 }')
+  note "Llama folder: $params parameters, $(awk -v f="$flop" 'BEGIN { printf "%.2f", f / 1e9 }') GFLOP/token at seq 1024"
+  declare -A tokens_of
+  for placement in all_device optimizer_host; do
+    big_config "$placement" "$work/$placement-big.toml"
+    log="$work/llama-$placement.log"
+    stamp "strata $placement"
+    if timeout 180 "$finetune" --model "$llama" --config "$work/$placement-big.toml" --device cuda \
+      --seq-len 1024 --micro-batch 8 --steps 6 --overwrite --eval-every 0 --eval-batches 1 \
+      --data "$data_dir" >"$log" 2>&1; then
+      grep -E "device:|attention|^step" "$log" | head -n 12
+      tokens_of[$placement]=$(median_tokens "$log")
+      note "strata 1.08 B $placement on cuda: ${tokens_of[$placement]} tokens/s, $(rate "${tokens_of[$placement]}" "$flop")"
+    else
+      fail "strata 1.08 B $placement"; tail -n 20 "$log"; tokens_of[$placement]=0
+    fi
+  done
+  for mode in plain fsdp2_offload; do
+    stamp "PyTorch $mode"
+    if PYTHONUNBUFFERED=1 timeout 240 python3 scripts/gpu_torch_train.py --model "$llama" \
+      --data "$data_dir" --seq-len 1024 --micro-batch 8 --steps 6 --mode "$mode" \
+      --json "$work/torch-$mode.json" 2>&1 | tail -n 12; then
+      tokens_of[$mode]=$(json_number tokens_per_s "$work/torch-$mode.json")
+      note "PyTorch $mode: ${tokens_of[$mode]:-0} tokens/s, $(rate "${tokens_of[$mode]:-0}" "$flop")"
+    else
+      fail "PyTorch $mode"; tokens_of[$mode]=0
+    fi
+  done
+  note "ratio strata all_device / PyTorch plain: $(ratio "${tokens_of[all_device]}" "${tokens_of[plain]}")"
+  note "ratio strata optimizer_host / PyTorch plain: $(ratio "${tokens_of[optimizer_host]}" "${tokens_of[plain]}")"
+  note "ratio strata optimizer_host / FSDP2 CPUOffloadPolicy: $(ratio "${tokens_of[optimizer_host]}" "${tokens_of[fsdp2_offload]}")"
+  note "ratio strata optimizer_host / strata all_device: $(ratio "${tokens_of[optimizer_host]}" "${tokens_of[all_device]}")"
+fi
+
+# --- losses: the 1.08 B folder's first steps on cuda (the host device's run is in docs) ---
+if wanted losses; then
+  stamp losses
+  make_llama
+  big_config all_device "$work/losses.toml"
+  log="$work/losses.log"
+  if timeout 120 "$finetune" --model "$llama" --config "$work/losses.toml" --device cuda \
+    --seq-len 256 --micro-batch 2 --steps 5 --overwrite --eval-every 0 --eval-batches 2 \
+    --data "$data_dir" >"$log" 2>&1; then
+    grep -E "^step" "$log"
+    note "1.08 B losses on cuda (seq 256 x 2): $(awk -F'|' '/^step +[0-9]+ \| loss/ { l = $2; sub(/ *loss /, "", l); printf "%s ", l }' "$log")"
+  else
+    fail "1.08 B losses on cuda"; tail -n 20 "$log"
+  fi
+fi
+
+# --- export: transformers loads strata's export ---
+if wanted export; then
+  stamp export
+  small="$work/llama-90m"
+  "$make_model" --out "$small" --family llama --hidden-size 1024 --intermediate-size 2816 \
+    --layers 8 --heads 16 --kv-heads 4 --max-positions 4096 >/dev/null
+  sed "s|/var/tmp/strata-nvme|$work/nvme|" examples/configs/all_device.toml >"$work/export.toml"
+  text="$data_dir/Apache-2.0"
+  if timeout 120 "$finetune" --model "$small" --config "$work/export.toml" --device cuda \
+      --seq-len 512 --micro-batch 8 --steps 2 --overwrite --eval-every 0 --eval-batches 1 \
+      --data "$data_dir" --export "$work/exported" >"$work/export.log" 2>&1 &&
+    timeout 120 "$build/examples/llm/strata-eval" --model "$work/exported" --data "$text" \
+      --seq-len 256 --json --dump "$work/dump" >"$work/eval.json" 2>"$work/eval.err" &&
+    PYTHONUNBUFFERED=1 timeout 180 python3 scripts/gpu_export_check.py --model "$work/exported" \
+      --dump "$work/dump" --eval-json "$work/eval.json" --text "$text" --seq-len 256 \
+      >"$work/export-check.log" 2>&1; then
+    cat "$work/export-check.log"
+    grep -E "^export-check:" "$work/export-check.log" | sed 's/^export-check: //' | while read -r line; do
+      note "export: $line"
+    done
+  else
+    fail "export check"
+    tail -n 20 "$work/export.log" "$work/eval.err" "$work/export-check.log" 2>/dev/null
+  fi
+fi
+
+stamp done
 echo
-printf '%s\n' "${summary[@]}"
+echo "== summary (also in $summary_file)"
+cat "$summary_file"
+if ((${#failed[@]} > 0)); then
+  echo "gpu-check: ${#failed[@]} section(s) failed: ${failed[*]}"
+  exit 1
+fi

@@ -1,5 +1,5 @@
 // PinnedPool: the host memory used for staging copies and for host-homed state, within the host
-// budget. Memory comes from a PinnedAllocator (Device::pinned_allocator(): cudaHostAlloc on CUDA,
+// budget. Memory comes from a PinnedAllocator (Device::pinned_allocator(): mmap + cudaHostRegister on CUDA,
 // mmap + mlock otherwise) and is handed out in two ways:
 //   - allocate(bytes): a one-off PinnedBuffer for long-lived state;
 //   - allocate_slab(count, bytes): N equal buffers made by one allocation at start-up, then leased

@@ -14,6 +14,7 @@
 #include "examples/gpt/kernels.hpp"
 #include "examples/llm/attention.hpp"
 #include "examples/llm/decoder_impl.hpp"
+#include "examples/llm/linear.hpp"
 #include "tiers/device/device.hpp"
 
 namespace strata::llm {
@@ -218,6 +219,7 @@ void DecoderModel::forward_unit(std::size_t unit, UnitParams params, UnitParams 
   Impl& m = *impl_;
   STRATA_ASSERT(m.phase == Impl::Phase::kForward && unit == m.next_unit, "forward units in order");
   m.check_views(unit, params, shared);
+  const detail::Bf16OperandsScope rounding(m.options.host_bf16_operands);
   const UnitSpec& spec = m.units[unit];
   switch (spec.kind) {
     case UnitKind::kEmbedding:
@@ -259,6 +261,7 @@ void DecoderModel::backward_unit(std::size_t unit, UnitParams params, UnitGrads 
   for (std::size_t i = 0; i < grads.size(); ++i) {
     STRATA_ASSERT(grads[i].size() == spec.tensors[i].numel(), "gradient span of the wrong size");
   }
+  const detail::Bf16OperandsScope rounding(m.options.host_bf16_operands);
   switch (spec.kind) {
     case UnitKind::kEmbedding:
       m.cuda ? m.cuda->backward_embedding(grads) : m.backward_embedding(grads);
@@ -300,7 +303,7 @@ void DecoderModel::Impl::forward_head(UnitParams p, UnitParams shared) {
   norm_forward(p[h.norm_weight].data(), detail::tensor(p, h.norm_bias), resid.back().data(),
                head_norm.data(), head_mean.data(), head_rstd.data(), rows);
   // logits = norm·Eᵀ, E [vocab × d].
-  gemm(Transpose::kNo, Transpose::kYes, rows, dims.vocab, d, 1.0f, head_norm.data(), d,
+  detail::product(Transpose::kNo, Transpose::kYes, rows, dims.vocab, d, 1.0f, head_norm.data(), d,
        head_matrix(p, shared), d, 0.0f, logits.data(), dims.vocab);
 }
 
@@ -310,10 +313,10 @@ void DecoderModel::Impl::backward_head(UnitParams p, UnitGrads g, UnitParams sha
   const std::size_t vocab = dims.vocab;
   // A tied head's share of the embedding gradient waits for the embedding unit's backward.
   float* dhead = config.tie_word_embeddings ? tied_embedding_grad.data() : g[h.lm_head].data();
-  gemm(Transpose::kNo, Transpose::kNo, rows, d, vocab, 1.0f, dlogits.data(), vocab,
-       head_matrix(p, shared), d, 0.0f, d_norm.data(), d);
-  gemm(Transpose::kYes, Transpose::kNo, vocab, d, rows, 1.0f, dlogits.data(), vocab,
-       head_norm.data(), d, 0.0f, dhead, d);
+  detail::product(Transpose::kNo, Transpose::kNo, rows, d, vocab, 1.0f, dlogits.data(), vocab,
+                  head_matrix(p, shared), d, 0.0f, d_norm.data(), d);
+  detail::product(Transpose::kYes, Transpose::kNo, vocab, d, rows, 1.0f, dlogits.data(), vocab,
+                  head_norm.data(), d, 0.0f, dhead, d);
   std::fill(d_resid.begin(), d_resid.end(), 0.0f);
   norm_backward(p[h.norm_weight].data(), d_norm.data(), resid.back().data(), head_mean.data(),
                 head_rstd.data(), d_resid.data(), g[h.norm_weight].data(),

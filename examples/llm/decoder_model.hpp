@@ -90,6 +90,10 @@ struct DecoderOptions {
   // CUDA only: matrix products in plain fp32 instead of bf16 operands on the tensor cores. The
   // tests use it to check the CUDA kernels against the host model to fp32 rounding.
   bool cuda_fp32_products = false;
+  // Host only: every projection's and the head's product rounds both operands to bf16 first,
+  // as the CUDA backend's tensor-core products do (linear.hpp's Bf16OperandsScope), so a test
+  // can compare the two to fp32 rounding and tell a bf16 bug from bf16 rounding.
+  bool host_bf16_operands = false;
   // Packed documents: when set, an input token that follows this token (the eos the data puts
   // between documents) starts a new document. Attention then stays inside each document and
   // positions restart at 0 in each, as transformers computes a packed batch with restarting

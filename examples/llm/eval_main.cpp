@@ -4,10 +4,17 @@
 //   strata-eval --model MODEL_DIR --data FILE --seq-len 512 [--json]
 //
 // Prints the token count, the mean next-token NLL (nats) and the perplexity; --json prints one
-// object {"tokens", "mean_nll", "perplexity"} (plus "scored" and "windows").
+// object {"tokens", "mean_nll", "perplexity"} (plus "scored" and "windows"). --dump DIR writes
+// what another implementation needs to check these figures: DIR/token_ids.json (the whole text's
+// ids) and DIR/first_window_logits.f32 (the first window's logits, little-endian fp32,
+// [min(seq_len, tokens) - 1 × vocab_size], row-major; scripts/gpu_export_check.py reads them).
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -28,7 +35,20 @@ struct Options {
   std::uint32_t blas_threads = 0;
   std::string resident_budget = "auto";
   bool json = false;
+  std::string dump;
 };
+
+void write_dump(const std::filesystem::path& dir, const std::vector<std::int32_t>& tokens,
+                const std::vector<float>& logits) {
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path ids = dir / "token_ids.json";
+  std::ofstream(ids) << nlohmann::json(tokens).dump() << "\n";
+  const std::filesystem::path floats = dir / "first_window_logits.f32";
+  std::ofstream out(floats, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(logits.data()),
+            static_cast<std::streamsize>(logits.size() * sizeof(float)));
+  if (!out) throw std::runtime_error("cannot write " + floats.string());
+}
 
 int run(const Options& options) {
   namespace llm = strata::llm;
@@ -44,7 +64,9 @@ int run(const Options& options) {
     std::cerr << "strata-eval: " << note << "\n";
   }
   const llm::PerplexityResult result =
-      llm::evaluate_perplexity(config, weights, tokens, options.seq_len, options.batch);
+      llm::evaluate_perplexity(config, weights, tokens, options.seq_len, options.batch,
+                               !options.dump.empty());
+  if (!options.dump.empty()) write_dump(options.dump, tokens, result.first_logits);
   if (options.json) {
     const nlohmann::json out = {{"tokens", result.tokens},
                                 {"scored", result.scored},
@@ -78,6 +100,8 @@ int main(int argc, char** argv) {
                  "host memory for weights kept resident (auto: 3/4 of RAM; e.g. 12GiB; 0: "
                  "stream every unit from the folder on every pass)");
   app.add_flag("--json", options.json, "print one JSON object");
+  app.add_option("--dump", options.dump,
+                 "write DIR/token_ids.json and DIR/first_window_logits.f32 (for comparisons)");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(options);

@@ -4,9 +4,16 @@
 //   Layout::kOutIn: HF nn.Linear, weight [out, in], y = x·Wᵀ + b (Llama, Mistral, Qwen2)
 //   Layout::kInOut: HF Conv1D,    weight [in, out], y = x·W + b  (GPT-2)
 // Bias gradients sum rows in order on one thread: bitwise the same for any thread count.
+//
+// Bf16OperandsScope makes every product here (and the decoder's head products, which go through
+// product()) round both operands to bf16, round to nearest even, before an fp32 sgemm: exactly
+// what the CUDA backend's tensor-core products compute, up to summation order. The tests use it
+// to tell a bf16 bug apart from bf16 rounding (DecoderOptions::host_bf16_operands). Per thread.
 #pragma once
 
 #include <cstddef>
+
+#include "examples/gpt/kernels.hpp"
 
 namespace strata::llm::detail {
 
@@ -21,6 +28,23 @@ struct ConstStrided {
   const float* data;
   std::size_t ld;
 };
+
+class Bf16OperandsScope {
+ public:
+  explicit Bf16OperandsScope(bool active);
+  ~Bf16OperandsScope();
+  Bf16OperandsScope(const Bf16OperandsScope&) = delete;
+  Bf16OperandsScope& operator=(const Bf16OperandsScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// gpt::detail::gemm's contract (row-major C = alpha·op(A)·op(B) + beta·C), with A and B rounded
+// to bf16 first inside a Bf16OperandsScope.
+void product(gpt::detail::Transpose op_a, gpt::detail::Transpose op_b, std::size_t m,
+             std::size_t n, std::size_t k, float alpha, const float* a, std::size_t lda,
+             const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc);
 
 // y = x·op(W) (+ bias when not null); y's rows are overwritten.
 void linear_forward(Layout layout, ConstStrided x, const float* weight, const float* bias,

@@ -18,6 +18,9 @@ int main(int argc, char** argv) {
   std::string family = "llama";
   std::string dtype = "bf16";
   llm::TinyModelOptions options;
+  // Long enough for the sequence lengths people train at (the library's default, 256, keeps the
+  // tests' folders small; a GPT-2 folder's position table grows with it).
+  options.max_positions = 2048;
   app.add_option("--out", out, "folder to write")->required();
   app.add_option("--family", family, "llama (default), qwen2, mistral or gpt2")
       ->check(CLI::IsMember({"llama", "qwen2", "mistral", "gpt2"}));
@@ -27,6 +30,10 @@ int main(int argc, char** argv) {
   app.add_option("--layers", options.layers, "default 2")->check(CLI::Range(1u, 256u));
   app.add_option("--heads", options.heads, "default 4")->check(CLI::Range(1u, 256u));
   app.add_option("--kv-heads", options.kv_heads, "default 2")->check(CLI::Range(1u, 256u));
+  app.add_option("--max-positions", options.max_positions,
+                 "max_position_embeddings (GPT-2: n_positions), the longest --seq-len the folder "
+                 "trains at; default 2048")
+      ->check(CLI::Range(2u, 1u << 20));
   app.add_option("--dtype", dtype, "bf16 (default), fp16 or fp32")
       ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
   app.add_option("--seed", options.seed, "default 1");

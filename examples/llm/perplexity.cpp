@@ -9,7 +9,8 @@ namespace strata::llm {
 
 PerplexityResult evaluate_perplexity(const HfConfig& config, const HostWeights& weights,
                                      std::span<const std::int32_t> tokens,
-                                     std::uint32_t window_tokens, std::uint32_t batch) {
+                                     std::uint32_t window_tokens, std::uint32_t batch,
+                                     bool keep_first_logits) {
   if (window_tokens < 2) throw std::invalid_argument("--seq-len must be at least 2");
   if (tokens.size() < 2) {
     throw std::invalid_argument("the text has " + std::to_string(tokens.size()) +
@@ -30,6 +31,11 @@ PerplexityResult evaluate_perplexity(const HfConfig& config, const HostWeights& 
     model.set_batch(window_tokens_span, sequence_tokens);
     forward_all(model, weights);
     model.loss();
+    if (keep_first_logits && result.first_logits.empty()) {
+      const std::size_t floats = (sequence_tokens - 1) * config.vocab_size;
+      const std::span<const float> logits = model.logits();
+      result.first_logits.assign(logits.begin(), logits.begin() + floats);
+    }
     nll_sum += model.loss_sum();
     result.scored += static_cast<std::uint64_t>(model.loss_weight());
   };

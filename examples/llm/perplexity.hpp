@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "examples/llm/decoder_model.hpp"
 #include "examples/llm/host_weights.hpp"
@@ -19,12 +20,16 @@ struct PerplexityResult {
   std::uint64_t windows = 0;
   double mean_nll = 0;        // nats
   double perplexity = 0;
+  // With keep_first_logits: the logits of the first window's scored positions,
+  // [min(window, tokens) - 1 × vocab], for comparing against another implementation.
+  std::vector<float> first_logits;
 };
 
 // Full windows go through the model `batch` at a time. Throws std::invalid_argument when the text
 // has fewer than 2 tokens, or HfConfigError when a window exceeds the model's positions.
 PerplexityResult evaluate_perplexity(const HfConfig& config, const HostWeights& weights,
                                      std::span<const std::int32_t> tokens,
-                                     std::uint32_t window_tokens, std::uint32_t batch = 4);
+                                     std::uint32_t window_tokens, std::uint32_t batch = 4,
+                                     bool keep_first_logits = false);
 
 }  // namespace strata::llm

@@ -207,7 +207,7 @@ class Device {
   DeviceBuffer allocate(std::uint64_t bytes);
   virtual Stream create_stream() = 0;
   virtual Event create_event() = 0;
-  // Host memory the device copies from/to fastest (cudaHostAlloc on CUDA, locked pages on host).
+  // Host memory the device copies from/to fastest (mmap + cudaHostRegister on CUDA, locked pages on host).
   virtual std::shared_ptr<PinnedAllocator> pinned_allocator() = 0;
 
   DeviceKind kind() const { return kind_; }

@@ -1,6 +1,6 @@
 // PinnedAllocator: where page-locked host memory comes from. The pinned pool
 // (tiers/pinned_pool.hpp) budgets and hands it out; the device decides how it is made
-// (Device::pinned_allocator()): cudaHostAlloc for a CUDA device, mmap + mlock otherwise. Keeps
+// (Device::pinned_allocator()): mmap + cudaHostRegister for a CUDA device, mmap + mlock otherwise. Keeps
 // tiers/ code free of CUDA.
 //
 // Contract: allocate() returns memory aligned to kPinnedAlignment (4 KiB: O_DIRECT-ready) of at
@@ -29,7 +29,7 @@ class PinnedAllocator {
   virtual std::string_view name() const = 0;
 };
 
-// A host allocation that the system refused (mmap, cudaHostAlloc). Names the call and the size.
+// A host allocation that the system refused (mmap, cudaHostRegister). Names the call and the size.
 class HostAllocationError : public std::system_error {
  public:
   HostAllocationError(int error_number, const std::string& operation, std::uint64_t bytes);

@@ -1,16 +1,19 @@
 // Proves DecoderModel's activation checkpointing is bitwise free, KV-cache decoding gives the full
 // forward's logits, results are deterministic, loss weights and short batches behave, and bad
 // tokens are refused naming their position; packed documents with a separator are scored as if
-// each were alone (every family).
+// each were alone (every family); host_bf16_operands rounds exactly the products' operands.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "base/float16.hpp"
+#include "examples/llm/linear.hpp"
 #include "tests/examples/llm/tiny_llm.hpp"
 
 namespace strata::llm {
@@ -36,6 +39,42 @@ class DecoderModelTest : public ::testing::TestWithParam<Family> {
 
 bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Inside a Bf16OperandsScope a product equals the plain fp32 product of the operands rounded to
+// bf16 beforehand, strides and transposes included; outside it the operands are used as they are.
+TEST(Bf16Operands, ProductsRoundBothOperandsOnlyInsideTheScope) {
+  using gpt::detail::Transpose;
+  std::mt19937 random(11);
+  std::normal_distribution<float> normal;
+  const std::size_t m = 5, n = 7, k = 9, lda = 12, ldb = 10;  // A [k × m] (transposed), B [k × n]
+  std::vector<float> a(k * lda), b(k * ldb);
+  for (float& v : a) v = normal(random);
+  for (float& v : b) v = normal(random);
+  std::vector<float> a_rounded = a, b_rounded = b;
+  for (float& v : a_rounded) v = to_float(to_bf16(v));
+  for (float& v : b_rounded) v = to_float(to_bf16(v));
+  const auto run = [&](const std::vector<float>& x, const std::vector<float>& y) {
+    std::vector<float> c(m * n, 0.5f);
+    detail::product(Transpose::kYes, Transpose::kNo, m, n, k, 1.5f, x.data(), lda, y.data(), ldb,
+                    1.0f, c.data(), n);
+    return c;
+  };
+  const std::vector<float> plain = run(a, b);
+  const std::vector<float> expected = [&] {
+    std::vector<float> c(m * n, 0.5f);
+    gpt::detail::gemm(Transpose::kYes, Transpose::kNo, m, n, k, 1.5f, a_rounded.data(), lda,
+                      b_rounded.data(), ldb, 1.0f, c.data(), n);
+    return c;
+  }();
+  std::vector<float> scoped;
+  {
+    const detail::Bf16OperandsScope rounding(true);
+    scoped = run(a, b);
+  }
+  EXPECT_TRUE(bitwise_equal(scoped, expected));
+  EXPECT_FALSE(bitwise_equal(plain, expected));  // the rounding is visible in these values
+  EXPECT_TRUE(bitwise_equal(run(a, b), plain));  // and gone after the scope
 }
 
 TEST_P(DecoderModelTest, ActivationCheckpointingIsBitwiseEqual) {
