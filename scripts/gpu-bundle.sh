@@ -50,8 +50,8 @@ done | sort -u | while read -r name path; do
   cp -L "$path" "$out/stage/lib/$name"
 done
 # The training text the check fine-tunes on (the GPU machine's image may not ship it).
-mkdir -p "$out/stage/bin/data"
-cp -rL /usr/share/common-licenses "$out/stage/bin/data/common-licenses"
+mkdir -p "$out/stage/bin/$build/data"
+cp -r /usr/share/common-licenses "$out/stage/bin/$build/data/common-licenses"
 
 {
   echo "source_dir=$root"
