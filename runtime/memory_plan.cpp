@@ -69,13 +69,20 @@ void use_exact_state(MemoryPlan& plan, const BufferPlan& buffers) {
 }
 
 void add_buffer_rows(MemoryPlan& plan, const Config& config, const BufferPlan& buffers,
-                     bool exact) {
+                     const PlanInputs& inputs) {
+  const bool exact = !inputs.unit_numels.empty();
   const ZeroConfig& zero = config.zero;
+  if (inputs.compute_device_bytes > 0) {
+    plan.buffers.push_back({inputs.compute_description.empty() ? std::string("the model's compute")
+                                                               : inputs.compute_description,
+                            Tier::kDevice, inputs.compute_device_bytes});
+  }
   std::uint64_t gathered = buffers.device_all_gathered_bytes();
   std::string gathered_purpose = "every unit gathered for the whole step (stages 0-2)";
   if (plan.stage >= 3 && exact) {
     // The residency manager caches released units while the budget allows (docs/design.md).
-    const std::uint64_t fixed = buffers.device_state_bytes + buffers.device_scratch_bytes();
+    const std::uint64_t fixed = buffers.device_state_bytes + buffers.device_scratch_bytes() +
+                                inputs.compute_device_bytes;
     const std::uint64_t left = config.tiers.device.budget_bytes > fixed
                                    ? config.tiers.device.budget_bytes - fixed
                                    : 0;
@@ -222,7 +229,7 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
 
   // Units known: the exact state of the buffer plan replaces the ZeRO arithmetic's.
   if (!inputs.unit_numels.empty()) use_exact_state(plan, buffers);
-  add_buffer_rows(plan, config, buffers, !inputs.unit_numels.empty());
+  add_buffer_rows(plan, config, buffers, inputs);
   for (const BufferRow& buffer : plan.buffers)
     tier_row(plan, buffer.tier).buffer_bytes += buffer.bytes;
 
@@ -364,6 +371,21 @@ std::vector<std::string> suggest(const Config& config, const PlanInputs& inputs,
                                       : ""));
         break;
       }
+    }
+  }
+  if (!plan.tier(Tier::kDevice).fits()) {
+    // Alternatives come in preference order; of one knob (its first word), the first that fits.
+    std::vector<std::string> offered;
+    for (const PlanInputs::ComputeAlternative& alternative : inputs.compute_alternatives) {
+      const std::string knob = alternative.knob.substr(0, alternative.knob.find(' '));
+      if (std::find(offered.begin(), offered.end(), knob) != offered.end()) continue;
+      PlanInputs smaller = inputs;
+      smaller.compute_device_bytes = alternative.bytes;
+      if (!compute(config, smaller).tier(Tier::kDevice).fits()) continue;
+      offered.push_back(knob);
+      out.push_back(fmt::format("or {}: the model's compute takes {} instead of {}",
+                                alternative.knob, format_binary_bytes(alternative.bytes),
+                                format_binary_bytes(inputs.compute_device_bytes)));
     }
   }
   if (!plan.tier(Tier::kHost).fits() && config.zero.optimizer == Tier::kNvme) {

@@ -30,6 +30,20 @@ struct PlanInputs {
   // marks. Empty: Ψ cut into units of the largest unit's size (estimated from [model]), state as
   // the ZeRO paper counts it, and at stage 3 only the working set of prefetch_depth + 1 units.
   std::vector<std::uint64_t> unit_numels;
+
+  // Device memory the model's own compute takes (a micro-batch's activations, gradients and
+  // workspaces, allocated before the Engine), when the model computes in the device tier's
+  // memory (a CUDA device); 0 otherwise. The plan charges the device tier for it, and the
+  // gathered units the residency manager caches get only what remains.
+  std::uint64_t compute_device_bytes = 0;
+  std::string compute_description;  // what those bytes are, for the plan's row
+  // Settings that shrink the compute, offered when the device tier does not fit: the knob
+  // ("--activation-checkpointing") and the compute bytes it would leave.
+  struct ComputeAlternative {
+    std::string knob;
+    std::uint64_t bytes = 0;
+  };
+  std::vector<ComputeAlternative> compute_alternatives;
 };
 
 enum class StateKind { kParams, kGrads, kOptimizer };

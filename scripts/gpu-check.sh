@@ -87,8 +87,8 @@ else
   build=build/gpu-check
   cmake --preset release -B "$build" -DSTRATA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=native >/dev/null
   cmake --build "$build" -j "$(nproc)" --target strata strata-finetune strata-make-tiny-model \
-    strata-eval strata-llm-bench strata_tiers_tests strata_runtime_tests strata_gpt_tests \
-    strata_finetune_tests strata_llm_model_tests || exit 1
+    strata-eval strata-generate strata-llm-bench strata_tiers_tests strata_runtime_tests \
+    strata_gpt_tests strata_finetune_tests strata_llm_model_tests strata_llm_tests || exit 1
   data_dir=/usr/share/common-licenses
 fi
 strata="$build/runtime/strata"
@@ -96,7 +96,7 @@ finetune="$build/examples/finetune/strata-finetune"
 make_model="$build/examples/llm/strata-make-tiny-model"
 suites=(tests/tiers/strata_tiers_tests tests/runtime/strata_runtime_tests
         tests/examples/strata_gpt_tests tests/examples/strata_finetune_tests
-        tests/examples/llm/strata_llm_model_tests)
+        tests/examples/llm/strata_llm_model_tests tests/examples/llm/strata_llm_tests)
 cuda_filter='*Cuda*:*cuda*:*Nccl*'
 json_number() { grep -o "\"$1\": *[0-9.e+-]*" "$2" | head -n 1 | sed 's/.*: *//'; }
 # Median tokens/s of a strata-finetune log's step lines after the first (allocation, warm-up).

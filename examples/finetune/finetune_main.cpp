@@ -25,7 +25,10 @@
 #include "examples/finetune/gpt_trainer.hpp"
 #include "examples/finetune/hf_finetune.hpp"
 #include "examples/finetune/training_run.hpp"
+#include "base/units.hpp"
+#include "examples/gpt/gpt_cuda.hpp"
 #include "examples/gpt/gpt_model.hpp"
+#include "examples/gpt/gpt_spec.hpp"
 #include "runtime/byte_size.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/config.hpp"
@@ -132,6 +135,26 @@ int run_model(const Options& options, const strata::runtime::Config& config) {
   return strata::examples::run_hf_finetune(config, hf);
 }
 
+// The built-in GPT's units, and on a GPU the device memory its compute takes: the CUDA backend's
+// activations (gpt_cuda.hpp) and the trainer's fp32 gradient of the largest unit.
+strata::runtime::PlanInputs gpt_plan_inputs(const strata::runtime::Config& config,
+                                            strata::tiers::DeviceKind device) {
+  strata::runtime::PlanInputs inputs(config.parameter_count(), config.run.ranks);
+  std::uint64_t largest = 0;
+  for (const strata::gpt::UnitSpec& unit : strata::gpt::gpt_units(config.model)) {
+    inputs.unit_numels.push_back(unit.numel);
+    largest = std::max<std::uint64_t>(largest, unit.numel);
+  }
+  if (device != strata::tiers::DeviceKind::kCuda) return inputs;
+  inputs.compute_device_bytes =
+      strata::gpt::detail::cuda_gpt_activation_bytes(config.model).budgeted +
+      strata::round_up(largest * sizeof(float), strata::tiers::kDeviceAllocationGranularity);
+  inputs.compute_description = fmt::format(
+      "the model's compute on the GPU: activations of {} x {} tokens, a unit's gradient",
+      config.model.micro_batch, config.model.seq_len);
+  return inputs;
+}
+
 int run(const Options& options) {
   namespace runtime = strata::runtime;
   runtime::Config config;
@@ -147,9 +170,14 @@ int run(const Options& options) {
   config.run.ranks = static_cast<std::uint32_t>(comm->size());
   for (const std::string& path : config.tiers.nvme.paths) std::filesystem::create_directories(path);
 
-  // The plan first: refuse what cannot fit before allocating anything.
+  // The device, then the plan (nothing is allocated on the device yet): refuse what cannot fit.
+  // A GPU's plan charges the device for the model's own compute.
+  strata::gpt::set_blas_threads(options.blas_threads);
+  std::optional<strata::examples::PlacedDevice> placed =
+      strata::examples::place_device(config, device_kind(options.device), *comm, false);
+  if (!placed) return 2;
   const runtime::MemoryPlan plan =
-      runtime::make_memory_plan(config, {config.parameter_count(), config.run.ranks});
+      runtime::make_memory_plan(config, gpt_plan_inputs(config, placed->device->kind()));
   if (lead) {
     std::cout << fmt::format(
         "strata-finetune: {} parameters ({} layers, d_model {}, {} heads, seq {}), {} rank(s)\n",
@@ -166,19 +194,16 @@ int run(const Options& options) {
         format_binary_bytes(config.tiers.nvme.budget_bytes),
         config.tiers.nvme.paths.empty() ? std::string("no paths")
                                         : config.tiers.nvme.paths.front());
-  }
-  if (lead) {
     std::cout << "  optimizer: " << strata::examples::describe_optimizer(config.optimizer) << "\n";
+    std::cout << fmt::format("  device: {}, collectives over {}\n", placed->device->name(),
+                             placed->engine_comm->backend_name());
   }
   if (!plan.fits()) {
-    std::cerr << runtime::render_plan_text(plan, config);
+    std::cerr << "strata-finetune: the memory plan does not fit; nothing was trained\n"
+              << runtime::render_plan_text(plan, config);
     return 3;
   }
 
-  strata::gpt::set_blas_threads(options.blas_threads);
-  std::optional<strata::examples::PlacedDevice> placed =
-      strata::examples::place_device(config, device_kind(options.device), *comm, lead);
-  if (!placed) return 2;
   strata::tiers::Device* device = placed->device.get();
   runtime::comm::Communicator& engine_comm = *placed->engine_comm;
 

@@ -62,13 +62,10 @@ GptTrainer::GptTrainer(const runtime::Config& config, tiers::Device& device,
   engine_options.resume = options.resume;
   engine_options.overwrite = options.overwrite;
   engine_options.tracer = options.tracer;
-  engine_ = std::make_unique<runtime::Engine>(config, device, comm, engine_options);
   std::size_t largest = 0;
-  for (const gpt::UnitSpec& unit : model_.units()) {
-    units_.push_back(engine_->add_unit(to_engine_unit(unit)));
-    largest = std::max(largest, unit.numel);
-  }
-  engine_->finalize();
+  for (const gpt::UnitSpec& unit : model_.units()) largest = std::max(largest, unit.numel);
+  // The model's device memory first, then the Engine caches gathered units in what is left (the
+  // memory plan counts both: finetune_main.cpp).
   if (device.kind() == tiers::DeviceKind::kCuda) {
     device_grads_ = device.allocate(largest * sizeof(float));
     grad_buffer_ = std::span<float>(device_grads_.span().as<float>(), largest);
@@ -77,6 +74,9 @@ GptTrainer::GptTrainer(const runtime::Config& config, tiers::Device& device,
     grads_.resize(largest);
     grad_buffer_ = grads_;
   }
+  engine_ = std::make_unique<runtime::Engine>(config, device, comm, engine_options);
+  for (const gpt::UnitSpec& unit : model_.units()) units_.push_back(engine_->add_unit(to_engine_unit(unit)));
+  engine_->finalize();
   batch_.resize(model_.batch_tokens());
   position_sampler();
 }

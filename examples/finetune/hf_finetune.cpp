@@ -49,11 +49,21 @@ int run_hf_finetune(runtime::Config config, const HfFinetuneOptions& options) {
       llm::read_hf_config(std::filesystem::path(options.model_dir) / "config.json");
   llm::describe_model_for_plan(hf_config, config);
   config.model.grad_accumulation = options.grad_accumulation.value_or(config.model.grad_accumulation);
-  const runtime::MemoryPlan plan =
-      runtime::make_memory_plan(config, {config.model.params, config.run.ranks});
   runtime::Tracer tracer;
   const llm::LlmTrainerOptions trainer_opts =
       trainer_options(config, options, options.trace.empty() ? nullptr : &tracer);
+  llm::set_blas_threads(options.blas_threads);
+  // The device first (nothing is allocated on it yet): whether the model computes on a GPU
+  // decides what the plan charges the device tier for.
+  std::optional<PlacedDevice> placed = place_device(config, options.device, *comm, false);
+  if (!placed) return 2;
+  llm::DecoderOptions decoder_options;
+  decoder_options.seq_len = trainer_opts.seq_len;
+  decoder_options.micro_batch = trainer_opts.micro_batch;
+  decoder_options.activation_checkpointing = trainer_opts.activation_checkpointing;
+  const runtime::MemoryPlan plan = runtime::make_memory_plan(
+      config, llm::plan_inputs(hf_config, config.run.ranks, decoder_options,
+                               placed->device->kind() == tiers::DeviceKind::kCuda));
   if (lead) {
     std::cout << fmt::format(
         "strata-finetune: {} ({}), {} parameters ({} layers, hidden {}, {} heads / {} kv), seq "
@@ -66,14 +76,14 @@ int run_hf_finetune(runtime::Config config, const HfFinetuneOptions& options) {
         runtime::to_string(config.zero.optimizer),
         format_decimal_bytes(static_cast<double>(plan.model_state_bytes_per_rank())));
     std::cout << "  optimizer: " << describe_optimizer(config.optimizer) << "\n";
+    std::cout << fmt::format("  device: {}, collectives over {}\n", placed->device->name(),
+                             placed->engine_comm->backend_name());
   }
   if (!plan.fits()) {
-    std::cerr << runtime::render_plan_text(plan, config);
+    std::cerr << "strata-finetune: the memory plan does not fit; nothing was trained\n"
+              << runtime::render_plan_text(plan, config);
     return 3;
   }
-  llm::set_blas_threads(options.blas_threads);
-  std::optional<PlacedDevice> placed = place_device(config, options.device, *comm, lead);
-  if (!placed) return 2;
   llm::LlmTrainer trainer(config, *placed->device, *placed->engine_comm, trainer_opts);
   if (!options.resume_from.empty()) {
     // The training order is a function of the step (llm_trainer.hpp): loading the step is enough.

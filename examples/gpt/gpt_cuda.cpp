@@ -78,6 +78,8 @@ class CudaGptImpl final : public CudaGpt, private examples::CudaBackend {
     d_fc_ = allocate<float>(rows * 4 * d);
     attention_scratch_ = allocate<float>(prob);
     if (config.tied_head) tied_wte_grad_ = allocate<float>(std::size_t{config.vocab} * d);
+    STRATA_ASSERT(allocated_bytes() == cuda_gpt_activation_bytes(config).allocated,
+                  "cuda_activation_plan.cpp counts other buffers than these");
   }
 
   ~CudaGptImpl() override = default;

@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "examples/gpt/device_bytes.hpp"
 #include "examples/gpt/gpt_model.hpp"
 
 namespace strata::gpt::detail {
@@ -34,6 +35,10 @@ class CudaGpt {
   // Logits of the last forward, copied to the host.
   virtual void copy_logits(std::vector<float>& out) const = 0;
 };
+
+// The device memory make_cuda_gpt's backend allocates for `config` (micro-batch × seq_len rows).
+// CUDA-free: the memory plan counts it without a GPU.
+examples::DeviceBytes cuda_gpt_activation_bytes(const runtime::ModelConfig& config);
 
 // Throws tiers::CudaError when a CUDA or cuBLAS call fails, tiers::DeviceBudgetError when the
 // activations do not fit the device's budget.

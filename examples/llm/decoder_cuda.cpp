@@ -365,6 +365,8 @@ class CudaDecoderImpl final : public CudaDecoder, private examples::CudaBackend 
     operand_a_ = allocate<__nv_bfloat16>(operand);
     operand_b_ = allocate<__nv_bfloat16>(operand);
     operand_floats_ = operand;
+    STRATA_ASSERT(allocated_bytes() == cuda_decoder_activation_bytes(config_, options_).allocated,
+                  "decoder_cuda_plan.cpp counts other buffers than these");
   }
 
   Layer& layer_buffers(std::size_t layer) {

@@ -17,6 +17,7 @@
 #include <span>
 #include <vector>
 
+#include "examples/gpt/device_bytes.hpp"
 #include "examples/llm/decoder_model.hpp"
 #include "examples/llm/loss.hpp"
 
@@ -49,6 +50,12 @@ class CudaDecoder {
   // Logits of the last forward, copied to the host.
   virtual void copy_logits(std::vector<float>& out) const = 0;
 };
+
+// The device memory make_cuda_decoder's backend allocates for `options` (micro-batch × seq_len
+// rows, activation checkpointing or not). CUDA-free (decoder_cuda_plan.cpp): the memory plan
+// counts it without a GPU.
+examples::DeviceBytes cuda_decoder_activation_bytes(const HfConfig& config,
+                                                    const DecoderOptions& options);
 
 // Throws tiers::CudaError when a CUDA or cuBLAS call fails, tiers::DeviceBudgetError when the
 // activations do not fit the device's budget, std::invalid_argument for a head_dim the attention

@@ -70,13 +70,11 @@ LlmTrainer::LlmTrainer(const runtime::Config& config, tiers::Device& device,
   engine_options.resume = options.resume;
   engine_options.overwrite = options.overwrite;
   engine_options.tracer = options.tracer;
-  engine_ = std::make_unique<runtime::Engine>(config, device, comm, engine_options);
   std::size_t largest = 0;
-  for (const UnitSpec& unit : model_->units()) {
-    units_.push_back(engine_->add_unit(engine_unit(unit)));
-    largest = std::max(largest, unit.numel);
-  }
-  engine_->finalize();
+  for (const UnitSpec& unit : model_->units()) largest = std::max(largest, unit.numel);
+  // The model's device memory (activations above, this gradient) is taken before the Engine
+  // finalizes, so the gathered units it caches fill only what is left of the budget; the memory
+  // plan counts both (model_plan.hpp's plan_inputs).
   if (device.kind() == tiers::DeviceKind::kCuda) {
     device_grads_ = device.allocate(largest * sizeof(float));
     grad_buffer_ = std::span<float>(device_grads_.span().as<float>(), largest);
@@ -85,6 +83,9 @@ LlmTrainer::LlmTrainer(const runtime::Config& config, tiers::Device& device,
     grads_.resize(largest);
     grad_buffer_ = grads_;
   }
+  engine_ = std::make_unique<runtime::Engine>(config, device, comm, engine_options);
+  for (const UnitSpec& unit : model_->units()) units_.push_back(engine_->add_unit(engine_unit(unit)));
+  engine_->finalize();
   // A resumed run continues from the store's weights, not the folder's.
   if (checkpoint && engine_->step_count() == 0) {
     load_units(*checkpoint, model_->units(), comm,

@@ -1,8 +1,10 @@
 // `strata plan CONFIG`: the per-rank memory plan, printed before anything is allocated.
-// `strata plan [CONFIG] --model DIR`: the same for a Hugging Face model folder, its parameter
-// count and largest unit from config.json (examples/llm; the program links strata_llm_model, the
-// runtime library does not).
+// `strata plan [CONFIG] --model DIR`: the same for a Hugging Face model folder, its units from
+// config.json and, when it would compute on a GPU (--device cuda, or [tiers.device] kind "cuda",
+// or "auto" with a usable GPU), the device memory of its compute at --seq-len x --micro-batch
+// (examples/llm; the program links strata_llm_model, the runtime library does not).
 #include <filesystem>
+#include <optional>
 #include <iostream>
 #include <string>
 
@@ -13,6 +15,7 @@
 #include "runtime/cli/commands.hpp"
 #include "runtime/config.hpp"
 #include "runtime/memory_plan.hpp"
+#include "tiers/device/device.hpp"
 
 namespace strata::cli {
 
@@ -41,8 +44,20 @@ struct PlanOptions {
   std::string model_dir;
   std::string params;  // text, so that "7.5e9" is accepted
   std::uint32_t ranks = 0;
+  std::optional<std::uint32_t> seq_len, micro_batch;  // default: [model]
+  bool activation_checkpointing = false;
+  std::string device;  // host, cuda; empty: [tiers.device] kind
   bool json = false;
 };
+
+// Whether the model would compute on a GPU: --device, else [tiers.device] kind ("auto": a GPU is
+// usable here).
+bool computes_on_cuda(const PlanOptions& options, const runtime::Config& config) {
+  if (!options.device.empty()) return options.device == "cuda";
+  if (config.tiers.device.kind == runtime::DeviceKind::kCuda) return true;
+  return config.tiers.device.kind == runtime::DeviceKind::kAuto &&
+         tiers::cuda_unavailable_reason().empty();
+}
 
 int run_plan(const PlanOptions& options) {
   if (options.config_path.empty() && options.model_dir.empty()) {
@@ -60,8 +75,18 @@ int run_plan(const PlanOptions& options) {
     return kExitBadInput;
   }
   runtime::PlanInputs inputs;
+  const std::uint32_t ranks = options.ranks != 0 ? options.ranks : config.run.ranks;
+  if (!options.model_dir.empty()) {
+    llm::DecoderOptions decoder;
+    decoder.seq_len = options.seq_len.value_or(config.model.seq_len);
+    decoder.micro_batch = options.micro_batch.value_or(config.model.micro_batch);
+    decoder.activation_checkpointing = options.activation_checkpointing;
+    const llm::HfConfig hf =
+        llm::read_hf_config(std::filesystem::path(options.model_dir) / "config.json");
+    inputs = llm::plan_inputs(hf, ranks, decoder, computes_on_cuda(options, config));
+  }
   inputs.params = config.parameter_count();
-  inputs.ranks = options.ranks != 0 ? options.ranks : config.run.ranks;
+  inputs.ranks = ranks;
   if (!options.params.empty()) {
     const std::optional<std::uint64_t> params = parse_whole_count(options.params, 1e15);
     if (!params) {
@@ -70,6 +95,7 @@ int run_plan(const PlanOptions& options) {
       return kExitBadInput;
     }
     inputs.params = *params;
+    inputs.unit_numels.clear();  // a parameter count of its own: units estimated from it
   }
 
   const runtime::MemoryPlan plan = runtime::make_memory_plan(config, inputs);
@@ -103,6 +129,18 @@ void add_plan_command(CLI::App& app) {
                    "parameter count, e.g. 7.5e9 (default: from [model])");
   plan->add_option("--ranks", options->ranks, "data-parallel ranks (default: [run] ranks)")
       ->check(CLI::Range(1u, 1u << 20));
+  plan->add_option("--seq-len", options->seq_len,
+                   "--model: tokens per sequence (default [model] seq_len)")
+      ->check(CLI::Range(1u, 1u << 20));
+  plan->add_option("--micro-batch", options->micro_batch,
+                   "--model: sequences per micro-batch (default [model] micro_batch)")
+      ->check(CLI::Range(1u, 1u << 16));
+  plan->add_flag("--activation-checkpointing", options->activation_checkpointing,
+                 "--model: count one layer's activations, recomputed in backward");
+  plan->add_option("--device", options->device,
+                   "--model: where the model computes: host or cuda (default: [tiers.device] "
+                   "kind; auto: cuda when a GPU is usable)")
+      ->check(CLI::IsMember({"host", "cuda"}));
   plan->add_flag("--json", options->json, "print the plan as one JSON object");
   plan->callback([options] {
     const int code = run_plan(*options);

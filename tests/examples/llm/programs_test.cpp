@@ -320,9 +320,70 @@ TEST_F(Programs, PlanTakesTheParameterCountFromConfigJson) {
             read_hf_config(model / "config.json").parameter_count());
 }
 
+// The plan of a model computing on a GPU charges the device tier for its activations, gradient and
+// workspaces: a row that grows with the tokens per micro-batch and shrinks with activation
+// checkpointing; on the host device (the model's activations are host memory) there is none. A
+// device budget that cannot hold them fails the plan, naming the tier, the shortfall and the
+// knobs that would make it fit. (The bug: `strata plan` said a 90.8 M Llama at seq 512 x 8 fit a
+// 1 GiB device, and the run died at its first step.)
+TEST_F(Programs, PlanChargesTheDeviceForTheModelsComputeOnCuda) {
+  const auto compute_row = [&](const std::string& flags) -> std::uint64_t {
+    const auto [output, status] = run(std::string(STRATA_CLI) + " plan " + config.string() +
+                                      " --model " + model.string() + " --json " + flags);
+    EXPECT_EQ(status, 0) << output;
+    std::uint64_t bytes = 0;
+    const nlohmann::json plan = nlohmann::json::parse(output);
+    for (const nlohmann::json& buffer : plan.at("buffers")) {
+      if (buffer.at("purpose").get<std::string>().find("model's compute") != std::string::npos) {
+        EXPECT_EQ(buffer.at("tier").get<std::string>(), "device") << buffer.dump();
+        bytes += buffer.at("bytes").get<std::uint64_t>();
+      }
+    }
+    return bytes;
+  };
+  EXPECT_EQ(compute_row("--device host"), 0u);
+  const std::uint64_t small = compute_row("--device cuda --seq-len 64 --micro-batch 2");
+  const std::uint64_t large = compute_row("--device cuda --seq-len 128 --micro-batch 4");
+  const std::uint64_t checkpointed =
+      compute_row("--device cuda --seq-len 128 --micro-batch 4 --activation-checkpointing");
+  EXPECT_GT(small, 0u);
+  EXPECT_GT(large, 3 * small);  // 4x the rows: activations grow with them
+  EXPECT_LT(checkpointed, large);
+
+  const std::filesystem::path tight = scratch.path() / "tight.toml";
+  std::ofstream(tight) << "[tiers.device]\nkind = \"cuda\"\nbudget = \"12MiB\"\n"
+                       << "[zero]\nparams = \"host\"\noptimizer = \"host\"\n";
+  const auto [output, status] =
+      run(std::string(STRATA_CLI) + " plan " + tight.string() + " --model " + model.string() +
+          " --seq-len 256 --micro-batch 16");
+  EXPECT_EQ(status, 3) << output;  // does not fit
+  EXPECT_NE(output.find("[tiers.device]"), std::string::npos) << output;
+  EXPECT_NE(output.find("short by"), std::string::npos) << output;
+  EXPECT_NE(output.find("--micro-batch"), std::string::npos) << output;
+}
+
+// On a GPU: strata-finetune refuses, before the first step, a run whose model compute does not fit
+// the device budget beside the Engine's buffers, naming the tier and the knobs; nothing trains.
+TEST_F(Programs, FinetuneOnCudaRefusesWhatItsComputeDoesNotFit) {
+  if (tiers::cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible";
+  const std::filesystem::path tight = scratch.path() / "tight.toml";
+  std::ofstream(tight) << "[tiers.device]\nkind = \"cuda\"\nbudget = \"12MiB\"\n"
+                       << "[tiers.host]\nbudget = \"256MiB\"\n"
+                       << "[zero]\nparams = \"host\"\noptimizer = \"host\"\n";
+  const auto [log, status] = run(std::string(STRATA_FINETUNE) + " --model " + model.string() +
+                                 " --data " + text.string() + " --config " + tight.string() +
+                                 " --steps 1 --device cuda --seq-len 256 --micro-batch 16 "
+                                 "--overwrite");
+  EXPECT_EQ(status, 3) << log;
+  EXPECT_NE(log.find("the memory plan does not fit"), std::string::npos) << log;
+  EXPECT_NE(log.find("model's compute on the GPU"), std::string::npos) << log;
+  EXPECT_NE(log.find("--micro-batch"), std::string::npos) << log;
+  EXPECT_EQ(log.find("step    1"), std::string::npos) << log;
+}
+
 // --device cuda reaches the decoder's CUDA backend; where no GPU is visible the run stops before
 // anything is written, saying why. (The CUDA model itself: decoder_cuda_test.cpp, on a GPU.)
-TEST_F(Programs, FinetuneOnCudaWithoutAGpuSaysWhyAndExitsTwo) {
+TEST_F(Programs, FinetuneAskingForAGpuWithoutOneSaysWhyAndExitsTwo) {
   if (tiers::cuda_device_count() > 0) GTEST_SKIP() << "a GPU is visible: gpu-check.sh trains on it";
   const auto [log, status] = run(std::string(STRATA_FINETUNE) + " --model " + model.string() +
                                  " --data " + text.string() + " --config " + config.string() +
