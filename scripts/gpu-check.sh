@@ -16,7 +16,7 @@
 #             (sdpa, bf16 autocast, fused AdamW, all on the GPU) and FSDP2 + CPUOffloadPolicy
 #             (bf16 MixedPrecisionPolicy, AdamW on the CPU): tokens/s, TFLOPS, MFU, ratios
 #  losses     the same 1.08 B folder, seq 256 x 2, 5 steps on cuda: the losses to set beside the
-#             host device's (the same command with --device host)
+#             host device's (the same command with --device host) and PyTorch's
 #  export     a 90 M Llama folder fine-tuned 2 steps on cuda with --export; transformers loads the
 #             export, its logits on strata-eval's first window and the tokenizers library's ids
 #             against strata's
@@ -284,6 +284,14 @@ if wanted losses; then
     note "Llama losses on $device (seq 256 x 2): $(awk -F'|' '/^step +[0-9]+ \| loss/ { l = $2; sub(/ *loss /, "", l); printf "%s ", l }' "$log")"
   else
     fail "Llama losses on $device"; tail -n 20 "$log"
+  fi
+  # PyTorch on the same folder, hyper-parameters and batch shape (its own window order): whether a
+  # loss spike in the first steps is this model at this learning rate, or strata's.
+  if [[ $device == cuda ]] && have_torch; then
+    PYTHONUNBUFFERED=1 timeout 180 python3 scripts/gpu_torch_train.py --model "$llama" \
+      --data "$data_dir" --seq-len 256 --micro-batch 2 --steps 5 --mode plain \
+      --json "$work/torch-losses.json" 2>&1 | tail -n 7
+    note "PyTorch losses (seq 256 x 2): $(python3 -c "import json; print(' '.join(f'{x:.4f}' for x in json.load(open('$work/torch-losses.json'))['losses']))" 2>/dev/null)"
   fi
 fi
 
