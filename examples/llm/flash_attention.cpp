@@ -21,9 +21,9 @@ bool head_dim_supported(std::size_t head_dim) {
 
 // The problem in the kernels' int arithmetic, or false for a shape they do not take.
 bool make_problem(const AttentionDims& dims, Problem& p) {
-  if (!head_dim_supported(dims.head_dim) || dims.kv_heads == 0 ||
-      dims.heads % dims.kv_heads != 0 || dims.heads > kGridLimit ||
-      dims.sequences > kGridLimit || dims.positions >= (std::size_t{1} << 30)) {
+  if (!head_dim_supported(dims.head_dim) || dims.kv_heads == 0 || dims.heads % dims.kv_heads != 0 ||
+      dims.heads > kGridLimit || dims.sequences > kGridLimit ||
+      dims.positions >= (std::size_t{1} << 30)) {
     return false;
   }
   p.sequences = static_cast<int>(dims.sequences);
@@ -45,7 +45,9 @@ bool aligned(Bf16Rows rows) {
   return reinterpret_cast<std::uintptr_t>(rows.data) % 16 == 0 && rows.ld % 8 == 0;
 }
 
-bool empty(const AttentionDims& dims) { return dims.sequences * dims.positions == 0; }
+bool empty(const AttentionDims& dims) {
+  return dims.sequences * dims.positions == 0;
+}
 
 }  // namespace
 
@@ -83,8 +85,8 @@ cudaError_t flash_attention_backward(const AttentionDims& dims, Bf16Rows dout, B
   if (!make_problem(dims, p) || !aligned(dout) || !aligned(q) || !aligned(k) || !aligned(v)) {
     return cudaErrorInvalidValue;
   }
-  const cudaError_t result = flash::launch_delta(p, dout.data, dout.ld, out.data, out.ld, delta,
-                                                 stream);
+  const cudaError_t result =
+      flash::launch_delta(p, dout.data, dout.ld, out.data, out.ld, delta, stream);
   if (result != cudaSuccess) return result;
   return flash::launch_gradients({p, q, k, v, dout, lse, delta, dq, dk, dv}, stream);
 }
@@ -165,7 +167,8 @@ cudaError_t flash_attention_backward(const AttentionDims& dims, const float* dou
   cudaError_t result = in.round_qkv(q, k, v, ld_qkv);
   if (result == cudaSuccess) result = in.round_dout(dout, ld_out);
   // delta from the fp32 values: the closest rowsum(dO ∘ O) there is.
-  if (result == cudaSuccess) result = flash::launch_delta(p, dout, ld_out, out, ld_out, delta, stream);
+  if (result == cudaSuccess)
+    result = flash::launch_delta(p, dout, ld_out, out, ld_out, delta, stream);
   if (result != cudaSuccess) return result;
   return flash::launch_gradients(
       {p, in.q(), in.k(), in.v(), in.dout(), lse, delta, {dq, ld_qkv}, {dk, ld_qkv}, {dv, ld_qkv}},

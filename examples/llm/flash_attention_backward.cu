@@ -25,12 +25,16 @@ struct DkDvShared {
   using Queries = Tile<kD, kQueryRows>;
   // k, v; q and dout double-buffered; then lse, delta and first key per query, double-buffered.
   static constexpr int kRowFloats = 2 * kQueryRows;
-  static constexpr int kBytes = 2 * Keys::kBytes + 4 * Queries::kBytes +
-                                3 * kRowFloats * static_cast<int>(sizeof(float));
+  static constexpr int kBytes =
+      2 * Keys::kBytes + 4 * Queries::kBytes + 3 * kRowFloats * static_cast<int>(sizeof(float));
 };
 
-__device__ __forceinline__ float to_float(float value) { return value; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 value) { return __bfloat162float(value); }
+__device__ __forceinline__ float to_float(float value) {
+  return value;
+}
+__device__ __forceinline__ float to_float(__nv_bfloat16 value) {
+  return __bfloat162float(value);
+}
 
 constexpr int kDeltaThreads = 256;
 constexpr int kDeltaRowsPerBlock = kDeltaThreads / kWarpSize;
@@ -46,8 +50,8 @@ __global__ void __launch_bounds__(kDeltaThreads)
   if (index >= rows) return;  // the whole warp leaves together
   const std::size_t query = index % p.positions;
   const std::size_t head = (index / p.positions) % p.heads;
-  const std::size_t row = index / (static_cast<std::size_t>(p.positions) * p.heads) * p.positions +
-                          query;
+  const std::size_t row =
+      index / (static_cast<std::size_t>(p.positions) * p.heads) * p.positions + query;
   const T* g = dout + row * ld_dout + head * p.head_dim;
   const T* o = out + row * ld_out + head * p.head_dim;
   float sum = 0.0f;
@@ -131,8 +135,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(BackwardArgs args) {
     float dp[kTileRows / 8][4] = {};
     multiply_nk<kD, kTileRows>(dp, dout_tile, T::kStride, warp_row0, v_tile, T::kStride);
     const int k0 = tile * kTileRows;
-    const bool interior =
-        tile_is_interior(p, q0, kBlockRows, k0, kTileRows, first_keys.highest);
+    const bool interior = tile_is_interior(p, q0, kBlockRows, k0, kTileRows, first_keys.highest);
 #pragma unroll
     for (int j = 0; j < kTileRows / 8; ++j) {
 #pragma unroll
@@ -208,8 +211,7 @@ struct QueryTiles {
     const std::size_t row0 = static_cast<std::size_t>(sequence) * p.positions;
     load_tile_async<kD, kQueryRows>(q, args.q.data + row0 * args.q.ld + head * p.head_dim,
                                     args.q.ld, q0, p.positions, p.head_dim);
-    load_tile_async<kD, kQueryRows>(dout,
-                                    args.dout.data + row0 * args.dout.ld + head * p.head_dim,
+    load_tile_async<kD, kQueryRows>(dout, args.dout.data + row0 * args.dout.ld + head * p.head_dim,
                                     args.dout.ld, q0, p.positions, p.head_dim);
     const int i = static_cast<int>(threadIdx.x);
     if (i < kQueryRows) {
@@ -297,16 +299,14 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(BackwardArgs args) {
         highest_first_key = max(highest_first_key, queries.first_key[i * kWarpSize + lane_id()]);
       }
       highest_first_key = __reduce_max_sync(0xffffffffu, highest_first_key);
-      const bool interior =
-          tile_is_interior(p, q0, kQueryRows, k0, kBlockRows, highest_first_key);
+      const bool interior = tile_is_interior(p, q0, kQueryRows, k0, kBlockRows, highest_first_key);
 #pragma unroll
       for (int j = 0; j < kQueryRows / 8; ++j) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int column = j * 8 + pair + (e & 1);
           const int key = e < 2 ? key_low : key_high;
-          const bool seen =
-              interior || visible(p, q0 + column, key, queries.first_key[column]);
+          const bool seen = interior || visible(p, q0 + column, key, queries.first_key[column]);
           const float probability =
               seen ? exp2f(st[j][e] * p.scale_log2 - queries.lse[column] * kLog2e) : 0.0f;
           st[j][e] = probability;
@@ -350,8 +350,7 @@ template <typename T>
 cudaError_t launch_delta_for(const Problem& p, const T* dout, std::size_t ld_dout, const T* out,
                              std::size_t ld_out, float* delta, cudaStream_t stream) {
   const std::size_t rows = static_cast<std::size_t>(p.sequences) * p.heads * p.positions;
-  const auto blocks =
-      static_cast<unsigned>((rows + kDeltaRowsPerBlock - 1) / kDeltaRowsPerBlock);
+  const auto blocks = static_cast<unsigned>((rows + kDeltaRowsPerBlock - 1) / kDeltaRowsPerBlock);
   delta_kernel<T><<<blocks, kDeltaThreads, 0, stream>>>(p, dout, ld_dout, out, ld_out, delta);
   return cudaGetLastError();
 }
@@ -361,8 +360,8 @@ cudaError_t launch_gradients_for(const BackwardArgs& args, cudaStream_t stream) 
   const Problem& p = args.problem;
   constexpr int kDqBytes = DqShared<kD>::kBytes;
   constexpr int kDkDvBytes = DkDvShared<kD>::kBytes;
-  cudaError_t result = cudaFuncSetAttribute(
-      dq_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, kDqBytes);
+  cudaError_t result =
+      cudaFuncSetAttribute(dq_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, kDqBytes);
   if (result != cudaSuccess) return result;
   result = cudaFuncSetAttribute(dkdv_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 kDkDvBytes);
@@ -386,8 +385,8 @@ std::size_t backward_shared_bytes(int head_dim) {
              : static_cast<std::size_t>(std::max(DqShared<128>::kBytes, DkDvShared<128>::kBytes));
 }
 
-cudaError_t launch_delta(const Problem& p, const float* dout, std::size_t ld_dout,
-                         const float* out, std::size_t ld_out, float* delta, cudaStream_t stream) {
+cudaError_t launch_delta(const Problem& p, const float* dout, std::size_t ld_dout, const float* out,
+                         std::size_t ld_out, float* delta, cudaStream_t stream) {
   return launch_delta_for(p, dout, ld_dout, out, ld_out, delta, stream);
 }
 

@@ -112,8 +112,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(ForwardArgs args) {
     float s[kTileRows / 8][4] = {};
     multiply_nk<kD, kTileRows>(s, q_tile, T::kStride, warp_row0, k_tile, T::kStride);
     const int k0 = tile * kTileRows;
-    const bool interior =
-        tile_is_interior(p, q0, kBlockRows, k0, kTileRows, first_keys.highest);
+    const bool interior = tile_is_interior(p, q0, kBlockRows, k0, kTileRows, first_keys.highest);
 #pragma unroll
     for (int j = 0; j < kTileRows / 8; ++j) {
 #pragma unroll
@@ -172,8 +171,8 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(ForwardArgs args) {
 template <int kD>
 cudaError_t launch_forward_for(const ForwardArgs& args, cudaStream_t stream) {
   constexpr int kBytes = ForwardShared<kD>::kBytes;
-  const cudaError_t attribute = cudaFuncSetAttribute(
-      forward_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+  const cudaError_t attribute =
+      cudaFuncSetAttribute(forward_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (attribute != cudaSuccess) return attribute;
   const Problem& p = args.problem;
   const dim3 grid(static_cast<unsigned>((p.positions + kBlockRows - 1) / kBlockRows),

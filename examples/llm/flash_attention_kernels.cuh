@@ -59,7 +59,9 @@ struct Tile {
 };
 
 // The head-dim class of the kernels: 64 or 128.
-constexpr int padded_head_dim(int head_dim) { return head_dim <= 64 ? 64 : 128; }
+constexpr int padded_head_dim(int head_dim) {
+  return head_dim <= 64 ? 64 : 128;
+}
 
 // --- PTX wrappers -----------------------------------------------------------------------------
 
@@ -120,8 +122,12 @@ __device__ __forceinline__ std::uint32_t pack_bf16(float low, float high) {
 
 // --- fragment addresses (see the note) ---------------------------------------------------------
 
-__device__ __forceinline__ int lane_id() { return static_cast<int>(threadIdx.x) % kWarpSize; }
-__device__ __forceinline__ int warp_id() { return static_cast<int>(threadIdx.x) / kWarpSize; }
+__device__ __forceinline__ int lane_id() {
+  return static_cast<int>(threadIdx.x) % kWarpSize;
+}
+__device__ __forceinline__ int warp_id() {
+  return static_cast<int>(threadIdx.x) / kWarpSize;
+}
 
 // This lane's row address for an A operand at (row0, k0) of a row-major tile.
 __device__ __forceinline__ const __nv_bfloat16* a_address(const __nv_bfloat16* tile, int stride,
@@ -131,15 +137,15 @@ __device__ __forceinline__ const __nv_bfloat16* a_address(const __nv_bfloat16* t
   return tile + row * stride + k0 + (matrix / 2) * 8;
 }
 // B operands of n-tiles n0, n0 + 8 at k0, from a tile stored [n][k] (no .trans).
-__device__ __forceinline__ const __nv_bfloat16* b_address_nk(const __nv_bfloat16* tile,
-                                                             int stride, int n0, int k0) {
+__device__ __forceinline__ const __nv_bfloat16* b_address_nk(const __nv_bfloat16* tile, int stride,
+                                                             int n0, int k0) {
   const int matrix = lane_id() / 8;
   const int row = n0 + (matrix / 2) * 8 + lane_id() % 8;
   return tile + row * stride + k0 + (matrix % 2) * 8;
 }
 // B operands of n-tiles n0, n0 + 8 at k0, from a tile stored [k][n] (.trans).
-__device__ __forceinline__ const __nv_bfloat16* b_address_kn(const __nv_bfloat16* tile,
-                                                             int stride, int k0, int n0) {
+__device__ __forceinline__ const __nv_bfloat16* b_address_kn(const __nv_bfloat16* tile, int stride,
+                                                             int k0, int n0) {
   const int matrix = lane_id() / 8;
   const int row = k0 + (matrix % 2) * 8 + lane_id() % 8;
   return tile + row * stride + n0 + (matrix / 2) * 8;
@@ -214,8 +220,7 @@ __device__ __forceinline__ void load_tile_async(__nv_bfloat16* tile, const __nv_
 
 // Whether the query at `query` (its document starting at `query_first_key`) sees `key`: the
 // fp32 kernel's visible(), plus both inside the sequence (tiles run past its end).
-__device__ __forceinline__ bool visible(const Problem& p, int query, int key,
-                                        int query_first_key) {
+__device__ __forceinline__ bool visible(const Problem& p, int query, int key, int query_first_key) {
   return key <= query && query < p.positions && key >= query_first_key &&
          (p.window == 0 || query - key < p.window);
 }

@@ -17,9 +17,9 @@ namespace strata::llm::cuda::flash {
 // AttentionDims, checked and narrowed to the kernels' int arithmetic (positions < 2^30).
 struct Problem {
   int sequences, positions, heads, kv_heads;
-  int group;     // heads / kv_heads: query head h reads kv head h / group
-  int head_dim;  // a multiple of 8, at most 128
-  int window;    // 0: none (also when the window reaches past every position)
+  int group;                       // heads / kv_heads: query head h reads kv head h / group
+  int head_dim;                    // a multiple of 8, at most 128
+  int window;                      // 0: none (also when the window reaches past every position)
   const std::uint32_t* first_key;  // null: no packed documents
   float scale;                     // 1 / sqrt(head_dim)
   float scale_log2;                // scale · log2(e): the kernels' exponentials are exp2
