@@ -59,6 +59,7 @@ struct Options {
   std::uint32_t eval_batches = 4;
   std::uint32_t blas_threads = 0;
   std::string device = "host";
+  std::string attention = "auto";  // --model on CUDA: auto, tensor-cores or fp32
   bool resume = false;
   bool overwrite = false;
   std::string resume_from;  // a checkpoint, or a [checkpoint] dir (its newest)
@@ -124,6 +125,9 @@ int run_model(const Options& options, const strata::runtime::Config& config) {
   hf.eval_batches = options.eval_batches;
   hf.blas_threads = options.blas_threads;
   hf.device = device_kind(options.device);
+  hf.attention = options.attention == "tensor-cores" ? strata::llm::CudaAttention::kTensorCores
+                 : options.attention == "fp32"       ? strata::llm::CudaAttention::kFp32
+                                                     : strata::llm::CudaAttention::kAuto;
   hf.resume = options.resume;
   hf.overwrite = options.overwrite;
   if (!options.resume_from.empty()) hf.resume_from = checkpoint_to_load(options.resume_from);
@@ -142,6 +146,11 @@ int run(const Options& options) {
     return 2;
   }
   if (!options.model.empty()) return run_model(options, config);
+  if (options.attention != "auto") {
+    std::cerr << "strata-finetune: --attention picks the Hugging Face decoder's kernels: it "
+                 "applies to --model only\n";
+    return 2;
+  }
   std::unique_ptr<runtime::comm::Communicator> comm = runtime::comm::make_communicator();
   const bool lead = comm->rank() == 0;
   config.run.ranks = static_cast<std::uint32_t>(comm->size());
@@ -177,8 +186,9 @@ int run(const Options& options) {
 
   strata::gpt::set_blas_threads(options.blas_threads);
   std::optional<strata::examples::PlacedDevice> placed =
-      strata::examples::place_device(config, device_kind(options.device), *comm, lead);
+      strata::examples::place_device(config, device_kind(options.device), *comm);
   if (!placed) return 2;
+  if (lead) std::cout << "  " << strata::examples::describe_device(*placed) << "\n";
   strata::tiers::Device* device = placed->device.get();
   runtime::comm::Communicator& engine_comm = *placed->engine_comm;
 
@@ -279,6 +289,11 @@ int main(int argc, char** argv) {
                  "index: cuBLAS and kernels) or auto (cuda when usable); [comm] backend picks "
                  "NCCL or MPI")
       ->check(CLI::IsMember({"host", "cuda", "auto"}));
+  app.add_option("--attention", options.attention,
+                 "--model on cuda: the attention kernels: auto (default; tensor cores unless the "
+                 "head_dim is one they do not take), tensor-cores (bf16 flash attention; refused "
+                 "for such a head_dim) or fp32 (the tiled fp32 reference)")
+      ->check(CLI::IsMember({"auto", "tensor-cores", "fp32"}));
   app.add_flag("--resume", options.resume,
                "continue from the NVMe store's committed step (--steps stays the run's total)");
   app.add_flag("--overwrite", options.overwrite,

@@ -31,6 +31,7 @@ llm::LlmTrainerOptions trainer_options(const runtime::Config& config,
   trainer.grad_accumulation = options.grad_accumulation.value_or(config.model.grad_accumulation);
   trainer.activation_checkpointing = options.activation_checkpointing;
   trainer.document_mask = options.document_mask;
+  trainer.cuda_attention = options.attention;
   trainer.eval_batches = options.eval_batches;
   trainer.resume = options.resume;
   trainer.overwrite = options.overwrite;
@@ -72,9 +73,13 @@ int run_hf_finetune(runtime::Config config, const HfFinetuneOptions& options) {
     return 3;
   }
   llm::set_blas_threads(options.blas_threads);
-  std::optional<PlacedDevice> placed = place_device(config, options.device, *comm, lead);
+  std::optional<PlacedDevice> placed = place_device(config, options.device, *comm);
   if (!placed) return 2;
   llm::LlmTrainer trainer(config, *placed->device, *placed->engine_comm, trainer_opts);
+  if (lead) {
+    std::cout << fmt::format("  {}, attention {}\n", describe_device(*placed),
+                             trainer.model().attention_implementation());
+  }
   if (!options.resume_from.empty()) {
     // The training order is a function of the step (llm_trainer.hpp): loading the step is enough.
     trainer.engine().load(options.resume_from);
