@@ -11,7 +11,9 @@
 #     for all-device, optimizer-on-host and params+optimizer-on-NVMe placements, next to the host
 #     device;
 #  6. fine-tuning a 90 M-parameter Llama-architecture folder (strata-make-tiny-model) with
-#     `strata-finetune --model --device cuda`: bf16 tensor-core products, tiled attention.
+#     `strata-finetune --model --device cuda`: bf16 tensor-core products, flash attention;
+#  7. the decoder's attention kernels alone on the 1.08 B Llama's shape (strata-attention-bench):
+#     forward and backward ms and TFLOPS of the tensor-core kernel beside the fp32 one.
 # Its output ends with one "gpu-check: <figure>: <value>" line per figure, ready for the README.
 # GPU_PEAK_TFLOPS overrides the bf16 dense peak used for MFU (default 989: H100/H200 SXM).
 set -euo pipefail
@@ -34,7 +36,7 @@ build=build/gpu-check
 cmake --preset release -B "$build" -DSTRATA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=native >/dev/null
 cmake --build "$build" -j "$(nproc)" --target strata strata_tiers_tests strata_comm_tests \
   strata_runtime_tests strata_gpt_tests strata_finetune_tests strata-finetune strata_nccl_mpi_tests \
-  strata_llm_model_tests strata-make-tiny-model
+  strata_llm_model_tests strata-make-tiny-model strata-attention-bench
 
 # 1. Every CUDA test. The suites' own skip lines are counted: a GPU test that skips here means the
 # GPU was not usable, which is a failure. NcclComm's multi-rank tests skip on one GPU, saying so.
@@ -155,6 +157,17 @@ read -r tflops mfu < <(awk -v t="$tokens_per_s" -v n="$params" -v l=8 -v d=1024 
   -v peak="$peak_tflops" \
   'BEGIN { f = t * (6 * n + 12 * l * d * s) / 1e12; printf "%.2f %.1f\n", f, 100 * f / peak }')
 add_summary "fine-tuning a $params-parameter Llama folder (--model) on cuda: $tokens_per_s tokens/s, $tflops TFLOPS, MFU $mfu%"
+
+# 7. Attention alone: 8 x 1024 positions, 16 heads over 4 kv heads, head_dim 128, causal. Lines
+# "attention-bench: <pass> <kernel> ms <ms> TFLOPS <tflops>".
+"$build/examples/llm/strata-attention-bench" | tee "$work/attention.log"
+for pass in forward backward; do
+  for kernel in flash_bf16 flash_fp32io fp32_tiled; do
+    read -r ms tflops < <(awk -v p="$pass" -v k="$kernel" '$2 == p && $3 == k {print $5, $7}' \
+      "$work/attention.log")
+    add_summary "attention $pass, $kernel (8 x 1024, 16/4 heads, 128, causal): $ms ms, $tflops TFLOPS"
+  done
+done
 
 echo
 printf '%s\n' "${summary[@]}"

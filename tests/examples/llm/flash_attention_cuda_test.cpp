@@ -211,6 +211,7 @@ TEST_P(FlashAttentionCuda, RunsAreBitwiseEqual) {
 // sums, so the kernel's only error is the final division: any key wrongly in or out of a row's
 // mask, at any row length, shows far above it.
 TEST_P(FlashAttentionCuda, UniformAttentionAveragesExactlyTheVisibleKeys) {
+  SCOPED_TRACE("seed " + std::to_string(seed()));
   Batch batch = testing::random_batch(GetParam(), seed());
   const Shape& s = batch.shape;
   for (std::size_t r = 0; r < batch.rows(); ++r) {
