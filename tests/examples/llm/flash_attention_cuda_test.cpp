@@ -264,6 +264,84 @@ TEST_P(FlashAttentionCuda, UniformAttentionAveragesExactlyTheVisibleKeys) {
   EXPECT_EQ(bad, 0u);
 }
 
+// Exact zero patterns of the backward, probing the key and query ranges dq_kernel and
+// dkdv_kernel walk (windows, documents, tile edges, the group's heads) at any length. One kv head
+// with the shape's group. The first half of the sequences each keep dout of one query q* of the
+// group's last head (k = 0: uniform P): dv_j = P(q*, j)·dout(q*) is non-zero exactly for the keys
+// q* sees, and dk_j is 0 for the others. The second half each keep k of one key j* (q = 0):
+// dq_i = scale·dS(i, j*)·k(j*) is 0 for the queries that do not see j*, and non-zero for those
+// that do and see another key too (a query's only key gets dS = 0 in exact arithmetic).
+TEST_P(FlashAttentionCuda, BackwardReachesExactlyTheVisiblePairs) {
+  const Shape& param = GetParam();
+  std::set<std::size_t> probe_set;
+  for (const std::size_t p :
+       {std::size_t{0}, std::size_t{31}, std::size_t{32}, std::size_t{63}, std::size_t{64},
+        std::size_t{65}, param.positions / 2, param.positions - 1}) {
+    if (p < param.positions) probe_set.insert(p);
+  }
+  const std::vector<std::size_t> probes(probe_set.begin(), probe_set.end());
+  const std::size_t n = probes.size();
+  const std::size_t group = param.heads / param.kv_heads;
+  const Shape shape{2 * n, param.positions, group, 1, param.head_dim, param.window, param.document};
+  SCOPED_TRACE("seed " + std::to_string(seed()));
+  Batch batch = testing::random_batch(shape, seed());
+  const std::size_t d = shape.head_dim;
+  const std::size_t probe_head = group - 1;
+  const auto qkv_row = [&](std::size_t b, std::size_t i) {
+    return batch.qkv.data() + (b * shape.positions + i) * batch.qkv_width();
+  };
+  for (std::size_t b = 0; b < 2 * n; ++b) {
+    for (std::size_t i = 0; i < shape.positions; ++i) {
+      if (b < n) {
+        std::fill_n(qkv_row(b, i) + batch.k_offset(), d, 0.0f);
+        float* g = batch.dout.data() + (b * shape.positions + i) * batch.q_width();
+        for (std::size_t h = 0; h < group; ++h) {
+          if (i != probes[b] || h != probe_head) std::fill_n(g + h * d, d, 0.0f);
+        }
+      } else {
+        std::fill_n(qkv_row(b, i), batch.q_width(), 0.0f);
+        if (i != probes[b - n]) std::fill_n(qkv_row(b, i) + batch.k_offset(), d, 0.0f);
+      }
+    }
+  }
+  const Results results = testing::run(batch, Kernel::kFlash);
+  const auto count_nonzero = [&](std::size_t b, std::size_t i, std::size_t column) {
+    const float* row = results.dqkv.data() + (b * shape.positions + i) * batch.qkv_width();
+    return static_cast<std::size_t>(
+        std::count_if(row + column, row + column + d, [](float x) { return x != 0.0f; }));
+  };
+  std::size_t bad = 0;
+  const auto expect = [&bad](bool ok, const std::string& what) {
+    if (!ok && ++bad <= 5) ADD_FAILURE() << what;
+  };
+  for (std::size_t b = 0; b < n; ++b) {
+    const std::size_t query = probes[b];
+    for (std::size_t j = 0; j < shape.positions; ++j) {
+      const bool sees = batch.sees(b, query, j);
+      const std::string where = "query " + std::to_string(query) + ", key " + std::to_string(j) +
+                                (sees ? " (visible)" : " (masked)") + ": ";
+      expect(count_nonzero(b, j, batch.v_offset()) == (sees ? d : 0), where + "dv");
+      if (!sees) expect(count_nonzero(b, j, batch.k_offset()) == 0, where + "dk");
+    }
+  }
+  for (std::size_t b = n; b < 2 * n; ++b) {
+    const std::size_t key = probes[b - n];
+    for (std::size_t i = 0; i < shape.positions; ++i) {
+      std::size_t seen = 0;
+      for (std::size_t j = 0; j <= i; ++j) seen += batch.sees(b, i, j) ? 1 : 0;
+      const bool sees = batch.sees(b, i, key);
+      for (std::size_t h = 0; h < group; ++h) {
+        const std::size_t nonzero = count_nonzero(b, i, h * d);
+        const std::string where = "key " + std::to_string(key) + ", query " + std::to_string(i) +
+                                  ", head " + std::to_string(h) + ": dq";
+        if (!sees) expect(nonzero == 0, where + " non-zero for a masked pair");
+        if (sees && seen > 1) expect(nonzero == d, where + " zero for a visible pair");
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0u);
+}
+
 const Shape kShapes[] = {
     {2, 1, 4, 4, 64, 0, 0},      {3, 17, 8, 2, 128, 5, 0},      {2, 63, 16, 4, 64, 100, 0},
     {2, 64, 4, 4, 128, 0, 20},   {2, 65, 8, 2, 64, 0, 0},       {2, 65, 16, 4, 128, 5, 30},
