@@ -33,17 +33,21 @@ using testing::TensorView;
 constexpr std::uint64_t kSeed = 20261204;
 
 // bf16 keeps 8 significant bits (a relative rounding error of at most 2⁻⁸) of q, k, v, dout and
-// of P and dS before their products. Those roundings simulated in double precision on N(0, 1)
-// inputs (positions up to 300, head_dim 64 and 128, windows 0, 5, 100) gave relative Frobenius
-// errors of 2.7e-3 to 4.6e-3, largest element errors up to 5.9e-3 of the tensor's largest |value|,
-// (row, head) errors up to 8e-3 of the row's norm (1.4e-2 for a query that sees one key, whose dq
-// is 0 in exact arithmetic: hence rows floored at half the mean norm), lse within 4.5e-3. The
-// bounds leave about 2x. A layout bug is O(1); a key too many or too few moves its row by about
-// 1/sqrt(keys seen), which the exact-mask tests below catch at any length.
+// of P and dS before their products. Those roundings emulated on the host (fp32 sums otherwise)
+// on these tests' own shapes and N(0, 1) inputs gave relative Frobenius errors up to 4.7e-3 for
+// every tensor, largest element errors up to 6.3e-3 of the tensor's largest |value|, (row, head)
+// errors up to 1.8e-2 of the row's norm for out, dk and dv (rows floored at half the mean row
+// norm), lse within 1.35e-2 (it moves with the rounding of the largest scores, up to
+// 2⁻⁷·scale·Σ_c |q_c·k_c|). The bounds leave 2x or more. dq has no row bound: a query that sees
+// few keys has dS = P·(dP - delta) nearly cancelling, so its row is rounding noise of a fixed size
+// (0 in exact arithmetic for a single key) while typical rows shrink as 1/sqrt(keys seen); the
+// emulation's worst dq row reached 0.16 of the floor at 1000 positions. A layout bug is O(1); a
+// key too many or too few moves its row by about 1/sqrt(keys seen), which the exact-mask tests
+// below catch at any length.
 constexpr double kRelativeFrobenius = 1e-2;
 constexpr double kMaxOverScale = 2e-2;
-constexpr double kWorstRow = 3e-2;
-constexpr double kLseAbs = 1e-2;
+constexpr double kWorstRow = 5e-2;
+constexpr double kLseAbs = 3e-2;
 
 std::string shape_name(const Shape& s) {
   std::string name;  // appended piece by piece: GCC 12 -Wrestrict misfires on "s" + string
@@ -85,11 +89,15 @@ class FlashAttentionCuda : public ::testing::TestWithParam<Shape> {
   }
 };
 
-void expect_within_bf16(const Errors& e, const char* name) {
+enum class RowBound { kChecked, kNone };
+
+void expect_within_bf16(const Errors& e, const char* name, RowBound rows = RowBound::kChecked) {
   EXPECT_TRUE(e.finite) << name << ": NaN or infinity (an element left unwritten?)";
   EXPECT_LE(e.relative_frobenius, kRelativeFrobenius) << name;
   EXPECT_LE(e.max_over_scale, kMaxOverScale) << name;
-  EXPECT_LE(e.worst_row, kWorstRow) << name;
+  if (rows == RowBound::kChecked) {
+    EXPECT_LE(e.worst_row, kWorstRow) << name;
+  }
 }
 
 double max_abs_difference(const std::vector<float>& a, const std::vector<float>& b) {
@@ -160,7 +168,7 @@ void expect_backward_near(const Batch& batch, const Results& actual, const Resul
         TensorView{"dv", ld, batch.v_offset(), s.kv_heads}}) {
     if (s.positions == 1 && view.first != batch.v_offset()) continue;
     expect_within_bf16(compare(actual.dqkv, expected.dqkv, view, batch.rows(), s.head_dim),
-                       view.name);
+                       view.name, view.first == 0 ? RowBound::kNone : RowBound::kChecked);
   }
   if (s.positions == 1) expect_single_key_gradients_bounded(batch, actual);
 }
