@@ -81,10 +81,9 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(BackwardArgs args) {
   const __nv_bfloat16* v_base = args.v.data + row0 * args.v.ld + kv_head * p.head_dim;
 
   const FirstKeys first_keys = first_key_range<kBlockRows>(p, sequence, q0);
-  int first_visible = first_keys.lowest;
-  if (p.window != 0 && q0 + 1 > p.window) first_visible = max(first_visible, q0 + 1 - p.window);
-  const int tile_begin = first_visible / kTileRows;
-  const int tile_end = (min(q0 + kBlockRows, p.positions) - 1) / kTileRows + 1;
+  const TileRange tiles = key_tiles(p, q0, first_keys.lowest);
+  const int tile_begin = tiles.begin;
+  const int tile_end = tiles.end;
 
   load_tile_async<kD, kBlockRows>(q_tile, args.q.data + row0 * args.q.ld + head * p.head_dim,
                                   args.q.ld, q0, p.positions, p.head_dim);
@@ -154,22 +153,8 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(BackwardArgs args) {
   }
   wait_async<0>();  // nothing may still be copying when the block ends (no key tile: q, dout)
 
-  float* dq_base = args.dq.data + row0 * args.dq.ld + head * p.head_dim;
-#pragma unroll
-  for (int n = 0; n < kD / 8; ++n) {
-    const int column = n * 8 + pair;
-    if (column >= p.head_dim) break;
-    if (row_low < p.positions) {
-      float* dq_row = dq_base + static_cast<std::size_t>(row_low) * args.dq.ld + column;
-      dq_row[0] = dq[n][0] * p.scale;
-      dq_row[1] = dq[n][1] * p.scale;
-    }
-    if (row_high < p.positions) {
-      float* dq_row = dq_base + static_cast<std::size_t>(row_high) * args.dq.ld + column;
-      dq_row[0] = dq[n][2] * p.scale;
-      dq_row[1] = dq[n][3] * p.scale;
-    }
-  }
+  store_rows<kD>(dq, p.scale, p.scale, args.dq.data + row0 * args.dq.ld + head * p.head_dim,
+                 args.dq.ld, row_low, p);
 }
 
 // The first query tile in [tile, end) with a query whose document starts at or before last_key;
@@ -321,29 +306,10 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(BackwardArgs args) {
   }
   wait_async<0>();  // nothing may still be copying when the block ends (no query tile: k, v)
 
-  float* dk_base = args.dk.data + row0 * args.dk.ld + kv_head * p.head_dim;
-  float* dv_base = args.dv.data + row0 * args.dv.ld + kv_head * p.head_dim;
-#pragma unroll
-  for (int n = 0; n < kD / 8; ++n) {
-    const int column = n * 8 + pair;
-    if (column >= p.head_dim) break;
-    if (key_low < p.positions) {
-      const std::size_t offset = static_cast<std::size_t>(key_low) * args.dk.ld + column;
-      const std::size_t v_offset = static_cast<std::size_t>(key_low) * args.dv.ld + column;
-      dk_base[offset] = dk[n][0] * p.scale;
-      dk_base[offset + 1] = dk[n][1] * p.scale;
-      dv_base[v_offset] = dv[n][0];
-      dv_base[v_offset + 1] = dv[n][1];
-    }
-    if (key_high < p.positions) {
-      const std::size_t offset = static_cast<std::size_t>(key_high) * args.dk.ld + column;
-      const std::size_t v_offset = static_cast<std::size_t>(key_high) * args.dv.ld + column;
-      dk_base[offset] = dk[n][2] * p.scale;
-      dk_base[offset + 1] = dk[n][3] * p.scale;
-      dv_base[v_offset] = dv[n][2];
-      dv_base[v_offset + 1] = dv[n][3];
-    }
-  }
+  store_rows<kD>(dk, p.scale, p.scale, args.dk.data + row0 * args.dk.ld + kv_head * p.head_dim,
+                 args.dk.ld, key_low, p);
+  store_rows<kD>(dv, 1.0f, 1.0f, args.dv.data + row0 * args.dv.ld + kv_head * p.head_dim,
+                 args.dv.ld, key_low, p);
 }
 
 template <typename T>

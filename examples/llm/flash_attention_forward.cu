@@ -65,13 +65,10 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(ForwardArgs args) {
   const __nv_bfloat16* k_base = args.k.data + row0 * args.k.ld + kv_head * p.head_dim;
   const __nv_bfloat16* v_base = args.v.data + row0 * args.v.ld + kv_head * p.head_dim;
 
-  // Key tiles [tile_begin, tile_end): from the first key any of the queries sees (window,
-  // document) to the diagonal.
   const FirstKeys first_keys = first_key_range<kBlockRows>(p, sequence, q0);
-  int first_visible = first_keys.lowest;
-  if (p.window != 0 && q0 + 1 > p.window) first_visible = max(first_visible, q0 + 1 - p.window);
-  const int tile_begin = first_visible / kTileRows;
-  const int tile_end = (min(q0 + kBlockRows, p.positions) - 1) / kTileRows + 1;
+  const TileRange tiles = key_tiles(p, q0, first_keys.lowest);
+  const int tile_begin = tiles.begin;
+  const int tile_end = tiles.end;
 
   load_tile_async<kD, kBlockRows>(q_tile, q_base, args.q.ld, q0, p.positions, p.head_dim);
   if (tile_begin < tile_end) {
@@ -141,22 +138,8 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(ForwardArgs args) {
   const float sum_high = quad_sum(high.sum);
   const float inverse_low = sum_low > 0.0f ? 1.0f / sum_low : 0.0f;
   const float inverse_high = sum_high > 0.0f ? 1.0f / sum_high : 0.0f;
-  float* out_base = args.out.data + row0 * args.out.ld + head * p.head_dim;
-#pragma unroll
-  for (int n = 0; n < kD / 8; ++n) {
-    const int column = n * 8 + pair;
-    if (column >= p.head_dim) break;  // head_dim is a multiple of 8: whole n-tiles
-    if (row_low < p.positions) {
-      float* out_row = out_base + static_cast<std::size_t>(row_low) * args.out.ld + column;
-      out_row[0] = o[n][0] * inverse_low;
-      out_row[1] = o[n][1] * inverse_low;
-    }
-    if (row_high < p.positions) {
-      float* out_row = out_base + static_cast<std::size_t>(row_high) * args.out.ld + column;
-      out_row[0] = o[n][2] * inverse_high;
-      out_row[1] = o[n][3] * inverse_high;
-    }
-  }
+  store_rows<kD>(o, inverse_low, inverse_high,
+                 args.out.data + row0 * args.out.ld + head * p.head_dim, args.out.ld, row_low, p);
   // The natural-log log-sum-exp of the scaled scores, as the fp32 kernel keeps it.
   if (pair == 0) {
     const std::size_t lse_row0 =

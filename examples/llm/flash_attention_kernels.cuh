@@ -260,6 +260,45 @@ __device__ __forceinline__ bool tile_is_interior(const Problem& p, int q0, int q
          (p.window == 0 || q0 + q_rows - 1 - k0 < p.window);
 }
 
+// Key tiles [begin, end) that any query of [q0, q0 + kBlockRows) sees: from the first key its
+// window or document lets in (lowest_first_key: the queries' smallest first key) to the diagonal.
+struct TileRange {
+  int begin, end;
+};
+__device__ __forceinline__ TileRange key_tiles(const Problem& p, int q0, int lowest_first_key) {
+  int first_visible = lowest_first_key;
+  if (p.window != 0 && q0 + 1 > p.window) first_visible = max(first_visible, q0 + 1 - p.window);
+  return {first_visible / kTileRows, (min(q0 + kBlockRows, p.positions) - 1) / kTileRows + 1};
+}
+
+// Writes a warp's 16 rows of C fragments, rows row_low (c0, c1) and row_low + 8 (c2, c3) scaled
+// by factor_low and factor_high, into `base` (row stride ld): rows inside the sequence and
+// columns below head_dim only (a multiple of 8: whole n-tiles).
+template <int kD>
+__device__ __forceinline__ void store_rows(const float (&acc)[kD / 8][4], float factor_low,
+                                           float factor_high, float* base, std::size_t ld,
+                                           int row_low, const Problem& p) {
+  const int pair = (lane_id() % 4) * 2;
+  if (row_low < p.positions) {
+    float* row = base + static_cast<std::size_t>(row_low) * ld + pair;
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) {
+      if (n * 8 >= p.head_dim) break;
+      row[n * 8] = acc[n][0] * factor_low;
+      row[n * 8 + 1] = acc[n][1] * factor_low;
+    }
+  }
+  if (row_low + 8 < p.positions) {
+    float* row = base + static_cast<std::size_t>(row_low + 8) * ld + pair;
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) {
+      if (n * 8 >= p.head_dim) break;
+      row[n * 8] = acc[n][2] * factor_high;
+      row[n * 8 + 1] = acc[n][3] * factor_high;
+    }
+  }
+}
+
 // Reductions over the 4 lanes of a quad (the lanes that hold one row of a C fragment).
 __device__ __forceinline__ float quad_max(float value) {
   value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, 1));
