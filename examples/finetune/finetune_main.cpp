@@ -62,6 +62,7 @@ struct Options {
   std::uint32_t eval_batches = 4;
   std::uint32_t blas_threads = 0;
   std::string device = "host";
+  std::string attention = "auto";  // --model on CUDA: auto, tensor-cores or fp32
   bool resume = false;
   bool overwrite = false;
   std::string resume_from;  // a checkpoint, or a [checkpoint] dir (its newest)
@@ -127,6 +128,9 @@ int run_model(const Options& options, const strata::runtime::Config& config) {
   hf.eval_batches = options.eval_batches;
   hf.blas_threads = options.blas_threads;
   hf.device = device_kind(options.device);
+  hf.attention = options.attention == "tensor-cores" ? strata::llm::CudaAttention::kTensorCores
+                 : options.attention == "fp32"       ? strata::llm::CudaAttention::kFp32
+                                                     : strata::llm::CudaAttention::kAuto;
   hf.resume = options.resume;
   hf.overwrite = options.overwrite;
   if (!options.resume_from.empty()) hf.resume_from = checkpoint_to_load(options.resume_from);
@@ -165,6 +169,11 @@ int run(const Options& options) {
     return 2;
   }
   if (!options.model.empty()) return run_model(options, config);
+  if (options.attention != "auto") {
+    std::cerr << "strata-finetune: --attention picks the Hugging Face decoder's kernels: it "
+                 "applies to --model only\n";
+    return 2;
+  }
   std::unique_ptr<runtime::comm::Communicator> comm = runtime::comm::make_communicator();
   const bool lead = comm->rank() == 0;
   config.run.ranks = static_cast<std::uint32_t>(comm->size());
@@ -174,7 +183,7 @@ int run(const Options& options) {
   // A GPU's plan charges the device for the model's own compute.
   strata::gpt::set_blas_threads(options.blas_threads);
   std::optional<strata::examples::PlacedDevice> placed =
-      strata::examples::place_device(config, device_kind(options.device), *comm, false);
+      strata::examples::place_device(config, device_kind(options.device), *comm);
   if (!placed) return 2;
   const runtime::MemoryPlan plan =
       runtime::make_memory_plan(config, gpt_plan_inputs(config, placed->device->kind()));
@@ -195,8 +204,7 @@ int run(const Options& options) {
         config.tiers.nvme.paths.empty() ? std::string("no paths")
                                         : config.tiers.nvme.paths.front());
     std::cout << "  optimizer: " << strata::examples::describe_optimizer(config.optimizer) << "\n";
-    std::cout << fmt::format("  device: {}, collectives over {}\n", placed->device->name(),
-                             placed->engine_comm->backend_name());
+    std::cout << "  " << strata::examples::describe_device(*placed) << "\n";
   }
   if (!plan.fits()) {
     std::cerr << "strata-finetune: the memory plan does not fit; nothing was trained\n"
@@ -304,6 +312,11 @@ int main(int argc, char** argv) {
                  "index: cuBLAS and kernels) or auto (cuda when usable); [comm] backend picks "
                  "NCCL or MPI")
       ->check(CLI::IsMember({"host", "cuda", "auto"}));
+  app.add_option("--attention", options.attention,
+                 "--model on cuda: the attention kernels: auto (default; tensor cores unless the "
+                 "head_dim is one they do not take), tensor-cores (bf16 flash attention; refused "
+                 "for such a head_dim) or fp32 (the tiled fp32 reference)")
+      ->check(CLI::IsMember({"auto", "tensor-cores", "fp32"}));
   app.add_flag("--resume", options.resume,
                "continue from the NVMe store's committed step (--steps stays the run's total)");
   app.add_flag("--overwrite", options.overwrite,

@@ -31,6 +31,7 @@ llm::LlmTrainerOptions trainer_options(const runtime::Config& config,
   trainer.grad_accumulation = options.grad_accumulation.value_or(config.model.grad_accumulation);
   trainer.activation_checkpointing = options.activation_checkpointing;
   trainer.document_mask = options.document_mask;
+  trainer.cuda_attention = options.attention;
   trainer.eval_batches = options.eval_batches;
   trainer.resume = options.resume;
   trainer.overwrite = options.overwrite;
@@ -55,7 +56,7 @@ int run_hf_finetune(runtime::Config config, const HfFinetuneOptions& options) {
   llm::set_blas_threads(options.blas_threads);
   // The device first (nothing is allocated on it yet): whether the model computes on a GPU
   // decides what the plan charges the device tier for.
-  std::optional<PlacedDevice> placed = place_device(config, options.device, *comm, false);
+  std::optional<PlacedDevice> placed = place_device(config, options.device, *comm);
   if (!placed) return 2;
   llm::DecoderOptions decoder_options;
   decoder_options.seq_len = trainer_opts.seq_len;
@@ -76,8 +77,6 @@ int run_hf_finetune(runtime::Config config, const HfFinetuneOptions& options) {
         runtime::to_string(config.zero.optimizer),
         format_decimal_bytes(static_cast<double>(plan.model_state_bytes_per_rank())));
     std::cout << "  optimizer: " << describe_optimizer(config.optimizer) << "\n";
-    std::cout << fmt::format("  device: {}, collectives over {}\n", placed->device->name(),
-                             placed->engine_comm->backend_name());
   }
   if (!plan.fits()) {
     std::cerr << "strata-finetune: the memory plan does not fit; nothing was trained\n"
@@ -85,6 +84,10 @@ int run_hf_finetune(runtime::Config config, const HfFinetuneOptions& options) {
     return 3;
   }
   llm::LlmTrainer trainer(config, *placed->device, *placed->engine_comm, trainer_opts);
+  if (lead) {
+    std::cout << fmt::format("  {}, attention {}\n", describe_device(*placed),
+                             trainer.model().attention_implementation());
+  }
   if (!options.resume_from.empty()) {
     // The training order is a function of the step (llm_trainer.hpp): loading the step is enough.
     trainer.engine().load(options.resume_from);

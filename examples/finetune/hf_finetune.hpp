@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/llm/decoder_model.hpp"
 #include "runtime/config.hpp"
 
 namespace strata::examples {
@@ -32,6 +33,7 @@ struct HfFinetuneOptions {
   std::uint32_t blas_threads = 0;
   // host, cuda (each rank's local-rank GPU, or [tiers.device] index) or auto, as for the GPT.
   runtime::DeviceKind device = runtime::DeviceKind::kHost;
+  llm::CudaAttention attention = llm::CudaAttention::kAuto;  // the decoder's CUDA attention
   bool resume = false;
   bool overwrite = false;
   std::string resume_from;  // a checkpoint to continue from (Engine::load); empty: none

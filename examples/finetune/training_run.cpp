@@ -28,7 +28,7 @@ double process_cpu_seconds() {
 }
 
 std::optional<PlacedDevice> place_device(runtime::Config& config, runtime::DeviceKind kind,
-                                         runtime::comm::Communicator& comm, bool lead) {
+                                         runtime::comm::Communicator& comm) {
   config.tiers.device.kind = kind;
   PlacedDevice placed;
   try {
@@ -41,11 +41,12 @@ std::optional<PlacedDevice> place_device(runtime::Config& config, runtime::Devic
     return std::nullopt;
   }
   placed.engine_comm = placed.device_comm ? placed.device_comm.get() : &comm;
-  if (lead) {
-    std::cout << fmt::format("  device: {}, collectives over {}\n", placed.device->name(),
-                             placed.engine_comm->backend_name());
-  }
   return placed;
+}
+
+std::string describe_device(const PlacedDevice& placed) {
+  return fmt::format("device: {}, collectives over {}", placed.device->name(),
+                     placed.engine_comm->backend_name());
 }
 
 std::string describe_optimizer(const runtime::OptimizerConfig& optimizer) {

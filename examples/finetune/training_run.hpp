@@ -63,16 +63,18 @@ struct RunTotals {
 };
 
 // Each rank's device (its local rank's GPU, or [tiers.device] index, for `kind`) and the
-// communicator its Engine uses ([comm]: NcclComm on GPUs, else `comm` itself). The lead prints
-// "device: ..., collectives over ...". On a PlacementError it prints "strata-finetune: <why>" and
-// returns nullopt (the caller exits 2).
+// communicator its Engine uses ([comm]: NcclComm on GPUs, else `comm` itself). On a
+// PlacementError it prints "strata-finetune: <why>" and returns nullopt (the caller exits 2).
+// The lead prints describe_device() once it knows what else the line carries.
 struct PlacedDevice {
   std::unique_ptr<tiers::Device> device;
   std::unique_ptr<runtime::comm::Communicator> device_comm;  // null: the Engine uses `comm`
   runtime::comm::Communicator* engine_comm = nullptr;
 };
 std::optional<PlacedDevice> place_device(runtime::Config& config, runtime::DeviceKind kind,
-                                         runtime::comm::Communicator& comm, bool lead);
+                                         runtime::comm::Communicator& comm);
+// "device: <name>, collectives over <backend>".
+std::string describe_device(const PlacedDevice& placed);
 
 // "adamw, lr 0.0003, weight decay 0.1 (...), warm-up 10 steps, cosine decay to 3e-05 at step 100".
 std::string describe_optimizer(const runtime::OptimizerConfig& optimizer);

@@ -22,6 +22,7 @@
 #include "examples/gpt/cuda_backend.hpp"
 #include "examples/llm/decoder_cuda_kernels.hpp"
 #include "examples/llm/decoder_impl.hpp"
+#include "examples/llm/flash_attention.hpp"
 #include "examples/llm/linear.hpp"
 #include "tiers/device/cuda_device.hpp"
 #include "tiers/device/device.hpp"
@@ -76,6 +77,7 @@ class CudaDecoderImpl final : public CudaDecoder, private examples::CudaBackend 
           config.source.string() + ": head_dim " + std::to_string(dims_.head_dim) +
           " exceeds the CUDA attention kernels' " + std::to_string(cuda::kMaxAttentionHeadDim));
     }
+    flash_attention_ = use_flash_attention();
     allocate_buffers();
   }
 
@@ -84,6 +86,10 @@ class CudaDecoderImpl final : public CudaDecoder, private examples::CudaBackend 
   CudaDecoderImpl& operator=(const CudaDecoderImpl&) = delete;
 
   std::size_t activation_bytes() const override { return allocated_bytes(); }
+
+  std::string_view attention_implementation() const override {
+    return flash_attention_ ? "flash-attention, bf16 tensor cores" : "tiled fp32, CUDA cores";
+  }
 
   void set_batch(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets,
                  std::span<const float> weights, std::span<const std::uint32_t> row_positions,
@@ -126,10 +132,7 @@ class CudaDecoderImpl final : public CudaDecoder, private examples::CudaBackend 
     Layer& a = layer_buffers(layer);
     const float* x = resid_[layer];
     attention_inputs(p, x, a);
-    check(cuda::attention_forward(attention_dims(), a.qkv, a.qkv + dims_.q_width,
-                                  a.qkv + dims_.q_width + dims_.kv_width, dims_.qkv_width, a.att,
-                                  dims_.q_width, a.lse, stream_),
-          "attention_forward");
+    attention_forward(a);
     attention_output_and_mlp(p, x, a, resid_[layer + 1]);
     finish();
   }
@@ -221,13 +224,10 @@ class CudaDecoderImpl final : public CudaDecoder, private examples::CudaBackend 
       linear_backward(Layout::kOutIn, dout, att, tensor(p, l.o_weight), {d_att_, dims_.q_width},
                       tensor(g, l.o_weight), nullptr, n, dims_.q_width, d, Accumulate::kNo);
     }
+    attention_backward(a);
     const std::size_t ld = dims_.qkv_width;
     const std::size_t k_offset = dims_.q_width;
     const std::size_t v_offset = dims_.q_width + dims_.kv_width;
-    check(cuda::attention_backward(attention_dims(), d_att_, dims_.q_width, a.att, a.qkv,
-                                   a.qkv + k_offset, a.qkv + v_offset, ld, a.lse, delta_, d_qkv_,
-                                   d_qkv_ + k_offset, d_qkv_ + v_offset, stream_),
-          "attention_backward");
 
     // Projections into q | k | v: d_norm = dL/d(norm1 output).
     const View norm1{a.norm1, d};
@@ -365,8 +365,71 @@ class CudaDecoderImpl final : public CudaDecoder, private examples::CudaBackend 
     operand_a_ = allocate<__nv_bfloat16>(operand);
     operand_b_ = allocate<__nv_bfloat16>(operand);
     operand_floats_ = operand;
-    STRATA_ASSERT(allocated_bytes() == cuda_decoder_activation_bytes(config_, options_).allocated,
+    if (flash_attention_) {
+      // q, k, v and dout of a full batch rounded to bf16 (flash_attention.hpp's fp32 interface).
+      const cuda::AttentionDims batch{options_.micro_batch, options_.seq_len, dims_.heads,
+                                      dims_.kv_heads,       dims_.head_dim,   dims_.window,
+                                      nullptr};
+      attention_scratch_ =
+          allocate<__nv_bfloat16>(cuda::flash_attention_scratch_elements(batch));
+    }
+    STRATA_ASSERT(allocated_bytes() ==
+                      cuda_decoder_activation_bytes(config_, options_, flash_attention_).allocated,
                   "decoder_cuda_plan.cpp counts other buffers than these");
+  }
+
+  // The tensor-core attention where the options and the head_dim allow it (decoder_cuda.hpp).
+  bool use_flash_attention() const {
+    const bool supported = cuda::flash_attention_supported(dims_.head_dim, device_index_);
+    switch (options_.cuda_attention) {
+      case CudaAttention::kAuto:
+        return supported && !options_.cuda_fp32_products;
+      case CudaAttention::kTensorCores:
+        if (!supported) {
+          throw std::invalid_argument(
+              config_.source.string() + ": head_dim " + std::to_string(dims_.head_dim) +
+              ": the tensor-core attention takes a multiple of 8 up to " +
+              std::to_string(cuda::kMaxAttentionHeadDim) + " on an sm_80 or newer GPU");
+        }
+        return true;
+      case CudaAttention::kFp32:
+        return false;
+    }
+    return false;
+  }
+
+  // att = softmax(q·kᵀ)·v of the layer's q | k | v rows, and the log-sum-exp per query.
+  void attention_forward(Layer& a) {
+    const float* k = a.qkv + dims_.q_width;
+    const float* v = k + dims_.kv_width;
+    if (flash_attention_) {
+      check(cuda::flash_attention_forward(attention_dims(), a.qkv, k, v, dims_.qkv_width, a.att,
+                                          dims_.q_width, a.lse, attention_scratch_, stream_),
+            "flash_attention_forward");
+    } else {
+      check(cuda::attention_forward(attention_dims(), a.qkv, k, v, dims_.qkv_width, a.att,
+                                    dims_.q_width, a.lse, stream_),
+            "attention_forward");
+    }
+  }
+
+  // d_qkv = dL/d(q | k | v) from d_att = dL/d(attention output).
+  void attention_backward(Layer& a) {
+    const std::size_t ld = dims_.qkv_width;
+    const float* k = a.qkv + dims_.q_width;
+    const float* v = k + dims_.kv_width;
+    float* dk = d_qkv_ + dims_.q_width;
+    float* dv = dk + dims_.kv_width;
+    if (flash_attention_) {
+      check(cuda::flash_attention_backward(attention_dims(), d_att_, dims_.q_width, a.att, a.qkv,
+                                           k, v, ld, a.lse, delta_, d_qkv_, dk, dv,
+                                           attention_scratch_, stream_),
+            "flash_attention_backward");
+    } else {
+      check(cuda::attention_backward(attention_dims(), d_att_, dims_.q_width, a.att, a.qkv, k, v,
+                                     ld, a.lse, delta_, d_qkv_, dk, dv, stream_),
+            "attention_backward");
+    }
   }
 
   Layer& layer_buffers(std::size_t layer) {
@@ -561,6 +624,8 @@ class CudaDecoderImpl final : public CudaDecoder, private examples::CudaBackend 
   std::size_t rope_half_ = 0;
   __nv_bfloat16 *operand_a_ = nullptr, *operand_b_ = nullptr;
   std::size_t operand_floats_ = 0;
+  bool flash_attention_ = false;  // the tensor-core attention (use_flash_attention)
+  __nv_bfloat16* attention_scratch_ = nullptr;
   HostRowIndex token_index_, position_index_;
   std::vector<float> host_weights_;
   std::vector<double> host_loss_;

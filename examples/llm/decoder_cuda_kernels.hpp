@@ -88,7 +88,9 @@ cudaError_t plain_forward(ActivationCode act, const float* pre, float* h, std::s
 cudaError_t plain_backward(ActivationCode act, const float* dh, const float* pre, float* dpre,
                            std::size_t count, cudaStream_t stream);
 
-// Causal self-attention, tiled: no [positions × positions] matrix is ever stored. Each block
+// Causal self-attention in fp32 on the CUDA cores: the reference for flash_attention.hpp's
+// tensor-core kernels and the fallback for a head_dim they do not take (decoder_cuda.hpp).
+// Tiled: no [positions × positions] matrix is ever stored. Each block
 // takes 8 query rows of one (sequence, head) and streams the visible keys through shared memory
 // 32 at a time with an online softmax (FlashAttention's forward); it keeps each query's
 // log-sum-exp for the backward, which recomputes the probabilities tile by tile.

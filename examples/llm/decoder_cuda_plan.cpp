@@ -6,8 +6,23 @@
 
 namespace strata::llm::detail {
 
+bool plans_tensor_core_attention(const HfConfig& config, const DecoderOptions& options) {
+  const std::size_t head_dim = Dims(config).head_dim;
+  const bool supported = head_dim % 8 == 0 && head_dim <= 128;  // flash_attention.hpp
+  switch (options.cuda_attention) {
+    case CudaAttention::kAuto:
+      return supported && !options.cuda_fp32_products;
+    case CudaAttention::kTensorCores:
+      return true;
+    case CudaAttention::kFp32:
+      return false;
+  }
+  return false;
+}
+
 examples::DeviceBytes cuda_decoder_activation_bytes(const HfConfig& config,
-                                                    const DecoderOptions& options) {
+                                                    const DecoderOptions& options,
+                                                    bool tensor_core_attention) {
   const Dims dims(config);
   const std::size_t rows = std::size_t{options.micro_batch} * options.seq_len;
   const std::size_t d = dims.hidden;
@@ -52,6 +67,10 @@ examples::DeviceBytes cuda_decoder_activation_bytes(const HfConfig& config,
   const std::size_t operand = std::max(rows * widest, widest * std::max(d, dims.q_width));
   bytes.add<std::uint16_t>(operand);
   bytes.add<std::uint16_t>(operand);
+  if (tensor_core_attention) {
+    // q, k, v and dout rounded to bf16 (flash_attention_scratch_elements).
+    bytes.add<std::uint16_t>(rows * 2 * (dims.heads + dims.kv_heads) * dims.head_dim);
+  }
   return bytes;
 }
 

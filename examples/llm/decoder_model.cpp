@@ -143,6 +143,10 @@ std::size_t DecoderModel::parameter_count() const {
 
 bool DecoderModel::on_cuda() const { return impl_->cuda != nullptr; }
 
+std::string_view DecoderModel::attention_implementation() const {
+  return impl_->cuda ? impl_->cuda->attention_implementation() : "fp32 on the host";
+}
+
 std::size_t DecoderModel::activation_bytes() const {
   const Impl& m = *impl_;
   if (m.cuda) return m.cuda->activation_bytes();

@@ -42,6 +42,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "examples/llm/hf_config.hpp"
@@ -83,6 +84,18 @@ runtime::UnitSpec engine_unit(const UnitSpec& unit);
 std::vector<std::span<const float>> split_unit(const UnitSpec& unit, std::span<const float> flat);
 std::vector<std::span<float>> split_unit(const UnitSpec& unit, std::span<float> flat);
 
+// CUDA only: the kernels that compute attention (decoder_cuda.hpp).
+enum class CudaAttention : std::uint8_t {
+  // kTensorCores where it applies (bf16 products, a head_dim it takes on this GPU), else kFp32.
+  kAuto,
+  // Flash attention on the tensor cores: bf16 q, k, v, fp32 softmax and accumulation. A head_dim
+  // it does not take (not a multiple of 8, over 128, a GPU before sm_80) is refused.
+  kTensorCores,
+  // The tiled fp32 kernel on the CUDA cores: the reference, and what a head_dim the tensor-core
+  // kernel does not take falls back to.
+  kFp32,
+};
+
 struct DecoderOptions {
   std::uint32_t seq_len = 128;     // positions per training sequence (inputs; targets shift by 1)
   std::uint32_t micro_batch = 1;   // sequences per batch
@@ -94,6 +107,9 @@ struct DecoderOptions {
   // as the CUDA backend's tensor-core products do (linear.hpp's Bf16OperandsScope), so a test
   // can compare the two to fp32 rounding and tell a bf16 bug from bf16 rounding.
   bool host_bf16_operands = false;
+  // CUDA only. kAuto keeps the fp32 attention with cuda_fp32_products, so that path stays fp32
+  // end to end.
+  CudaAttention cuda_attention = CudaAttention::kAuto;
   // Packed documents: when set, an input token that follows this token (the eos the data puts
   // between documents) starts a new document. Attention then stays inside each document and
   // positions restart at 0 in each, as transformers computes a packed batch with restarting
@@ -124,6 +140,9 @@ class DecoderModel {
   std::size_t parameter_count() const;
   std::size_t activation_bytes() const;  // host or device memory, wherever it computes
   bool on_cuda() const;
+  // Which attention runs, for run logs: "fp32 on the host", or the CUDA backend's kernels
+  // ("flash-attention, bf16 tensor cores" or "tiled fp32, CUDA cores").
+  std::string_view attention_implementation() const;
 
   // Starts a batch: `tokens` holds whole sequences of `sequence_tokens` tokens each (inputs and
   // the shifted targets: 2 .. seq_len + 1; 0 means seq_len + 1), at most micro_batch of them.

@@ -45,6 +45,7 @@ LlmTrainer::LlmTrainer(const runtime::Config& config, tiers::Device& device,
   decoder_options.seq_len = options.seq_len;
   decoder_options.micro_batch = options.micro_batch;
   decoder_options.activation_checkpointing = options.activation_checkpointing;
+  decoder_options.cuda_attention = options.cuda_attention;
   if (options.document_mask) decoder_options.document_separator = source.eos_id;
   model_ = std::make_unique<DecoderModel>(hf_config_, decoder_options, &device);
 

@@ -47,6 +47,7 @@ struct LlmTrainerOptions {
   // Packed documents attend only within themselves, positions restarting at each (the decoder's
   // document_separator, with the eos that separates documents).
   bool document_mask = false;
+  CudaAttention cuda_attention = CudaAttention::kAuto;  // DecoderOptions::cuda_attention
   bool load_weights = true;                   // false: the Engine's seeded initialisation
   bool resume = false;                        // continue from the NVMe store's committed step
   bool overwrite = false;                     // start afresh even over a committed store

@@ -44,7 +44,9 @@ inline void describe_model_for_plan(const HfConfig& hf_config, runtime::Config& 
 // Device bytes of the model's compute on a GPU at these options: the decoder's activations and
 // workspaces, and the trainer's fp32 gradient of the largest unit (llm_trainer.cpp).
 inline std::uint64_t cuda_compute_bytes(const HfConfig& hf_config, const DecoderOptions& options) {
-  return detail::cuda_decoder_activation_bytes(hf_config, options).budgeted +
+  return detail::cuda_decoder_activation_bytes(
+             hf_config, options, detail::plans_tensor_core_attention(hf_config, options))
+             .budgeted +
          round_up(largest_unit_numel(hf_config) * sizeof(float),
                   tiers::kDeviceAllocationGranularity);
 }

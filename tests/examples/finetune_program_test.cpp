@@ -5,6 +5,7 @@
 // unchanged, and --overwrite starts it over from step 0. [checkpoint] and [trace]: the run saves
 // step-N checkpoints every interval_steps (the newest `keep`), --resume-from the directory ends
 // bitwise as the uninterrupted run, a fresh start over them is refused; the trace is written.
+// --attention (the Hugging Face decoder's) is refused for the GPT.
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -71,6 +72,17 @@ struct FinetuneProgram : ::testing::Test {
     return files;
   }
 };
+
+// --attention picks the Hugging Face decoder's kernels; the built-in GPT refuses it rather than
+// ignoring it, before anything is written.
+TEST_F(FinetuneProgram, AttentionIsRefusedWithoutModel) {
+  const auto [log, status] = finetune("--config " + config("store").string() +
+                                      " --steps 1 --attention fp32");
+  EXPECT_EQ(status, 2) << log;
+  EXPECT_NE(log.find("--attention picks the Hugging Face decoder's kernels"), std::string::npos)
+      << log;
+  EXPECT_FALSE(std::filesystem::exists(scratch.path() / "store")) << log;
+}
 
 TEST_F(FinetuneProgram, TheSameStepsRestartedFinishesTheSameRun) {
   const std::filesystem::path straight = scratch.path() / "straight.safetensors";

@@ -1,8 +1,11 @@
-// Proves the decoder's CUDA backend for every family: with fp32 products it gives the host model's
-// loss and every gradient to fp32 rounding (sequences long enough to cross the attention tiles and
-// Mistral's window) and on packed documents, with bf16 tensor-core products it matches a host
-// model that rounds the same operands to bf16, runs are bitwise reproducible, activation
-// checkpointing is bitwise free and backward overwrites its gradients. Skips, saying why, where CUDA cannot be used.
+// Proves the decoder's CUDA backend for every family: with fp32 products (and so the fp32
+// attention) it gives the host model's loss and every gradient to fp32 rounding (sequences long
+// enough to cross the attention tiles and Mistral's window) and on packed documents, with bf16
+// tensor-core products (fp32 attention) it matches a host model rounding the same operands to
+// bf16, with bf16 attention too it stays within bf16 rounding of the fp32 model, the tensor-core
+// attention stays within bf16 rounding of the fp32 one in the model, the options pick the
+// attention kernels, runs are bitwise reproducible, activation checkpointing is bitwise free and
+// backward overwrites its gradients. Skips, saying why, where CUDA cannot be used.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tests/examples/llm/tiny_llm.hpp"
@@ -202,9 +206,11 @@ TEST_P(DecoderCuda, Fp32ProductsMatchTheHostModelOnPackedDocuments) {
 TEST_P(DecoderCuda, Bf16TensorCoreProductsMatchAHostModelRoundingTheSameOperands) {
   DecoderOptions bf16 = options(false);
   bf16.host_bf16_operands = true;  // read by compare_with_host's host model only
+  bf16.cuda_attention = CudaAttention::kFp32;  // the host's attention is fp32: products alone differ
   const Comparison c = compare_with_host(config(), bf16);
   EXPECT_NEAR(c.cuda_loss, c.host_loss, 1e-5 * c.host_loss);
   expect_gradients_near(DecoderModel(config(), bf16).units(), c.host_grads, c.cuda_grads, 1e-4f);
+  // Everything in bf16 on the GPU (tensor-core attention too) against the fp32 host model.
   const Comparison fp32_host = compare_with_host(config(), options(false));
   EXPECT_NEAR(fp32_host.cuda_loss, fp32_host.host_loss, 1e-2 * fp32_host.host_loss);
 }
@@ -240,6 +246,52 @@ TEST_P(DecoderCuda, RunsAreBitwiseEqualAndCheckpointingIsFree) {
           << "run " << i << ", unit " << u;
     }
   }
+}
+
+// kAuto takes the tensor-core attention where it applies: bf16 products and a head_dim that is a
+// multiple of 8 (Qwen2's tiny head_dim 10 falls back to fp32); fp32 products keep the fp32
+// attention, so those tests stay fp32 end to end; kTensorCores for a head_dim the kernel does
+// not take is refused rather than silently replaced.
+TEST_P(DecoderCuda, AttentionKernelsFollowTheOptions) {
+  constexpr std::string_view kTensorCores = "flash-attention, bf16 tensor cores";
+  constexpr std::string_view kFp32 = "tiled fp32, CUDA cores";
+  const HfConfig c = config();
+  const bool takes = c.head_dim % 8 == 0;
+  auto device = cuda_device();
+  EXPECT_EQ(DecoderModel(c, options(false), device.get()).attention_implementation(),
+            takes ? kTensorCores : kFp32);
+  EXPECT_EQ(DecoderModel(c, options(true), device.get()).attention_implementation(), kFp32);
+  DecoderOptions fp32 = options(false);
+  fp32.cuda_attention = CudaAttention::kFp32;
+  EXPECT_EQ(DecoderModel(c, fp32, device.get()).attention_implementation(), kFp32);
+  DecoderOptions forced = options(true);
+  forced.cuda_attention = CudaAttention::kTensorCores;
+  if (takes) {
+    EXPECT_EQ(DecoderModel(c, forced, device.get()).attention_implementation(), kTensorCores);
+  } else {
+    EXPECT_THROW(DecoderModel(c, forced, device.get()), std::invalid_argument);
+  }
+}
+
+// The tensor-core attention against the fp32 one inside the whole model (fp32 products on both
+// sides, so attention is the only difference): bf16 rounding of q, k, v, P and dS moves the
+// attention's outputs and gradients by about 0.5% (flash_attention_cuda_test.cpp bounds the
+// kernels alone at 1e-2 relative), so the loss within 0.5% and every gradient within 3% of its
+// tensor's largest leave room for two layers; a masking or layout bug is O(100%).
+TEST_P(DecoderCuda, TensorCoreAttentionMatchesFp32AttentionInTheModel) {
+  const HfConfig c = config();
+  DecoderOptions flash = options(true);
+  flash.cuda_attention = CudaAttention::kTensorCores;
+  if (c.head_dim % 8 != 0) {  // Qwen2's tiny head_dim 10: refused, not replaced (no skip on a GPU)
+    auto device = cuda_device();
+    EXPECT_THROW(DecoderModel(c, flash, device.get()), std::invalid_argument);
+    return;
+  }
+  const Comparison tiled = compare_with_host(c, options(true));
+  const Comparison tensor_cores = compare_with_host(c, flash);
+  EXPECT_NEAR(tensor_cores.cuda_loss, tiled.cuda_loss, 5e-3 * tiled.cuda_loss);
+  expect_gradients_near(DecoderModel(c, flash).units(), tiled.cuda_grads, tensor_cores.cuda_grads,
+                        3e-2f);
 }
 
 TEST_P(DecoderCuda, DecodingIsRefusedOnTheDevice) {

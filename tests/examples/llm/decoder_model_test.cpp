@@ -264,6 +264,13 @@ TEST_P(DecoderModelTest, PackedDocumentsAreScoredAsIfAlone) {
   EXPECT_GT(masking_matters, 1e-3f * largest) << "doc B saw doc A without the mask, yet matched";
 }
 
+// The host computes attention itself whatever cuda_attention says, and says so.
+TEST_P(DecoderModelTest, HostAttentionIsNamed) {
+  DecoderOptions options{4, 2, false};
+  options.cuda_attention = CudaAttention::kTensorCores;
+  EXPECT_EQ(DecoderModel(config(), options).attention_implementation(), "fp32 on the host");
+}
+
 TEST_P(DecoderModelTest, BadTokensAndShapesAreRefused) {
   const HfConfig c = config();
   DecoderModel model(c, {4, 2, false});

@@ -115,6 +115,8 @@ TEST_F(Programs, FinetuneExportEvalGenerate) {
   EXPECT_EQ(figures["placement"]["optimizer"], "nvme");
   EXPECT_EQ(figures["model"], model.string());
   EXPECT_NE(log.find(", NVMe read "), std::string::npos) << log;
+  // The device line names the attention the decoder runs.
+  EXPECT_NE(log.find(", attention fp32 on the host\n"), std::string::npos) << log;
   // The CPU the steps took (getrusage: every thread's user + system time), per step and as cores
   // kept busy, which cannot exceed the machine's cores (with a little slack for the clocks).
   EXPECT_GT(figures["cpu_s_per_step"].get<double>(), 0.0) << log;
