@@ -250,10 +250,11 @@ print(L * (2 * d * d + 2 * d * kv + 3 * d * i + 2 * d) + 2 * V * d + d)")
     stamp "strata $placement"
     if timeout 180 "$finetune" --model "$llama" --config "$work/$placement-big.toml" --device "$device" \
       --seq-len 1024 --micro-batch 8 --steps 6 --overwrite --eval-every 0 --eval-batches 1 \
-      --data "$data_dir" >"$log" 2>&1; then
-      grep -E "device:|attention|^step" "$log" | head -n 12
+      --data "$data_dir" $([[ $device == cuda ]] && echo --profile) >"$log" 2>&1; then
+      grep -E "device:|attention|^step|gpu:" "$log" | head -n 20
       tokens_of[$placement]=$(median_tokens "$log")
       note "strata Llama $placement on $device: ${tokens_of[$placement]} tokens/s, $(rate "${tokens_of[$placement]}" "$flop")"
+      grep -q "  gpu: " "$log" && note "strata Llama $placement, last step on the GPU: $(grep "  gpu: " "$log" | tail -n 1 | sed 's/^ *gpu: //')"
     else
       fail "strata Llama $placement"; tail -n 20 "$log"; tokens_of[$placement]=0
     fi

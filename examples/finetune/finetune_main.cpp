@@ -58,6 +58,7 @@ struct Options {
   std::string max_shard_size = "5GB";
   std::string trace;
   std::string summary_json;
+  bool profile = false;
   std::uint32_t eval_every = 25;
   std::uint32_t eval_batches = 4;
   std::uint32_t blas_threads = 0;
@@ -136,6 +137,7 @@ int run_model(const Options& options, const strata::runtime::Config& config) {
   if (!options.resume_from.empty()) hf.resume_from = checkpoint_to_load(options.resume_from);
   hf.trace = trace_path(options, config);
   hf.summary_json = options.summary_json;
+  hf.profile = options.profile;
   return strata::examples::run_hf_finetune(config, hf);
 }
 
@@ -243,9 +245,11 @@ int run(const Options& options) {
         checkpoint ? "checkpoint " + checkpoint->string() : std::string("the NVMe store"));
   }
 
+  const std::unique_ptr<strata::tiers::GpuProfiler> profiler =
+      strata::examples::start_profiler(options.profile, *placed);
   const strata::examples::RunTotals totals = strata::examples::run_training(
       trainer, {options.steps, options.eval_every, config.run.ranks, lead, config.checkpoint,
-                options.overwrite});
+                options.overwrite, profiler.get()});
   if (!options.export_path.empty()) {
     trainer.export_weights(options.export_path, export_dtype_of(options.export_dtype));
     if (lead) std::cout << "  exported " << options.export_path << "\n";
@@ -302,6 +306,10 @@ int main(int argc, char** argv) {
   app.add_option("--trace", options.trace,
                  "write a Chrome trace (chrome://tracing, Perfetto) here (default: [trace] path)");
   app.add_option("--summary-json", options.summary_json, "write a JSON summary");
+  app.add_flag("--profile", options.profile,
+               "--device cuda: after each step's line, the GPU's time by kind (GEMM, attention, "
+               "norms/elementwise, loss, optimizer, copies, collectives) and its idle time, from "
+               "CUPTI's activity records");
   app.add_option("--eval-every", options.eval_every, "validation every N steps (0: at the end)");
   app.add_option("--eval-batches", options.eval_batches, "validation batches (default 4)")
       ->check(CLI::Range(1u, 100000u));

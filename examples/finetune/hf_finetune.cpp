@@ -105,9 +105,10 @@ int run_hf_finetune(runtime::Config config, const HfFinetuneOptions& options) {
                       options.resume_from.empty() ? std::string("the NVMe store")
                                                   : "checkpoint " + options.resume_from);
   }
+  const std::unique_ptr<tiers::GpuProfiler> profiler = start_profiler(options.profile, *placed);
   const RunTotals totals =
       run_training(trainer, {options.steps, options.eval_every, config.run.ranks, lead,
-                             config.checkpoint, options.overwrite});
+                             config.checkpoint, options.overwrite, profiler.get()});
   if (!options.export_dir.empty()) {
     llm::ExportOptions export_options;
     export_options.dtype = options.export_dtype;

@@ -39,6 +39,7 @@ struct HfFinetuneOptions {
   std::string resume_from;  // a checkpoint to continue from (Engine::load); empty: none
   std::string trace;        // Chrome trace output ([trace] path or --trace); empty: none
   std::string summary_json;
+  bool profile = false;  // --profile
 };
 
 // The process exit code: 0, 2 (bad config or device placement), 3 (does not fit).

@@ -4,6 +4,8 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <memory>
+#include <stdexcept>
 #include <thread>
 
 namespace strata::examples {
@@ -47,6 +49,14 @@ std::optional<PlacedDevice> place_device(runtime::Config& config, runtime::Devic
 std::string describe_device(const PlacedDevice& placed) {
   return fmt::format("device: {}, collectives over {}", placed.device->name(),
                      placed.engine_comm->backend_name());
+}
+
+std::unique_ptr<tiers::GpuProfiler> start_profiler(bool wanted, const PlacedDevice& placed) {
+  if (!wanted) return nullptr;
+  if (placed.device->kind() != tiers::DeviceKind::kCuda) {
+    throw std::invalid_argument("--profile reads the GPU's activity: it needs --device cuda");
+  }
+  return tiers::start_gpu_profiler();
 }
 
 std::string describe_optimizer(const runtime::OptimizerConfig& optimizer) {

@@ -24,6 +24,7 @@
 #include "runtime/engine.hpp"
 #include "runtime/periodic_checkpoints.hpp"
 #include "tiers/device/device.hpp"
+#include "tiers/device/gpu_profile.hpp"
 
 namespace strata::examples {
 
@@ -42,6 +43,9 @@ struct RunOptions {
   runtime::CheckpointConfig checkpoint;  // [checkpoint]: saves every interval_steps, keeps `keep`
   // --overwrite: checkpoints past the run's first step are removed instead of refused.
   bool overwrite = false;
+  // --profile: each step's GPU time by kind and the GPU's idle time (CUPTI), printed after the
+  // step's line. Null: not profiled.
+  tiers::GpuProfiler* profiler = nullptr;
 };
 
 // The run's figures; tokens summed over ranks.
@@ -75,6 +79,11 @@ std::optional<PlacedDevice> place_device(runtime::Config& config, runtime::Devic
                                          runtime::comm::Communicator& comm);
 // "device: <name>, collectives over <backend>".
 std::string describe_device(const PlacedDevice& placed);
+
+// --profile: CUPTI's view of each step on the GPU (tiers/device/gpu_profile.hpp); null when not
+// wanted. Throws std::invalid_argument when the device is not a GPU, GpuProfilerUnavailable when
+// CUPTI refuses.
+std::unique_ptr<tiers::GpuProfiler> start_profiler(bool wanted, const PlacedDevice& placed);
 
 // "adamw, lr 0.0003, weight decay 0.1 (...), warm-up 10 steps, cosine decay to 3e-05 at step 100".
 std::string describe_optimizer(const runtime::OptimizerConfig& optimizer);
@@ -151,15 +160,19 @@ RunTotals run_training(Trainer& trainer, const RunOptions& options) {
   if (options.lead) print_validation(first_step, totals.initial_val_loss);
   totals.steps = last_step - first_step;
   while (trainer.engine().step_count() < last_step) {
+    if (options.profiler != nullptr) options.profiler->collect();  // the window starts here
     const double cpu_before = process_cpu_seconds();
     const auto report = trainer.train_step();
     totals.train_cpu_s += process_cpu_seconds() - cpu_before;
+    const std::optional<tiers::GpuProfile> profile =
+        options.profiler != nullptr ? std::optional(options.profiler->collect()) : std::nullopt;
     totals.tokens += report.tokens * options.ranks;
     totals.train_s += report.total_s;
     totals.nvme_read_bytes += report.optimizer.nvme.read_bytes;
     totals.nvme_written_bytes += report.optimizer.nvme.written_bytes;
     totals.comm_bytes += report.optimizer.comm_bytes;
     if (options.lead) print_step(report, options.ranks);
+    if (options.lead && profile) std::cout << "  gpu: " << tiers::describe(*profile) << std::endl;
     const std::optional<std::filesystem::path> saved = checkpoints.after_step(trainer.engine());
     if (options.lead && saved) std::cout << "  checkpoint " << saved->string() << "\n";
     const std::uint64_t done = trainer.engine().step_count() - first_step;

@@ -5,7 +5,8 @@
 // unchanged, and --overwrite starts it over from step 0. [checkpoint] and [trace]: the run saves
 // step-N checkpoints every interval_steps (the newest `keep`), --resume-from the directory ends
 // bitwise as the uninterrupted run, a fresh start over them is refused; the trace is written.
-// --attention (the Hugging Face decoder's) is refused for the GPT.
+// --attention (the Hugging Face decoder's) is refused for the GPT. --profile needs a GPU, and on
+// one prints each step's GPU time by kind.
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -82,6 +83,36 @@ TEST_F(FinetuneProgram, AttentionIsRefusedWithoutModel) {
   EXPECT_NE(log.find("--attention picks the Hugging Face decoder's kernels"), std::string::npos)
       << log;
   EXPECT_FALSE(std::filesystem::exists(scratch.path() / "store")) << log;
+}
+
+// --profile reads CUPTI's records of the GPU: on the host device it is refused, saying so,
+// before a step runs.
+TEST_F(FinetuneProgram, ProfileIsRefusedOnTheHostDevice) {
+  const auto [log, status] = finetune("--config " + config("store").string() +
+                                      " --steps 1 --device host --profile");
+  EXPECT_NE(status, 0) << log;
+  EXPECT_NE(log.find("--profile reads the GPU's activity: it needs --device cuda"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("step    1 | loss"), std::string::npos) << log;
+}
+
+// On a GPU, every step's line is followed by its GPU time: GEMMs and elementwise kernels ran, and
+// the busy time is within the window.
+TEST_F(FinetuneProgram, ProfileOnCudaPrintsEachStepsGpuTimeByKind) {
+  if (std::system("nvidia-smi -L > /dev/null 2>&1") != 0) GTEST_SKIP() << "no GPU visible";
+  const auto [log, status] = finetune("--config " + config("store").string() +
+                                      " --steps 2 --device cuda --profile --overwrite");
+  ASSERT_EQ(status, 0) << log;
+  std::size_t lines = 0;
+  for (std::size_t at = log.find("  gpu: "); at != std::string::npos;
+       at = log.find("  gpu: ", at + 1)) {
+    ++lines;
+    const std::string line = log.substr(at, log.find('\n', at) - at);
+    EXPECT_NE(line.find("gemm "), std::string::npos) << line;
+    EXPECT_NE(line.find("idle "), std::string::npos) << line;
+  }
+  EXPECT_EQ(lines, 2u) << log;
 }
 
 TEST_F(FinetuneProgram, TheSameStepsRestartedFinishesTheSameRun) {
