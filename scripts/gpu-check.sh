@@ -5,12 +5,10 @@
 # .gpu-bundle/ to the GPU machine, run this there. Without a bundle it builds from source, which
 # needs scripts/install-deps.sh's packages.
 #
-# Sections (GPU_CHECK_ONLY="tests bench" runs a subset; names below):
+# Sections, in the order they run (GPU_CHECK_ONLY="tests bench" runs a subset):
 #  tests      every CUDA test of every suite (filter *Cuda*:*cuda*:*Nccl*); fails if any skips
-#  sanitizer  compute-sanitizer memcheck on the CUDA tests of the kernels, racecheck on kernels
 #  bench      pinned h2d/d2h GB/s, `strata bench step --device cuda` (optimizer on host and NVMe),
 #             the GPU optimizer and attention kernels' timings where this build has them
-#  gpt        the built-in 25 M GPT, three placements, on cuda and on the host device
 #  llama      a 1.08 B Llama folder (hidden 2048, 24 layers, 16/4 heads, inner 5632), seq 1024 x 8:
 #             strata all on the GPU and optimizer on the host, next to PyTorch + transformers
 #             (sdpa, bf16 autocast, fused AdamW, all on the GPU) and FSDP2 + CPUOffloadPolicy
@@ -20,6 +18,8 @@
 #  export     a 90 M Llama folder fine-tuned 2 steps on cuda with --export; transformers loads the
 #             export, its logits on strata-eval's first window and the tokenizers library's ids
 #             against strata's
+#  gpt        the built-in 25 M GPT, three placements, on cuda and on the host device
+#  sanitizer  compute-sanitizer memcheck on the CUDA tests of the kernels, racecheck on kernels
 # GPU_CHECK_DEVICE=host runs the same script on a machine without a GPU (the host-emulated
 # device; no sanitizer; CUDA tests may skip; the PyTorch parts run only where python3 has torch
 # and transformers), and GPU_CHECK_LLAMA="hidden inner layers heads kv_heads" shrinks the Llama
@@ -37,13 +37,23 @@ exec > >(tee "$out_dir/gpu-check.log") 2>&1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 peak_tflops=${GPU_PEAK_TFLOPS:-989}
-only=" ${GPU_CHECK_ONLY:-tests sanitizer bench gpt llama losses export} "
+only=" ${GPU_CHECK_ONLY:-tests bench llama losses export gpt sanitizer} "
 summary_file="$out_dir/summary.txt"
 : >"$summary_file"
 failed=()
 note() { echo "gpu-check: $*" | tee -a "$summary_file"; }
 fail() { failed+=("$1"); note "FAILED $*"; }
-wanted() { [[ $only == *" $1 "* ]]; }
+started=$SECONDS
+# GPU_CHECK_SECONDS: sections that would start after this many seconds are skipped (and said so),
+# so that a run under a time limit still writes its summary.
+wanted() {
+  [[ $only == *" $1 "* ]] || return 1
+  local limit=${GPU_CHECK_SECONDS:-0}
+  if ((limit > 0 && SECONDS - started > limit)); then
+    note "section $1 skipped: past GPU_CHECK_SECONDS=$limit"
+    return 1
+  fi
+}
 stamp() { echo "== $(date -u +%H:%M:%S) $*"; }
 
 device=${GPU_CHECK_DEVICE:-cuda}
@@ -119,13 +129,14 @@ if wanted tests; then
   stamp tests
   for suite in "${suites[@]}"; do
     log="$work/$(basename "$suite").log"
-    timeout 300 "$build/$suite" --gtest_filter="$cuda_filter" --gtest_brief=1 >"$log" 2>&1
+    timeout 200 "$build/$suite" --gtest_filter="$cuda_filter" --gtest_brief=1 >"$log" 2>&1
     status=$?
     tail -n 5 "$log"
     grep -E "^\[  (FAILED|SKIPPED) \]" "$log" | head -n 20
     passed=$(grep -oE "^\[  PASSED  \] [0-9]+" "$log" | grep -oE "[0-9]+$" || echo 0)
     skipped=$(grep -oE "^\[  SKIPPED \] [0-9]+ test" "$log" | grep -oE "[0-9]+" || echo 0)
     if ((status != 0)); then
+      grep -vE "^\[ +(OK|RUN) +\]" "$log" | head -c 12000
       fail "tests $(basename "$suite"): exit $status, $passed passed"
     elif ((skipped > 0)) && [[ $device == cuda ]]; then
       fail "tests $(basename "$suite"): $skipped skipped although a GPU is visible"
@@ -134,28 +145,6 @@ if wanted tests; then
     fi
     if grep -q "unreported error" "$log"; then fail "tests $(basename "$suite"): a stream error was never reported"; fi
   done
-fi
-
-# --- sanitizer ---
-if wanted sanitizer; then
-  stamp sanitizer
-  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  sanitize() {  # tool, suite, filter
-    local options=(--tool "$1" --error-exitcode 1 --print-limit 20)
-    [[ $1 == memcheck ]] && options+=(--leak-check full)
-    timeout 240 "$sanitizer" "${options[@]}" "$build/$2" --gtest_filter="$3" --gtest_brief=1 \
-      >"$work/sanitize.log" 2>&1
-    local status=$?
-    grep -E "ERROR SUMMARY|========= (Invalid|Race|Leak)" "$work/sanitize.log" | head -n 8
-    if ((status == 0)); then note "$1 $(basename "$2") ($3): clean"
-    else fail "$1 $(basename "$2") ($3): exit $status"; tail -n 30 "$work/sanitize.log"; fi
-  }
-  sanitize memcheck tests/tiers/strata_tiers_tests "$cuda_filter"
-  sanitize memcheck tests/examples/llm/strata_llm_model_tests '*DecoderCuda*:*FlashAttentionCuda*'
-  sanitize memcheck tests/examples/strata_gpt_tests "$cuda_filter"
-  sanitize racecheck tests/tiers/strata_tiers_tests \
-    'Backends/DeviceCastTest.*/cuda:Backends/DeviceTest.*Accumulate*/cuda:*CudaOptimizer*'
-  sanitize racecheck tests/examples/llm/strata_llm_model_tests '*DecoderCuda*.Fp32*:*FlashAttentionCuda*'
 fi
 
 # --- bench ---
@@ -201,29 +190,6 @@ EOF
   else
     fail "attention bench"; tail -n 20 "$work/attention.log"
   fi
-fi
-
-# --- gpt: the built-in GPT, micro-batch 8 x 128 tokens, 8 steps per placement and device ---
-if wanted gpt; then
-  stamp gpt
-  for placement in all_device optimizer_host params_optimizer_nvme; do
-    sed "s|/var/tmp/strata-nvme|$work/nvme|" "examples/configs/$placement.toml" >"$work/$placement.toml"
-    for on in $(printf '%s\n' "$device" host | sort -u); do
-      log="$work/gpt-$placement-$on.log"
-      if timeout 120 "$finetune" --config "$work/$placement.toml" --device "$on" --steps 8 \
-        --overwrite --eval-every 0 --eval-batches 1 --data "$data_dir" \
-        --summary-json "$work/gpt.json" >"$log" 2>&1; then
-        params=$(json_number params "$work/gpt.json")
-        tokens=$(median_tokens "$log")
-        # 6 N + 12 L d T FLOP per token (PaLM's count): 8 layers, d 512, T 128.
-        flop=$(awk -v n="$params" 'BEGIN { print 6 * n + 12 * 8 * 512 * 128 }')
-        note "GPT $placement on $on: $tokens tokens/s, $(rate "$tokens" "$flop")"
-      else
-        fail "GPT $placement on $on"; tail -n 20 "$log"
-      fi
-    done
-  done
-  rm -rf "$work/nvme"
 fi
 
 # --- llama: the 1.08 B folder, strata against PyTorch ---
@@ -327,6 +293,51 @@ if wanted export; then
     cat "$work/export-check.log"
     fail "export: transformers check"
   fi
+fi
+
+# --- gpt: the built-in GPT, micro-batch 8 x 128 tokens, 8 steps per placement and device ---
+if wanted gpt; then
+  stamp gpt
+  for placement in all_device optimizer_host params_optimizer_nvme; do
+    sed "s|/var/tmp/strata-nvme|$work/nvme|" "examples/configs/$placement.toml" >"$work/$placement.toml"
+    for on in $(printf '%s\n' "$device" host | sort -u); do
+      log="$work/gpt-$placement-$on.log"
+      if timeout 120 "$finetune" --config "$work/$placement.toml" --device "$on" --steps 8 \
+        --overwrite --eval-every 0 --eval-batches 1 --data "$data_dir" \
+        --summary-json "$work/gpt.json" >"$log" 2>&1; then
+        params=$(json_number params "$work/gpt.json")
+        tokens=$(median_tokens "$log")
+        # 6 N + 12 L d T FLOP per token (PaLM's count): 8 layers, d 512, T 128.
+        flop=$(awk -v n="$params" 'BEGIN { print 6 * n + 12 * 8 * 512 * 128 }')
+        note "GPT $placement on $on: $tokens tokens/s, $(rate "$tokens" "$flop")"
+      else
+        fail "GPT $placement on $on"; tail -n 20 "$log"
+      fi
+    done
+  done
+  rm -rf "$work/nvme"
+fi
+
+# --- sanitizer ---
+if wanted sanitizer; then
+  stamp sanitizer
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  sanitize() {  # tool, suite, filter
+    local options=(--tool "$1" --error-exitcode 1 --print-limit 20)
+    [[ $1 == memcheck ]] && options+=(--leak-check full)
+    timeout 240 "$sanitizer" "${options[@]}" "$build/$2" --gtest_filter="$3" --gtest_brief=1 \
+      >"$work/sanitize.log" 2>&1
+    local status=$?
+    grep -E "ERROR SUMMARY|========= (Invalid|Race|Leak)" "$work/sanitize.log" | head -n 8
+    if ((status == 0)); then note "$1 $(basename "$2") ($3): clean"
+    else fail "$1 $(basename "$2") ($3): exit $status"; tail -n 30 "$work/sanitize.log"; fi
+  }
+  sanitize memcheck tests/tiers/strata_tiers_tests "$cuda_filter"
+  sanitize memcheck tests/examples/llm/strata_llm_model_tests '*DecoderCuda*:*FlashAttentionCuda*'
+  sanitize memcheck tests/examples/strata_gpt_tests "$cuda_filter"
+  sanitize racecheck tests/tiers/strata_tiers_tests \
+    'Backends/DeviceCastTest.*/cuda:Backends/DeviceTest.*Accumulate*/cuda:*CudaOptimizer*'
+  sanitize racecheck tests/examples/llm/strata_llm_model_tests '*DecoderCuda*.Fp32*:*FlashAttentionCuda*'
 fi
 
 stamp done
