@@ -480,9 +480,10 @@ __global__ void __launch_bounds__(kThreads)
 // ---- launch ----------------------------------------------------------------------------------
 
 // Resident blocks on the whole device (one wave; the kernels loop over the rest), at most
-// `needed`. The occupancy of a kernel is asked once.
-template <class Kernel>
-cudaError_t grid_size(Kernel kernel, std::uint64_t needed, unsigned& blocks) {
+// `needed`. Each kernel's occupancy is asked once (a template per kernel, so each has its own; a
+// process is assumed to drive GPUs of one architecture).
+template <auto kKernel>
+cudaError_t grid_size(std::uint64_t needed, unsigned& blocks) {
   int device = 0;
   int sms = 0;
   cudaError_t result = cudaGetDevice(&device);
@@ -490,9 +491,9 @@ cudaError_t grid_size(Kernel kernel, std::uint64_t needed, unsigned& blocks) {
     result = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   }
   if (result != cudaSuccess) return result;
-  static const int per_sm = [kernel] {
+  static const int per_sm = [] {
     int resident = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kThreads, 0) !=
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kKernel, kThreads, 0) !=
         cudaSuccess) {
       resident = 1;
     }
@@ -505,23 +506,23 @@ cudaError_t grid_size(Kernel kernel, std::uint64_t needed, unsigned& blocks) {
 
 template <class Rule, class Master, class Moments>
 cudaError_t launch_elements(const KernelArgs& a, cudaStream_t stream) {
-  const auto kernel = update_elements_kernel<Rule, Master, Moments>;
+  constexpr auto kKernel = update_elements_kernel<Rule, Master, Moments>;
   const std::uint64_t groups = (a.numel + kGroup - 1) / kGroup;
   unsigned blocks = 0;
-  const cudaError_t result = grid_size(kernel, (groups + kThreads - 1) / kThreads, blocks);
+  const cudaError_t result = grid_size<kKernel>((groups + kThreads - 1) / kThreads, blocks);
   if (result != cudaSuccess) return result;
-  kernel<<<blocks, kThreads, 0, stream>>>(a);
+  kKernel<<<blocks, kThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
 template <class Rule, class Master>
 cudaError_t launch_int8(const KernelArgs& a, cudaStream_t stream) {
-  const auto kernel = update_int8_kernel<Rule, Master>;
+  constexpr auto kKernel = update_int8_kernel<Rule, Master>;
   unsigned blocks = 0;
   const cudaError_t result =
-      grid_size(kernel, (a.numel + kQuantBlockElems - 1) / kQuantBlockElems, blocks);
+      grid_size<kKernel>((a.numel + kQuantBlockElems - 1) / kQuantBlockElems, blocks);
   if (result != cudaSuccess) return result;
-  kernel<<<blocks, kThreads, 0, stream>>>(a);
+  kKernel<<<blocks, kThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
