@@ -8,27 +8,26 @@
 #include "cpu_adam/detail/parallel.hpp"
 #include "cpu_adam/detail/state_codec.hpp"
 #include "cpu_adam/detail/update_setup.hpp"
+#include "cpu_adam/rounding_hash.hpp"
 
 namespace strata::cpu_adam {
 namespace {
 
-void check_spans(Algorithm algorithm, const CompressedSpans& spans) {
+void check_spans(UpdateRule rule, const CompressedSpans& spans) {
   if (spans.master_dtype == StateDType::kInt8) {
     throw std::invalid_argument("cpu_adam: master weights must be fp32 or bf16, got int8");
   }
   if (spans.compensation != nullptr && spans.master_dtype != StateDType::kBf16) {
-    throw std::invalid_argument(
-        "cpu_adam: a Kahan compensation needs bf16 master weights, got " +
-        std::string(state_dtype_name(spans.master_dtype)));
+    throw std::invalid_argument("cpu_adam: a Kahan compensation needs bf16 master weights, got " +
+                                std::string(state_dtype_name(spans.master_dtype)));
   }
   STRATA_ASSERT(spans.grad.count == spans.numel, "grad length differs from numel");
   STRATA_ASSERT(spans.numel == 0 || (spans.master != nullptr && spans.grad.present()),
                 "master or grad missing");
-  STRATA_ASSERT(!detail::uses_exp_avg(algorithm) || spans.numel == 0 || spans.exp_avg != nullptr,
+  STRATA_ASSERT(!rule_uses_exp_avg(rule) || spans.numel == 0 || spans.exp_avg != nullptr,
                 "exp_avg missing");
-  STRATA_ASSERT(
-      !detail::uses_exp_avg_sq(algorithm) || spans.numel == 0 || spans.exp_avg_sq != nullptr,
-      "exp_avg_sq missing");
+  STRATA_ASSERT(!rule_uses_exp_avg_sq(rule) || spans.numel == 0 || spans.exp_avg_sq != nullptr,
+                "exp_avg_sq missing");
   STRATA_ASSERT(!spans.param_out.present() || spans.param_out.count == spans.numel,
                 "param_out length differs from numel");
 }
@@ -44,36 +43,50 @@ void check_runs(std::span<const DecayRun> runs, std::uint64_t numel) {
 
 }  // namespace
 
+StepPlan plan_step(const Hyperparams& hyperparams, const GradScaling& scaling,
+                   const StochasticRounding& rounding) {
+  validate(hyperparams, scaling);
+  StepPlan plan;
+  plan.rule = detail::rule_of(hyperparams.algorithm);
+  plan.with_decay = detail::make_constants(hyperparams, scaling);
+  Hyperparams no_decay = hyperparams;
+  no_decay.weight_decay = 0;
+  plan.without_decay = detail::make_constants(no_decay, scaling);
+  plan.rounding_key = rounding_key(rounding.seed, static_cast<std::uint64_t>(hyperparams.step));
+  plan.first_element = rounding.first_element;
+  return plan;
+}
+
 void step_compressed(const Hyperparams& hyperparams, const CompressedSpans& spans,
                      const GradScaling& scaling, const StochasticRounding& rounding,
                      std::span<const DecayRun> decay_runs, tbb::task_arena& arena,
                      const ExecOptions& options) {
-  validate(hyperparams, scaling);
-  check_spans(hyperparams.algorithm, spans);
+  step_compressed(plan_step(hyperparams, scaling, rounding), spans, decay_runs, arena, options);
+}
+
+void step_compressed(const StepPlan& plan, const CompressedSpans& spans,
+                     std::span<const DecayRun> decay_runs, tbb::task_arena& arena,
+                     const ExecOptions& options) {
+  check_spans(plan.rule, spans);
   check_runs(decay_runs, spans.numel);
   detail::CompressedArgs args;
   args.master = spans.master;
   args.compensation = spans.compensation;
-  args.exp_avg = detail::uses_exp_avg(hyperparams.algorithm) ? spans.exp_avg : nullptr;
-  args.exp_avg_sq = detail::uses_exp_avg_sq(hyperparams.algorithm) ? spans.exp_avg_sq : nullptr;
+  args.exp_avg = rule_uses_exp_avg(plan.rule) ? spans.exp_avg : nullptr;
+  args.exp_avg_sq = rule_uses_exp_avg_sq(plan.rule) ? spans.exp_avg_sq : nullptr;
   args.grad = spans.grad.data;
   args.param_out = spans.param_out.data;
   args.numel = spans.numel;
   args.master_dtype = spans.master_dtype;
   args.moment_dtype = spans.moment_dtype;
-  args.with_decay = detail::make_constants(hyperparams, scaling);
-  Hyperparams no_decay = hyperparams;
-  no_decay.weight_decay = 0;
-  args.without_decay = detail::make_constants(no_decay, scaling);
+  args.with_decay = plan.with_decay;
+  args.without_decay = plan.without_decay;
   args.runs = decay_runs.data();
   args.run_count = decay_runs.size();
-  args.rounding_key =
-      detail::rounding_key(rounding.seed, static_cast<std::uint64_t>(hyperparams.step));
-  args.first_element = rounding.first_element;
-  const detail::CompressedFn update =
-      detail::kernels_for(options)
-          .compressed[static_cast<int>(detail::rule_of(hyperparams.algorithm))]
-                     [static_cast<int>(spans.grad.dtype)][detail::out_index(spans.param_out)];
+  args.rounding_key = plan.rounding_key;
+  args.first_element = plan.first_element;
+  const detail::CompressedFn update = detail::kernels_for(options).compressed[static_cast<int>(
+      plan.rule)][static_cast<int>(spans.grad.dtype)][detail::out_index(spans.param_out)];
   const std::uint64_t blocks = (spans.numel + kQuantBlockElems - 1) / kQuantBlockElems;
   const std::size_t chunk_blocks = std::max<std::size_t>(1, options.chunk_elems / kQuantBlockElems);
   detail::for_each_chunk(arena, blocks, chunk_blocks,

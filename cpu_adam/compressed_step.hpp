@@ -29,6 +29,7 @@
 #include "cpu_adam/exec_options.hpp"
 #include "cpu_adam/optimizer.hpp"
 #include "cpu_adam/state_format.hpp"
+#include "cpu_adam/step_plan.hpp"
 #include "cpu_adam/typed_span.hpp"
 
 namespace strata::cpu_adam {
@@ -39,21 +40,15 @@ struct CompressedSpans {
   StateDType moment_dtype = StateDType::kFp32;  // fp32, bf16 or int8
   std::byte* master = nullptr;                  // state_bytes(master_dtype, numel) bytes
   std::byte* compensation = nullptr;  // bf16 master only: numel bf16 low parts (Kahan), or null
-  std::byte* exp_avg = nullptr;     // state_bytes(moment_dtype, numel); null for Adagrad
-  std::byte* exp_avg_sq = nullptr;  // the same; null for Lion
-  ConstTypedSpan grad;              // numel elements, fp32, bf16 or fp16
-  TypedSpan param_out;              // optional: numel bf16 or fp16 elements
+  std::byte* exp_avg = nullptr;       // state_bytes(moment_dtype, numel); null for Adagrad
+  std::byte* exp_avg_sq = nullptr;    // the same; null for Lion
+  ConstTypedSpan grad;                // numel elements, fp32, bf16 or fp16
+  TypedSpan param_out;                // optional: numel bf16 or fp16 elements
 };
 
 struct StochasticRounding {
   std::uint64_t seed = 0;
   std::uint64_t first_element = 0;  // index of element 0 of this call in the caller's numbering
-};
-
-struct DecayRun {
-  std::uint64_t begin = 0;  // element of the sub-group
-  std::uint64_t numel = 0;
-  bool weight_decay = true;
 };
 
 // Throws std::invalid_argument for a master dtype other than fp32/bf16 and for hyper-parameters
@@ -63,10 +58,22 @@ void step_compressed(const Hyperparams& hyperparams, const CompressedSpans& span
                      std::span<const DecayRun> decay_runs, tbb::task_arena& arena,
                      const ExecOptions& options = {});
 
+// What the call above derives from its arguments (step_plan.hpp): validates them (throws as
+// above), then picks the rule and rounds the constants and the rounding key exactly as it does.
+// Another backend (the CUDA optimizer) given this plan reproduces step_compressed's bits.
+StepPlan plan_step(const Hyperparams& hyperparams, const GradScaling& scaling,
+                   const StochasticRounding& rounding);
+
+// step_compressed() with its plan made already: step_compressed(h, spans, s, r, runs, arena) is
+// step_compressed(plan_step(h, s, r), spans, runs, arena). Exp_avg is ignored by Adagrad and
+// exp_avg_sq by Lion.
+void step_compressed(const StepPlan& plan, const CompressedSpans& spans,
+                     std::span<const DecayRun> decay_runs, tbb::task_arena& arena,
+                     const ExecOptions& options = {});
+
 // Bytes step_compressed() moves per element (the state read and written, grad, param_out).
 double compressed_bytes_per_element(Algorithm algorithm, StateDType master_dtype,
                                     StateDType moment_dtype, DType grad_dtype,
-                                    std::optional<DType> param_out_dtype,
-                                    bool compensated = false);
+                                    std::optional<DType> param_out_dtype, bool compensated = false);
 
 }  // namespace strata::cpu_adam

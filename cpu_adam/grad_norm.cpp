@@ -14,9 +14,7 @@
 namespace strata::cpu_adam {
 namespace {
 
-// Blocks per leaf of the reduction tree: 8 x 16 Ki elements is ~0.5 MiB of fp32, long enough to
-// amortise a task. The tree shape depends only on the block count, never on the threads.
-constexpr std::size_t kLeafBlocks = 8;
+constexpr std::size_t kLeafBlocks = kNormLeafBlocks;  // norm_shape.hpp
 
 struct NormJob {
   detail::NormFn norm;

@@ -6,7 +6,8 @@
 //  - Sums squares in double: x*x is exact for every fp32/bf16/fp16 x, and the sum cannot overflow
 //    for finite inputs, so "the sum is not finite" is exactly "some gradient is inf or NaN".
 //  - Deterministic: a span's sum is reduced over fixed blocks of kNormBlockElems in a fixed tree
-//    (whatever the thread count or SIMD level); span sums are added in the order they are fed.
+//    (norm_shape.hpp; whatever the thread count or SIMD level); span sums are added in the order
+//    they are fed.
 //    Feeding the same spans in the same order gives the same bits.
 //  - Not thread-safe: one accumulator per feeder. add_serial() runs on the calling thread (for an
 //    I/O or copy completion path); add() spreads one span over `arena`.
@@ -18,12 +19,11 @@
 
 #include <oneapi/tbb/task_arena.h>
 
+#include "cpu_adam/norm_shape.hpp"
 #include "cpu_adam/typed_span.hpp"
 #include "cpu_adam/exec_options.hpp"
 
 namespace strata::cpu_adam {
-
-inline constexpr std::size_t kNormBlockElems = 16 * 1024;
 
 class GradNormAccumulator {
  public:

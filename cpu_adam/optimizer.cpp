@@ -12,13 +12,6 @@
 namespace strata::cpu_adam {
 namespace detail {
 
-bool uses_exp_avg(Algorithm algorithm) {
-  return algorithm != Algorithm::kAdagrad;
-}
-bool uses_exp_avg_sq(Algorithm algorithm) {
-  return algorithm != Algorithm::kLion;
-}
-
 UpdateRule rule_of(Algorithm algorithm) {
   switch (algorithm) {
     case Algorithm::kAdamW:
@@ -30,6 +23,13 @@ UpdateRule rule_of(Algorithm algorithm) {
       return UpdateRule::kLion;
   }
   return UpdateRule::kAdam;
+}
+
+bool uses_exp_avg(Algorithm algorithm) {
+  return rule_uses_exp_avg(rule_of(algorithm));
+}
+bool uses_exp_avg_sq(Algorithm algorithm) {
+  return rule_uses_exp_avg_sq(rule_of(algorithm));
 }
 
 int out_index(const TypedSpan& param_out) {

@@ -137,6 +137,10 @@ struct StepStats {
   // the previous step that returned with their gradient's copy to the host still queued on the
   // d2h stream (its reduce-scatter, store and norm ran at the next call, or in step()).
   std::uint64_t grad_moves_queued = 0;
+  // The staged device path with master, moments, gradients and parameters all homed on the
+  // device ([zero] optimizer = grads = params = "device"): sub-groups the device's own optimizer
+  // op updated in place, none of their bytes staged through host memory.
+  std::uint64_t device_updated_groups = 0;
 };
 
 // The full tensors of one unit, gathered for compute. Views are fp32 in device memory (host memory

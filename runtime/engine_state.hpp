@@ -472,6 +472,14 @@ class EngineState final : public tiers::ResidencyClient {
   void stage_out(UnitState& unit, std::size_t group, std::size_t slot, std::span<const Kind> kinds);
   void finish_staging();
   std::byte* device_staging_at(Kind kind, std::size_t slot) const;
+  // The staged path with every kind a sub-group's update reads and writes homed on the device
+  // ([zero] optimizer = grads = params = "device"): the device's own optimizer op updates it in
+  // place (tiers::OptimizerOp, bitwise cpu_adam's), and stage_in / stage_out leave it alone.
+  bool updates_on_device(const UnitState& unit) const;
+  // That update of one sub-group on the compute stream, waited for; with fp32 parameters, the
+  // new master copied (or cast) into them. hyper and scaling as for update_sub_group.
+  void update_on_device(UnitState& unit, std::size_t group, const cpu_adam::Hyperparams& hyper,
+                        const cpu_adam::GradScaling& scaling);
 
   // Fixed at construction (engine_setup.cpp).
   Config config_;  // with the debug knobs applied (STRATA_FORCE_NVME)
@@ -509,7 +517,9 @@ class EngineState final : public tiers::ResidencyClient {
   std::vector<tiers::PinnedBuffer> pipeline_buffers_;  // fixed buffers 0 .. n-1 when registered
   std::atomic<double> io_wait_s_ = 0;  // since the last step (shard_io.cpp adds to it)
   std::mutex store_mutex_;  // store_ calls while the UpdateWorker runs
-  std::vector<cpu_adam::DecayRun> decay_runs_;  // one sub-group's, reused (update_compressed)
+  // One sub-group's, reused (update_compressed, update_on_device: copied to the device into
+  // grad_full_scratch_, free during the step on the staged path).
+  std::vector<cpu_adam::DecayRun> decay_runs_;
   std::uint64_t nvme_read_mark_ = 0;
   // Units the running step has yet to update (their gathers take the fresh parameters), and the
   // parameter bytes so handed over since the last step.
@@ -523,6 +533,7 @@ class EngineState final : public tiers::ResidencyClient {
   bool pre_reads_tried_ = false;    // this step's backward has decided on them
   std::size_t pre_read_groups_ = 0;  // adopted by the running step
   std::uint64_t gathers_queued_ahead_ = 0;  // since the last step (gather.cpp)
+  std::uint64_t device_updated_groups_ = 0;  // this step's (update_on_device)
   std::optional<UnitId> acquiring_;  // the unit gather() is acquiring (gather.cpp)
 
   // Gradient reduction's (reduce_grads.cpp): the padded fp32 gradient of one unit and this rank's

@@ -515,7 +515,9 @@ double EngineState::run_pipeline(std::span<const UnitId> units,
     if (before_update) before_update(pipeline.unit_id(i), pipeline.group(i));
     const auto adam_start = std::chrono::steady_clock::now();
     const cpu_adam::Hyperparams unit_hyper = hyper_of(pipeline.unit_id(i));
-    if (compressed_state(config_)) {
+    if (updates_on_device(unit)) {
+      update_on_device(unit, pipeline.group(i), unit_hyper, scaling);
+    } else if (compressed_state(config_)) {
       update_compressed(unit, pipeline.group(i), pipeline.compressed_spans(i),
                         pipeline.param_out(i), unit_hyper, scaling);
     } else {
@@ -622,6 +624,7 @@ void EngineState::finish_step(StepStats& stats, const StepMarks& marks) {
   stats.fresh_param_bytes = fresh_param_bytes_.exchange(0);
   stats.gathers_queued_ahead = std::exchange(gathers_queued_ahead_, 0);
   stats.grad_moves_queued = std::exchange(grad_moves_queued_, 0);
+  stats.device_updated_groups = std::exchange(device_updated_groups_, 0);
   stats.comm_bytes = comm_->stats().total_payload_bytes();
   comm_->reset_stats();
   stats.step_s = seconds_since(marks.start);

@@ -8,13 +8,15 @@
 #include <cstdint>
 
 #include "cpu_adam/compressed_step.hpp"
+#include "cpu_adam/norm_shape.hpp"
 #include "cpu_adam/simd_level.hpp"
 #include "cpu_adam/state_format.hpp"
+#include "cpu_adam/step_plan.hpp"
 #include "cpu_adam/typed_span.hpp"
 
 namespace strata::cpu_adam::detail {
 
-enum class UpdateRule { kAdam = 0, kAdagrad = 1, kLion = 2 };
+// UpdateRule and UpdateConstants: step_plan.hpp (shared with the CUDA optimizer).
 inline constexpr int kUpdateRuleCount = 3;
 
 // Where the updated weights are also written: nowhere, as bf16, or as fp16. Index in the tables.
@@ -22,23 +24,6 @@ inline constexpr int kOutNone = 0;
 inline constexpr int kOutBf16 = 1;
 inline constexpr int kOutFp16 = 2;
 inline constexpr int kOutCount = 3;
-
-// Per-step constants, computed once in double on the host and rounded to fp32 once, so every
-// element (and every level) uses the very same fp32 operands.
-struct UpdateConstants {
-  float grad_multiplier = 1;  // clip_coef / loss_scale
-  float beta1 = 0;
-  float one_minus_beta1 = 1;
-  float beta2 = 0;
-  float one_minus_beta2 = 1;
-  float step_size = 0;                  // Adam: lr / (1 - beta1^t); Adagrad, Lion: lr
-  float inv_sqrt_bias_correction2 = 1;  // 1 / sqrt(1 - beta2^t)
-  float eps = 0;
-  float decay = 1;         // decoupled weight decay factor 1 - lr * wd (AdamW, Lion)
-  float l2 = 0;            // L2 weight decay added to the gradient (Adam, Adagrad)
-  bool use_l2 = false;     // add l2 * param to the gradient
-  bool use_decay = false;  // multiply the param by `decay`
-};
 
 struct UpdateArgs {
   float* master = nullptr;
@@ -50,7 +35,7 @@ struct UpdateArgs {
   // root they divide by, so the square-law code of exp_avg_sq reuses it instead of taking it again.
   float* exp_avg_sq_root = nullptr;
   // step_compressed's bf16 master, updated in place and rounded stochastically: element i's noise
-  // is stochastic_noise(rounding_high_key, rounding_first_low + i) (vector_ops.hpp).
+  // is stochastic_noise(rounding_high_key, rounding_first_low + i) (rounding_hash.hpp).
   Bf16* master_bf16 = nullptr;
   std::uint32_t rounding_high_key = 0;
   std::uint32_t rounding_first_low = 0;
@@ -101,10 +86,6 @@ using EncodeFn = void (*)(StateDType dtype, MomentKind moment, const float* valu
 using ConvertFn = void (*)(const void* source, void* destination, std::size_t begin,
                            std::size_t end);
 using ScaleFn = void (*)(void* data, float factor, std::size_t begin, std::size_t end);
-
-// 32 lanes give enough independent add chains to keep the FP units busy at every width
-// (AVX-512: 4 accumulators, AVX2: 8, SSE2: 16); 16 lanes measured ~15% slower on cache-hot data.
-inline constexpr std::size_t kNormLanes = 32;
 
 struct KernelTable {
   SimdLevel level;

@@ -15,17 +15,6 @@
 namespace strata::cpu_adam::detail {
 namespace {
 
-// The largest signed code and the largest non-negative code. Decoding multiplies by the fp32
-// reciprocals of 127^2 and 255 instead of dividing (a division costs several multiplies); both
-// reciprocals times their divisor round to exactly 1, so the top codes still decode to the scale
-// itself and encode(decode(x)) keeps every scale and code (state_format.hpp).
-inline constexpr float kSignedMax = 127.0f;
-inline constexpr float kUnsignedMax = 255.0f;
-inline constexpr float kInverseSignedSquare = 1.0f / (127.0f * 127.0f);
-inline constexpr float kInverseUnsignedMax = 1.0f / 255.0f;
-static_assert(kInverseSignedSquare * (127.0f * 127.0f) == 1.0f);
-static_assert(kInverseUnsignedMax * 255.0f == 1.0f);
-
 template <class V>
 float block_absmax(const float* values, std::size_t n) {
   // max is exact, so the lane layout cannot change the result (NaN-free input). Four
@@ -54,13 +43,13 @@ struct SignedCode {  // exp_avg: value = scale * q|q| / 127^2
   static typename Ops::F decode(const Code* code, typename Ops::F scale) {
     using F = typename Ops::F;
     const F q = Ops::load(code);
-    return scale * ((q * Ops::abs(q)) * F(kInverseSignedSquare));
+    return scale * ((q * Ops::abs(q)) * F(kSignedCodeInverseSquare));
   }
   template <class Ops>
   static void encode(Code* code, typename Ops::F value, typename Ops::F inverse_scale) {
     using F = typename Ops::F;
-    const F position = Ops::sqrt(Ops::abs(value) * inverse_scale) * F(kSignedMax);
-    const F magnitude = Ops::min(position + F(0.5f), F(kSignedMax));
+    const F position = Ops::sqrt(Ops::abs(value) * inverse_scale) * F(kSignedCodeMax);
+    const F magnitude = Ops::min(position + F(0.5f), F(kSignedCodeMax));
     // Truncation is sign-symmetric; a zero value has magnitude 0.5, which truncates to code 0
     // whatever sign it is given.
     Ops::store_truncated(code, Ops::copysign(magnitude, value));
@@ -72,15 +61,15 @@ struct UnsignedCode {  // exp_avg_sq: value = scale * (c / 255)^4
   template <class Ops>
   static typename Ops::F decode(const Code* code, typename Ops::F scale) {
     using F = typename Ops::F;
-    const F t = Ops::load(code) * F(kInverseUnsignedMax);
+    const F t = Ops::load(code) * F(kUnsignedCodeInverse);
     const F t2 = t * t;
     return scale * (t2 * t2);
   }
   template <class Ops>
   static void encode(Code* code, typename Ops::F value, typename Ops::F inverse_scale) {
     using F = typename Ops::F;
-    const F position = Ops::sqrt(Ops::sqrt(value * inverse_scale)) * F(kUnsignedMax);
-    Ops::store_truncated(code, Ops::min(position + F(0.5f), F(kUnsignedMax)));
+    const F position = Ops::sqrt(Ops::sqrt(value * inverse_scale)) * F(kUnsignedCodeMax);
+    Ops::store_truncated(code, Ops::min(position + F(0.5f), F(kUnsignedCodeMax)));
   }
 };
 
@@ -117,11 +106,11 @@ void encode_root_block(const float* values, const float* roots, std::size_t n, s
   std::size_t i = 0;
   for (; i + V::kWidth <= n; i += V::kWidth) {
     const F position = V::sqrt(V::load(roots + i)) * F(factor);
-    V::store_truncated(codes + i, V::min(position + F(0.5f), F(kUnsignedMax)));
+    V::store_truncated(codes + i, V::min(position + F(0.5f), F(kUnsignedCodeMax)));
   }
   for (; i < n; ++i) {
     const float position = ScalarOps::sqrt(roots[i]) * factor;
-    ScalarOps::store_truncated(codes + i, ScalarOps::min(position + 0.5f, kUnsignedMax));
+    ScalarOps::store_truncated(codes + i, ScalarOps::min(position + 0.5f, kUnsignedCodeMax));
   }
   std::memset(codes + n, 0, kQuantBlockElems - n);
 }
@@ -190,26 +179,6 @@ void encode_moment(StateDType dtype, MomentKind moment, const float* values, std
       return;
     }
   }
-}
-
-// Stochastic rounding of bf16 masters (round_stochastic, stochastic_noise in vector_ops.hpp):
-// the noise is a function of (seed, step, element) only. The 64-bit (seed, step) key and the
-// element's high 32 bits are mixed here once per vector; the 32-bit hash of the low bits runs in
-// the lanes.
-inline std::uint64_t rounding_key(std::uint64_t seed, std::uint64_t step) {
-  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + step;
-  x ^= x >> 31;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 29;
-  return x;
-}
-
-inline std::uint32_t rounding_high_key(std::uint64_t key, std::uint64_t element) {
-  std::uint64_t x = key ^ ((element >> 32) * 0xD1B54A32D192ED03ull);
-  x ^= x >> 32;
-  x *= 0xD6E8FEB86659FD93ull;
-  x ^= x >> 32;
-  return static_cast<std::uint32_t>(x);
 }
 
 // n fp32 master values of elements first_element.. rounded stochastically into kept[0, n). The

@@ -14,6 +14,7 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include "cpu_adam/rounding_hash.hpp"
 #include "cpu_adam/typed_span.hpp"
 
 #if defined(__SSE2__)
@@ -22,34 +23,6 @@
 
 namespace strata::cpu_adam::detail {
 namespace {  // internal linkage: each kernel TU gets its own copies, compiled with its own flags
-
-// The stochastic-rounding noise of one element: a 32-bit hash of its low 32 bits, keyed by a
-// 32-bit key that already mixes (seed, step) and the element's high 32 bits (rounding_high_key in
-// state_codec.hpp). 32-bit lanes so it vectorizes; the finalizer is Wellons' "lowbias32"
-// (bias 0.17), after an odd multiply that spreads consecutive indices. Every step is a bijection
-// of 32-bit words, so for a fixed key distinct elements never share noise.
-inline constexpr std::uint32_t kNoiseSpread = 0x9E37'79B1u;
-inline constexpr std::uint32_t kNoiseMix1 = 0x7FEB'352Du;
-inline constexpr std::uint32_t kNoiseMix2 = 0x846C'A68Bu;
-
-inline std::uint32_t stochastic_noise(std::uint32_t high_key, std::uint32_t low) {
-  std::uint32_t x = low * kNoiseSpread + high_key;
-  x ^= x >> 16;
-  x *= kNoiseMix1;
-  x ^= x >> 15;
-  x *= kNoiseMix2;
-  x ^= x >> 16;
-  return x;
-}
-
-// fp32 -> bf16 bits given the noise: add 16 random bits below the kept ones and cut them off, so
-// the result rounds up with probability (distance to the lower bf16) / (bf16 spacing). Inf and
-// NaN round to nearest (NaNs stay NaN). Integer arithmetic only: exact anywhere.
-inline Bf16 round_stochastic(float value, std::uint32_t noise) {
-  const std::uint32_t bits = strata::detail::float_bits(value);
-  if ((bits & 0x7F80'0000u) == 0x7F80'0000u) return to_bf16(value);
-  return Bf16{static_cast<std::uint16_t>((bits + (noise & 0xFFFFu)) >> 16)};
-}
 
 // One element at a time. Also the tail of every vector loop, so tails match the lanes.
 struct ScalarOps {

@@ -1,12 +1,15 @@
 // `strata bench device`: throughput of the device copies and kernels, next to the bound a copy on
-// this machine reaches (one-thread memcpy for HostDevice, whose streams are one thread each).
+// this machine reaches (one-thread memcpy for HostDevice, whose streams are one thread each), and
+// the fused optimizer step on the device next to the device-to-device copy of the same run.
 #include <fmt/format.h>
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "runtime/cli/bench_device_optimizer.hpp"
 #include "runtime/cli/commands.hpp"
 #include "tiers/device/device.hpp"
 #include "tiers/pinned_pool.hpp"
@@ -19,6 +22,7 @@ struct BenchDeviceOptions {
   std::string kind = "auto";
   std::uint64_t mebibytes = 64;
   int iterations = 10;
+  std::string optimizer_params = "1e7";  // "0": no optimizer rows
 };
 
 template <typename Body>
@@ -38,7 +42,18 @@ void run_bench_device(const BenchDeviceOptions& options) {
                         : options.kind == "cuda" ? tiers::DeviceKind::kCuda
                                                  : tiers::DeviceKind::kAuto;
   const std::uint64_t bytes = options.mebibytes << 20;
-  device_options.budget_bytes = 4 * bytes;
+  std::uint64_t optimizer_params = 0;
+  if (options.optimizer_params != "0") {
+    const std::optional<std::uint64_t> count = parse_whole_count(options.optimizer_params, 1e11);
+    if (!count) {
+      throw CLI::ValidationError(
+          "--optimizer-params",
+          "a whole count between 1 and 1e11 (or 0), got \"" + options.optimizer_params + "\"");
+    }
+    optimizer_params = *count;
+  }
+  device_options.budget_bytes =
+      4 * bytes + (optimizer_params > 0 ? device_optimizer_bytes(optimizer_params) : 0);
   auto device = tiers::make_device(device_options);
   tiers::PinnedPool pool(device->pinned_allocator(), 2 * bytes);
   tiers::PinnedBuffer host_a = pool.allocate(bytes);
@@ -67,6 +82,7 @@ void run_bench_device(const BenchDeviceOptions& options) {
   measure("copy host->device", 2 * b, [&] { stream.copy_to_device(wide2.span(), host_a.data()); });
   measure("copy device->host", 2 * b, [&] { stream.copy_to_host(host_b.data(), wide.span()); });
   measure("copy device->device", 2 * b, [&] { stream.copy_on_device(wide2.span(), wide.span()); });
+  const double copy_gbps = rows.back().touched_bytes / rows.back().seconds / 1e9;
   measure("cast fp32->bf16", 1.5 * b, [&] {
     stream.cast(narrow.span(), DType::kBf16, wide.span(), DType::kFp32);
   });
@@ -79,6 +95,14 @@ void run_bench_device(const BenchDeviceOptions& options) {
   measure("accumulate bf16 into fp32", 2.5 * b,
           [&] { stream.accumulate(wide2.span(), narrow.span(), DType::kBf16); });
   measure("scale fp32", 2 * b, [&] { stream.scale(wide2.span(), 0.5f); });
+
+  DeviceOptimizerFigures optimizer;
+  if (optimizer_params > 0) {
+    optimizer = measure_device_optimizer(*device, optimizer_params, options.iterations);
+    rows.push_back({"optimizer step (AdamW)", optimizer.update_bytes, optimizer.update_s});
+    rows.push_back(
+        {"sum of squares bf16", optimizer.sum_of_squares_bytes, optimizer.sum_of_squares_s});
+  }
 
   const double memcpy_seconds = seconds_per_iteration(
       options.iterations, [&] { std::memcpy(host_b.data(), host_a.data(), bytes); });
@@ -95,6 +119,16 @@ void run_bench_device(const BenchDeviceOptions& options) {
   }
   fmt::print("{:<28} {:>10.2f} {:>10.3f}\n", "bound: memcpy (1 thread)", bound_gbps,
              memcpy_seconds * 1e3);
+  if (optimizer_params == 0) return;
+  // The optimizer's bound is the device's own memory: the device-to-device copy measured above.
+  const double optimizer_gbps = optimizer.update_bytes / optimizer.update_s / 1e9;
+  fmt::print(
+      "optimizer step: {} params, AdamW, fp32 master and moments, bf16 grads, bf16 params out: "
+      "{:.3f} ms, {:.0f} bytes moved ({} B/param: 3 x 4 B state read and written, 2 B grad read, "
+      "2 B params written), {:.2f} GB/s = {:.1f}% of the device->device copy's {:.2f} GB/s\n",
+      optimizer.params, optimizer.update_s * 1e3, optimizer.update_bytes,
+      optimizer.update_bytes / static_cast<double>(optimizer.params), optimizer_gbps,
+      100 * optimizer_gbps / copy_gbps, copy_gbps);
 }
 
 }  // namespace
@@ -111,6 +145,10 @@ void add_bench_device_command(CLI::App& bench) {
       ->capture_default_str();
   command->add_option("--iterations", options->iterations, "timed iterations per op")
       ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  command
+      ->add_option("--optimizer-params", options->optimizer_params,
+                   "parameters of the fused optimizer step timed on the device (0: none)")
       ->capture_default_str();
   command->callback([options] { run_bench_device(*options); });
 }

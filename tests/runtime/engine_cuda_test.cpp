@@ -1,7 +1,9 @@
 // Proves the Engine trains on a real CudaDevice (parameters and gradients in GPU memory, the
-// optimizer on the host or NVMe through pinned staging) and gives bitwise the parameters of the
-// host device; skips, saying why, where no GPU is usable.
+// optimizer on the host or NVMe through pinned staging, or on the device, updated in place by the
+// fused CUDA optimizer, in fp32 and compressed formats) and gives bitwise the parameters of the
+// host device's CPU optimizer; skips, saying why, where no GPU is usable.
 #include <cstring>
+#include <utility>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -74,8 +76,8 @@ class EngineCuda : public ::testing::TestWithParam<std::tuple<Tier, Tier, Tier>>
   }
 };
 
-// One rank: the same casts (round to nearest even), fp32 accumulation and CPU optimizer as the host
-// device, so bitwise the same parameters.
+// One rank: the same casts (round to nearest even), fp32 accumulation and CPU optimizer (or the
+// CUDA optimizer, bitwise cpu_adam's) as the host device, so bitwise the same parameters.
 TEST_P(EngineCuda, TrainsBitwiseLikeTheHostDevice) {
   const auto [params, grads, optimizer] = GetParam();
   ScratchDir host_dir;
@@ -87,6 +89,38 @@ TEST_P(EngineCuda, TrainsBitwiseLikeTheHostDevice) {
   expect_same(host, cuda,
               fmt::format("params {}, grads {}, optimizer {}", to_string(params), to_string(grads),
                           to_string(optimizer)));
+}
+
+class EngineCudaCompressed : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string reason = tiers::cuda_unavailable_reason();
+    if (!reason.empty()) GTEST_SKIP() << "no usable CUDA device: " << reason;
+  }
+};
+
+// The optimizer state on the GPU in compressed formats (int8 moments with a bf16 master rounded
+// stochastically; bf16 moments with a Kahan-compensated master): each sub-group updated in place
+// by the CUDA optimizer, bitwise the host device's cpu_adam.
+TEST_F(EngineCudaCompressed, DeviceStateTrainsBitwiseLikeTheHostDevice) {
+  for (const auto& [moments, rounding] :
+       {std::pair{cpu_adam::StateDType::kInt8, MasterRounding::kStochastic},
+        std::pair{cpu_adam::StateDType::kBf16, MasterRounding::kKahan}}) {
+    const auto configure = [&](const ScratchDir& dir) {
+      Config config = cuda_config(dir, Tier::kDevice, Tier::kDevice, Tier::kDevice);
+      config.optimizer.state_dtype = moments;
+      config.optimizer.master_dtype = cpu_adam::StateDType::kBf16;
+      config.optimizer.master_rounding = rounding;
+      return config;
+    };
+    ScratchDir host_dir;
+    const auto host = train_on(tiers::DeviceKind::kHost, configure(host_dir));
+    ScratchDir cuda_dir;
+    const auto cuda = train_on(tiers::DeviceKind::kCuda, configure(cuda_dir));
+    expect_same(host, cuda,
+                fmt::format("{} moments, bf16 master ({})", cpu_adam::state_dtype_name(moments),
+                            to_string(rounding)));
+  }
 }
 
 #if defined(STRATA_HAVE_NCCL)

@@ -16,6 +16,7 @@
 #include "base/units.hpp"
 #include "io/huge_page_memory.hpp"
 #include "tiers/device/cuda_kernels.hpp"
+#include "tiers/device/cuda_optimizer.hpp"
 #include "tiers/device/pinned_allocator.hpp"
 
 namespace strata::tiers {
@@ -198,6 +199,13 @@ class CudaStream final : public detail::StreamImpl {
   }
   void enqueue(const AccumulateOp& op) {
     check(detail::launch_accumulate(op, stream_), "accumulate kernel launch", device_index_);
+  }
+  void enqueue(const OptimizerOp& op) {
+    check(detail::launch_optimizer(op, stream_), "optimizer kernel launch", device_index_);
+  }
+  void enqueue(const SumOfSquaresOp& op) {
+    check(detail::launch_sum_of_squares(op, stream_), "sum-of-squares kernel launch",
+          device_index_);
   }
   void enqueue(HostCallbackOp& op) {
     auto payload = std::make_unique<CallbackPayload>(

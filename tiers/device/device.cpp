@@ -9,6 +9,7 @@
 
 #include "base/assert.hpp"
 #include "base/units.hpp"
+#include "cpu_adam/norm_shape.hpp"
 #include "tiers/device/host_device.hpp"
 #if defined(STRATA_HAVE_CUDA)
 #include "tiers/device/cuda_device.hpp"
@@ -356,6 +357,48 @@ void Stream::accumulate(DeviceSpan dst_fp32, DeviceSpan src, DType src_type) {
   submit(AccumulateOp{dst_fp32.as<float>(), src.data, src_type, count});
 }
 
+void Stream::optimizer_update(const OptimizerOp& op) {
+  using cpu_adam::StateDType;
+  const bool bf16_master = op.master_dtype == StateDType::kBf16;
+  STRATA_ASSERT(op.master_dtype == StateDType::kFp32 || bf16_master,
+                "optimizer master weights must be fp32 or bf16");
+  STRATA_ASSERT(op.compensation == nullptr || bf16_master, "a compensation needs a bf16 master");
+  STRATA_ASSERT(is_floating_point(op.grad_dtype), "optimizer gradients are fp32, bf16 or fp16");
+  STRATA_ASSERT(op.param_out == nullptr || op.param_out_dtype == DType::kBf16 ||
+                    op.param_out_dtype == DType::kFp16,
+                "optimizer param_out must be bf16 or fp16");
+  STRATA_ASSERT(op.decay_run_count == 0 || op.decay_runs != nullptr, "decay runs missing");
+  const bool uses_exp_avg = cpu_adam::rule_uses_exp_avg(op.plan.rule);
+  const bool uses_exp_avg_sq = cpu_adam::rule_uses_exp_avg_sq(op.plan.rule);
+  if (op.numel != 0) {
+    STRATA_ASSERT(op.master != nullptr && op.grad != nullptr, "optimizer master or grad missing");
+    STRATA_ASSERT(!uses_exp_avg || op.exp_avg != nullptr, "optimizer exp_avg missing");
+    STRATA_ASSERT(!uses_exp_avg_sq || op.exp_avg_sq != nullptr, "optimizer exp_avg_sq missing");
+  }
+  const std::size_t moment_alignment = op.moment_dtype == StateDType::kBf16 ? 2 : 4;
+  STRATA_ASSERT(aligned_to(op.master, bf16_master ? 2 : 4) && aligned_to(op.compensation, 2) &&
+                    aligned_to(op.exp_avg, moment_alignment) &&
+                    aligned_to(op.exp_avg_sq, moment_alignment) &&
+                    aligned_to(op.grad, dtype_bytes(op.grad_dtype)) && aligned_to(op.param_out, 2),
+                "optimizer array misaligned for its element type");
+  submit(op);
+}
+
+void Stream::sum_of_squares(DeviceSpan src, DType src_type, DeviceSpan sum_fp64,
+                            DeviceSpan scratch) {
+  STRATA_ASSERT(is_floating_point(src_type), "sum of squares takes fp32, bf16 or fp16");
+  STRATA_ASSERT(
+      src.bytes % dtype_bytes(src_type) == 0 && aligned_to(src.data, dtype_bytes(src_type)),
+      "sum of squares source is not whole aligned elements");
+  STRATA_ASSERT(sum_fp64.bytes == sizeof(double) && aligned_to(sum_fp64.data, sizeof(double)),
+                "sum of squares needs one aligned double");
+  const std::uint64_t count = src.bytes / dtype_bytes(src_type);
+  STRATA_ASSERT(scratch.bytes >= sum_of_squares_scratch_bytes(count) &&
+                    aligned_to(scratch.data, sizeof(double)),
+                "sum of squares scratch too small or misaligned");
+  submit(SumOfSquaresOp{src.data, src_type, count, sum_fp64.as<double>(), scratch.as<double>()});
+}
+
 void Stream::host_callback(std::function<void()> function) {
   STRATA_ASSERT(static_cast<bool>(function));
   submit(HostCallbackOp{std::move(function)});
@@ -376,6 +419,10 @@ void Stream::wait(Event& event) {
 
 void Stream::synchronize() {
   impl_->synchronize();
+}
+
+std::uint64_t sum_of_squares_scratch_bytes(std::uint64_t count) {
+  return (count + cpu_adam::kNormBlockElems - 1) / cpu_adam::kNormBlockElems * sizeof(double);
 }
 
 // ---- factory --------------------------------------------------------------------------------

@@ -65,6 +65,8 @@ struct DeviceOptions {
   // a stale read is defined and shows NaNs.
   PoisonOnRelease poison = PoisonOnRelease::kFromEnvironment;
   std::uint64_t poison_quarantine_bytes = 64ull << 20;
+  // HostDevice: threads its optimizer and norm ops spread over (0: one per core). Ignored by CUDA.
+  int host_compute_threads = 0;
 };
 
 // Allocation past the budget. Names the device, the budget, the bytes in use and the request.
@@ -183,6 +185,11 @@ class Stream {
   void fill(DeviceSpan data_fp32, float value);
   void fill_bytes(DeviceSpan data, std::uint8_t value);
   void accumulate(DeviceSpan dst_fp32, DeviceSpan src, DType src_type);
+  // One optimizer update of a sub-group in device memory (OptimizerOp; checked here).
+  void optimizer_update(const OptimizerOp& op);
+  // *sum_fp64 += the sum of squares of src's elements (SumOfSquaresOp): the bits of
+  // cpu_adam::sum_of_squares. scratch: at least sum_of_squares_scratch_bytes(count) bytes.
+  void sum_of_squares(DeviceSpan src, DType src_type, DeviceSpan sum_fp64, DeviceSpan scratch);
   void host_callback(std::function<void()> function);
   void submit(DeviceOp op);  // any op, unchecked beyond what the backend asserts
 
@@ -261,6 +268,9 @@ class Device {
   std::uint64_t backend_allocations_ = 0;
   std::uint64_t backend_frees_ = 0;
 };
+
+// Device scratch a SumOfSquaresOp over `count` elements needs (one double per norm block).
+std::uint64_t sum_of_squares_scratch_bytes(std::uint64_t count);
 
 // HostDevice for kHost, CudaDevice for kCuda (throws if not built with CUDA or no GPU), and for
 // kAuto: CUDA when built with it and a GPU is present, else HostDevice.

@@ -17,6 +17,7 @@
 
 #include "base/assert.hpp"
 #include "tiers/device/host_kernels.hpp"
+#include "tiers/device/host_optimizer.hpp"
 #include "tiers/device/pinned_allocator.hpp"
 
 namespace strata::tiers {
@@ -71,9 +72,21 @@ HostEvent& host_event(detail::EventImpl& event) {
   return *host;
 }
 
+// Runs a DeviceOp on the worker: the plain loops, or cpu_adam in the device's arena.
+struct HostRunner {
+  tbb::task_arena& arena;
+  template <typename Op>
+  void operator()(const Op& op) const {
+    detail::run_on_host(op);
+  }
+  void operator()(const OptimizerOp& op) const { detail::run_on_host(op, arena); }
+  void operator()(const SumOfSquaresOp& op) const { detail::run_on_host(op, arena); }
+};
+
 class HostStream final : public detail::StreamImpl {
  public:
-  explicit HostStream(std::size_t queue_depth) : queue_depth_(queue_depth) {
+  HostStream(std::size_t queue_depth, tbb::task_arena& arena)
+      : queue_depth_(queue_depth), arena_(arena) {
     STRATA_ASSERT(queue_depth_ > 0);
     worker_ = std::thread([this] { run(); });
   }
@@ -154,7 +167,7 @@ class HostStream final : public detail::StreamImpl {
       lock.unlock();
       space_available_.notify_one();
 
-      std::exception_ptr new_error = execute(entry, error_before);
+      std::exception_ptr new_error = execute(entry, error_before, arena_);
 
       lock.lock();
       if (new_error && !error_) {
@@ -168,10 +181,11 @@ class HostStream final : public detail::StreamImpl {
   }
 
   // Runs one entry without holding the stream mutex. Returns the error it raised, if any.
-  static std::exception_ptr execute(Entry& entry, const std::exception_ptr& error_before) {
+  static std::exception_ptr execute(Entry& entry, const std::exception_ptr& error_before,
+                                    tbb::task_arena& arena) {
     if (auto* op = std::get_if<DeviceOp>(&entry)) {
       try {
-        std::visit([](const auto& concrete) { detail::run_on_host(concrete); }, *op);
+        std::visit(HostRunner{arena}, *op);
       } catch (...) {
         return std::current_exception();
       }
@@ -196,6 +210,8 @@ class HostStream final : public detail::StreamImpl {
   }
 
   const std::size_t queue_depth_;
+  tbb::task_arena& arena_;  // the device's; it outlives every stream
+
   std::mutex mutex_;  // guards everything below
   std::condition_variable work_available_;
   std::condition_variable space_available_;
@@ -212,14 +228,16 @@ class HostStream final : public detail::StreamImpl {
 
 HostDevice::HostDevice(const DeviceOptions& options)
     : Device(DeviceKind::kHost, options, "host"),
-      pinned_allocator_(std::make_shared<MmapPinnedAllocator>()) {}
+      pinned_allocator_(std::make_shared<MmapPinnedAllocator>()),
+      arena_(options.host_compute_threads > 0 ? options.host_compute_threads
+                                              : tbb::task_arena::automatic) {}
 
 HostDevice::~HostDevice() {
   release_quarantine();
 }
 
 Stream HostDevice::create_stream() {
-  return Stream(*this, std::make_unique<HostStream>(options().stream_queue_depth));
+  return Stream(*this, std::make_unique<HostStream>(options().stream_queue_depth, arena_));
 }
 
 Event HostDevice::create_event() {

@@ -8,6 +8,8 @@
 //   variables.
 // - Event: a generation counter. record() enqueues a marker; the event completes when the worker
 //   reaches it. Stream::wait(event) enqueues an entry that makes the worker sleep until then.
+// - Optimizer and norm ops: cpu_adam's kernels (host_optimizer.hpp), run from the stream's worker
+//   in the device's own task arena (DeviceOptions::host_compute_threads threads).
 // - Errors: the first exception thrown by enqueued work becomes the stream's error, rethrown by the
 //   next synchronize(); later work still runs (as on CUDA after a failed host callback), so
 //   callbacks that signal completion are never lost and no waiter hangs.
@@ -16,6 +18,8 @@
 #pragma once
 
 #include <memory>
+
+#include <oneapi/tbb/task_arena.h>
 
 #include "tiers/device/device.hpp"
 
@@ -39,6 +43,7 @@ class HostDevice final : public Device {
 
  private:
   std::shared_ptr<PinnedAllocator> pinned_allocator_;
+  tbb::task_arena arena_;  // the optimizer and norm ops' threads, shared by every stream
 };
 
 }  // namespace strata::tiers
