@@ -166,7 +166,9 @@ class DecoderModel {
   double loss_sum() const;
   double loss_weight() const;
   void backward_unit(std::size_t unit, UnitParams params, UnitGrads grads, UnitParams shared = {});
-  // Logits [sequences · (sequence_tokens - 1) × vocab] of the last forward.
+  // Logits [sequences · (sequence_tokens - 1) × vocab] of the last forward. On CUDA's bf16 path
+  // they are recomputed from the head's bf16 weights kept since the head's forward (the loss
+  // never holds them whole): valid until a layer's backward, std::logic_error after.
   std::span<const float> logits() const;
 
   // Incremental decoding of one sequence with a KV cache (strata-generate):
