@@ -5,11 +5,12 @@
 // The same algorithm on the same inputs gives the same bits on one GPU: the tensor-core tiles sum
 // in a fixed order, and cuBLAS documents its routines as reproducible run to run with one stream
 // and a caller-owned workspace. The remaining risk is an algorithm whose blocks share a reduction:
-// split-K. The heuristic is first asked for algorithms that reduce split-K partials in the
-// workspace in fp32 in a separate pass (COMPUTE_TYPE), in a fixed order, or do not split K
-// (their reduction scheme is NONE, which every mask admits); only if it has none for a shape is
-// it asked again without the mask (INPLACE, the other scheme, serialises its partial tiles on
-// counters in the workspace, also ordered). The choice is cached per shape, so a shape never
+// split-K. Of the heuristic's first kCandidates algorithms (best first) the first whose reduction
+// scheme is NONE (no split-K) or COMPUTE_TYPE (fp32 partials in the workspace, reduced by a
+// separate kernel in a fixed order) is taken; only if there is none is the heuristic's first
+// taken (INPLACE, the remaining scheme, serialises its partial tiles on counters in the
+// workspace, which the header's name for it says is also ordered; OUTPUT_TYPE reduces apart, as
+// COMPUTE_TYPE, but in the output's precision). The choice is cached per shape, so a shape never
 // changes kernels within a run, and the heuristic itself is a pure function of the shape and
 // the device. Under activation checkpointing the recomputed forward asks for the same shapes
 // with the same alignments (every activation buffer is allocated 256-byte aligned), hence the
@@ -102,7 +103,8 @@ LtGemm::Plan& LtGemm::plan_for(const GemmProduct& p) {
                 alignment_bytes(p.a.data),
                 alignment_bytes(p.b.data),
                 alignment_bytes(p.c != nullptr ? p.c : p.d),
-                alignment_bytes(p.d)};
+                alignment_bytes(p.d),
+                alignment_bytes(p.bias)};
   auto found = plans_.find(key);
   if (found != plans_.end()) return *found->second;
 
@@ -158,28 +160,33 @@ LtGemm::Plan& LtGemm::plan_for(const GemmProduct& p) {
   set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, std::get<13>(key));
   set_preference(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, std::get<14>(key));
 
-  auto heuristic = [&]() {
-    cublasLtMatmulHeuristicResult_t result{};
-    int found_count = 0;
-    check(cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), desc,
-                                         plan->a.get(), plan->b.get(), plan->d.get(),
-                                         plan->d.get(), preference.get(), 1, &result,
-                                         &found_count),
-          "cublasLtMatmulAlgoGetHeuristic");
-    if (found_count > 0) plan->algo = result.algo;
-    return found_count > 0;
-  };
-  // [Note: cuBLASLt determinism]: fp32 split-K partials reduced apart, or no split-K, first.
-  set_preference(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                 std::uint32_t{CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE});
-  if (!heuristic()) {
-    set_preference(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                   std::uint32_t{CUBLASLT_REDUCTION_SCHEME_MASK});
-    if (!heuristic()) {
-      throw tiers::CudaError(owner_ + ": cublasLtMatmulAlgoGetHeuristic found no algorithm for " +
-                                 std::to_string(p.m) + "x" + std::to_string(p.n) + "x" +
-                                 std::to_string(p.k),
-                             device_index_, CUBLAS_STATUS_NOT_SUPPORTED, "no algorithm");
+  constexpr int kCandidates = 8;
+  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
+  int candidates = 0;
+  check(cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), desc,
+                                       plan->a.get(), plan->b.get(), plan->d.get(), plan->d.get(),
+                                       preference.get(), kCandidates, results, &candidates),
+        "cublasLtMatmulAlgoGetHeuristic");
+  if (candidates == 0) {
+    throw tiers::CudaError(owner_ + ": cublasLtMatmulAlgoGetHeuristic found no algorithm for " +
+                               std::to_string(p.m) + "x" + std::to_string(p.n) + "x" +
+                               std::to_string(p.k),
+                           device_index_, CUBLAS_STATUS_NOT_SUPPORTED, "no algorithm");
+  }
+  // [Note: cuBLASLt determinism]
+  plan->algo = results[0].algo;
+  for (int i = 0; i < candidates; ++i) {
+    std::uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+    std::size_t written = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo,
+                                             CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                             sizeof(scheme), &written) != CUBLAS_STATUS_SUCCESS) {
+      continue;
+    }
+    if (scheme == CUBLASLT_REDUCTION_SCHEME_NONE ||
+        scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE) {
+      plan->algo = results[i].algo;
+      break;
     }
   }
   return *plans_.emplace(key, std::move(plan)).first->second;

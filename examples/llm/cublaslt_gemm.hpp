@@ -16,9 +16,10 @@
 // Determinism: cuBLAS documents every routine as bitwise reproducible run to run on GPUs of one
 // architecture and SM count when one stream uses it and the workspace is the caller's own, as
 // here. cuBLASLt has no atomics mode to switch off; its only cross-block reduction is split-K,
-// and the heuristic is asked for algorithms whose split-K partial sums go to the workspace in
-// fp32 and are reduced in a separate, fixed-order pass (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)
-// or that do not split K at all. See [Note: cuBLASLt determinism] in cublaslt_gemm.cpp.
+// and of the heuristic's candidates the first that does not split K, or reduces the split-K
+// partial sums in fp32 in the workspace in a separate, fixed-order pass
+// (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE), is taken. See [Note: cuBLASLt determinism] in
+// cublaslt_gemm.cpp.
 // Threading: one LtGemm per stream and per host thread. Only CUDA-side sources include this.
 #pragma once
 
@@ -77,7 +78,7 @@ class LtGemm {
   struct Plan;  // descriptors and the chosen algorithm of one shape
   using Key = std::tuple<std::size_t, std::size_t, std::size_t, std::size_t, std::size_t,
                          std::size_t, int, int, int, bool, bool, unsigned, unsigned, unsigned,
-                         unsigned>;
+                         unsigned, unsigned>;
   Plan& plan_for(const GemmProduct& product);
   void check(int status, const char* call) const;
 
