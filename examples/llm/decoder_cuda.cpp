@@ -1,16 +1,17 @@
-// DecoderModel's CUDA backend: device activations, bf16 tensor-core products on cuBLAS and the
-// kernels of decoder_cuda_kernels.cu on one stream. Mirrors decoder_layer.cpp and
-// decoder_model.cpp step for step (same buffers, same order, same family switches).
+// The CUDA decoder's fp32 reference path (DecoderOptions::cuda_fp32_products): fp32 activations,
+// cuBLAS fp32 products (no TF32), the fp32 kernels of decoder_cuda_kernels.cu on one stream, and
+// either attention (the fp32 tiled one by default, the tensor-core one through its fp32 interface
+// when asked). Mirrors decoder_layer.cpp and decoder_model.cpp step for step (same buffers, same
+// order, same family switches), so it gives the host model to fp32 rounding; the bf16 path
+// (decoder_cuda_bf16.cpp) is tested against it and the host. make_cuda_decoder picks the path.
 //
 // Row-major products on column-major cuBLAS: a row-major matrix is its transpose in column-major,
-// so C = op(A)·op(B) (row-major) is computed as Cᵀ = op(B)ᵀ·op(A)ᵀ, i.e. GemmEx with the operands
-// swapped and m, n exchanged. Operands are rounded to bf16 (round to nearest even) into scratch
-// first; the product accumulates in fp32 (CUBLAS_COMPUTE_32F) into an fp32 output. Atomics are not
-// allowed, so on one stream the results are bitwise reproducible on the same GPU.
+// so C = op(A)·op(B) (row-major) is computed as Cᵀ = op(B)ᵀ·op(A)ᵀ, i.e. Sgemm with the operands
+// swapped and m, n exchanged. Atomics are not allowed, so on one stream the results are bitwise
+// reproducible on the same GPU.
 #include "examples/llm/decoder_cuda.hpp"
 
 #include <cublas_v2.h>
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -19,9 +20,7 @@
 #include <type_traits>
 
 #include "base/assert.hpp"
-#include "examples/gpt/cuda_backend.hpp"
-#include "examples/llm/decoder_cuda_kernels.hpp"
-#include "examples/llm/decoder_impl.hpp"
+#include "examples/llm/decoder_cuda_base.hpp"
 #include "examples/llm/flash_attention.hpp"
 #include "examples/llm/linear.hpp"
 #include "tiers/device/cuda_device.hpp"
@@ -39,18 +38,6 @@ int to_int(std::size_t value) {
   return static_cast<int>(value);
 }
 
-cuda::ActivationCode activation_code(Activation act) {
-  switch (act) {
-    case Activation::kSilu:
-      return cuda::ActivationCode::kSilu;
-    case Activation::kGeluTanh:
-      return cuda::ActivationCode::kGeluTanh;
-    case Activation::kGelu:
-      return cuda::ActivationCode::kGelu;
-  }
-  return cuda::ActivationCode::kSilu;
-}
-
 // A row-major view with a row stride, on the device.
 struct View {
   const float* data;
@@ -61,70 +48,17 @@ struct MutView {
   std::size_t ld;
 };
 
-class CudaDecoderImpl final : public CudaDecoder, private examples::CudaBackend {
+class CudaDecoderFp32 final : public CudaDecoderBase {
  public:
-  CudaDecoderImpl(const HfConfig& config, const DecoderOptions& options, tiers::Device& device)
-      : CudaBackend(device, "decoder"),
-        config_(config),
-        options_(options),
-        units_(decoder_units(config)),
-        dims_(config),
-        layout_(layer_layout(units_[1])),
-        head_(head_layout(units_.back())) {
-    STRATA_ASSERT(device.kind() == tiers::DeviceKind::kCuda);
-    if (dims_.head_dim > cuda::kMaxAttentionHeadDim) {
-      throw std::invalid_argument(
-          config.source.string() + ": head_dim " + std::to_string(dims_.head_dim) +
-          " exceeds the CUDA attention kernels' " + std::to_string(cuda::kMaxAttentionHeadDim));
-    }
-    flash_attention_ = use_flash_attention();
+  CudaDecoderFp32(const HfConfig& config, const DecoderOptions& options, tiers::Device& device)
+      : CudaDecoderBase(config, options, device) {
+    // kAuto keeps the fp32 attention: this path stays fp32 end to end.
+    flash_attention_ = use_flash_attention(false);
     allocate_buffers();
   }
 
-  ~CudaDecoderImpl() override = default;
-  CudaDecoderImpl(const CudaDecoderImpl&) = delete;
-  CudaDecoderImpl& operator=(const CudaDecoderImpl&) = delete;
-
-  std::size_t activation_bytes() const override { return allocated_bytes(); }
-
   std::string_view attention_implementation() const override {
     return flash_attention_ ? "flash-attention, bf16 tensor cores" : "tiled fp32, CUDA cores";
-  }
-
-  void set_batch(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets,
-                 std::span<const float> weights, std::span<const std::uint32_t> row_positions,
-                 std::span<const std::uint32_t> row_first_keys, std::size_t sequences,
-                 std::size_t positions) override {
-    set_device();
-    sequences_ = sequences;
-    positions_ = positions;
-    rows_ = inputs.size();
-    // The embedding backward sums every token's (and GPT-2 position's) rows in row order, as
-    // the host does.
-    token_index_.build(inputs, dims_.vocab);
-    if (dims_.gpt2) position_index_.build(row_positions, position_table_rows_);
-    host_weights_.assign(weights.begin(), weights.end());
-    copy_in(inputs_, inputs.data(), rows_);
-    copy_in(targets_, targets.data(), rows_);
-    copy_in(weights_, weights.data(), rows_);
-    copy_in(row_positions_, row_positions.data(), rows_);
-    copy_in(row_first_keys_, row_first_keys.data(), rows_);
-    copy_in(token_offsets_, token_index_.offsets.data(), token_index_.offsets.size());
-    copy_in(token_rows_, token_index_.rows.data(), rows_);
-    if (dims_.gpt2) {
-      copy_in(position_offsets_, position_index_.offsets.data(), position_index_.offsets.size());
-      copy_in(position_rows_, position_index_.rows.data(), rows_);
-    }
-    finish();  // the host vectors may change with the next batch
-  }
-
-  void forward_embedding(UnitParams p) override {
-    set_device();
-    const float* wpe = dims_.gpt2 ? p[kPositionEmbedding].data() : nullptr;
-    check(cuda::embedding_forward(inputs_, p[kTokenEmbedding].data(), wpe, row_positions_,
-                                  resid_[0], rows_, dims_.hidden, stream_),
-          "embedding_forward");
-    finish();
   }
 
   void forward_layer(std::size_t layer, UnitParams p) override {
@@ -150,8 +84,7 @@ class CudaDecoderImpl final : public CudaDecoder, private examples::CudaBackend 
   LossTotals loss() override {
     set_device();
     LossTotals totals;
-    for (const float w : host_weights_) totals.weight += w;  // rows in order, as on the host
-    const float inv_weight = totals.weight > 0.0 ? static_cast<float>(1.0 / totals.weight) : 0.0f;
+    const float inv_weight = inverse_loss_weight(&totals.weight);
     check(cuda::weighted_cross_entropy(logits_, targets_, weights_, inv_weight, dlogits_,
                                        row_loss_, rows_, dims_.vocab, stream_),
           "weighted_cross_entropy");
@@ -253,22 +186,6 @@ class CudaDecoderImpl final : public CudaDecoder, private examples::CudaBackend 
     finish();
   }
 
-  void backward_embedding(UnitGrads g) override {
-    set_device();
-    const std::size_t d = dims_.hidden;
-    check(cuda::embedding_backward(d_resid_, {token_offsets_, token_rows_, dims_.vocab},
-                                   config_.tie_word_embeddings ? tied_grad_ : nullptr,
-                                   g[kTokenEmbedding].data(), d, stream_),
-          "embedding_backward");
-    if (dims_.gpt2) {
-      check(cuda::embedding_backward(d_resid_,
-                                     {position_offsets_, position_rows_, position_table_rows_},
-                                     nullptr, g[kPositionEmbedding].data(), d, stream_),
-            "embedding_backward");
-    }
-    finish();
-  }
-
   void copy_logits(std::vector<float>& out) const override {
     set_device();
     out.resize(rows_ * dims_.vocab);
@@ -279,23 +196,6 @@ class CudaDecoderImpl final : public CudaDecoder, private examples::CudaBackend 
   }
 
  private:
-  // Rows grouped by an id, each group in row order (a stable counting sort), on the host.
-  struct HostRowIndex {
-    std::vector<std::int32_t> offsets, rows, next;
-    template <typename Id>
-    void build(std::span<const Id> ids, std::size_t id_count) {
-      offsets.assign(id_count + 1, 0);
-      for (const Id id : ids) ++offsets[static_cast<std::size_t>(id) + 1];
-      for (std::size_t v = 0; v < id_count; ++v) offsets[v + 1] += offsets[v];
-      rows.resize(ids.size());
-      next.assign(offsets.begin(), offsets.end() - 1);
-      for (std::size_t row = 0; row < ids.size(); ++row) {
-        rows[static_cast<std::size_t>(next[static_cast<std::size_t>(ids[row])]++)] =
-            static_cast<std::int32_t>(row);
-      }
-    }
-  };
-
   struct Layer {
     float *norm1, *norm1_mean, *norm1_rstd, *qkv, *lse, *att, *mid, *norm2, *norm2_mean,
         *norm2_rstd, *pre, *act;
@@ -306,20 +206,6 @@ class CudaDecoderImpl final : public CudaDecoder, private examples::CudaBackend 
     const std::size_t d = dims_.hidden;
     const std::size_t vocab = dims_.vocab;
     const std::size_t lse = std::size_t{options_.micro_batch} * dims_.heads * options_.seq_len;
-    inputs_ = allocate<std::int32_t>(rows);
-    targets_ = allocate<std::int32_t>(rows);
-    weights_ = allocate<float>(rows);
-    row_positions_ = allocate<std::uint32_t>(rows);
-    row_first_keys_ = allocate<std::uint32_t>(rows);
-    token_offsets_ = allocate<std::int32_t>(vocab + 1);
-    token_rows_ = allocate<std::int32_t>(rows);
-    if (dims_.gpt2) {
-      position_table_rows_ = config_.max_position_embeddings;  // GPT-2's n_positions: wpe's rows
-      position_offsets_ = allocate<std::int32_t>(position_table_rows_ + 1);
-      position_rows_ = allocate<std::int32_t>(rows);
-    }
-    row_loss_ = allocate<double>(rows);
-    for (std::size_t l = 0; l <= config_.num_layers; ++l) resid_.push_back(allocate<float>(rows * d));
     layers_.resize(options_.activation_checkpointing ? 1 : config_.num_layers);
     for (Layer& layer : layers_) {
       layer.norm1 = allocate<float>(rows * d);
@@ -340,31 +226,12 @@ class CudaDecoderImpl final : public CudaDecoder, private examples::CudaBackend 
     head_rstd_ = allocate<float>(rows);
     logits_ = allocate<float>(rows * vocab);
     dlogits_ = allocate<float>(rows * vocab);
-    d_resid_ = allocate<float>(rows * d);
     d_norm_ = allocate<float>(rows * d);
     d_att_ = allocate<float>(rows * dims_.q_width);
     d_qkv_ = allocate<float>(rows * dims_.qkv_width);
     d_pre_ = allocate<float>(rows * dims_.pre_width);
     d_act_ = allocate<float>(rows * dims_.inner);
     delta_ = allocate<float>(lse);
-    if (config_.tie_word_embeddings) tied_grad_ = allocate<float>(vocab * d);
-    if (!dims_.gpt2) {
-      const RopeTable table(config_, options_.seq_len);
-      rope_half_ = config_.head_dim / 2;
-      rope_cos_ = allocate<float>(table.cos().size());
-      rope_sin_ = allocate<float>(table.sin().size());
-      copy_in(rope_cos_, table.cos().data(), table.cos().size());
-      copy_in(rope_sin_, table.sin().data(), table.sin().size());
-      finish();
-    }
-    // bf16 operands of the largest product: an activation [rows × widest], a weight, or the head
-    // [vocab × d]; each side of a product has its own buffer.
-    const std::size_t widest =
-        std::max({vocab, dims_.pre_width, dims_.qkv_width, dims_.inner, dims_.q_width, d});
-    const std::size_t operand = std::max(rows * widest, widest * std::max(d, dims_.q_width));
-    operand_a_ = allocate<__nv_bfloat16>(operand);
-    operand_b_ = allocate<__nv_bfloat16>(operand);
-    operand_floats_ = operand;
     if (flash_attention_) {
       // q, k, v and dout of a full batch rounded to bf16 (flash_attention.hpp's fp32 interface).
       const cuda::AttentionDims batch{options_.micro_batch, options_.seq_len, dims_.heads,
@@ -376,26 +243,6 @@ class CudaDecoderImpl final : public CudaDecoder, private examples::CudaBackend 
     STRATA_ASSERT(allocated_bytes() ==
                       cuda_decoder_activation_bytes(config_, options_, flash_attention_).allocated,
                   "decoder_cuda_plan.cpp counts other buffers than these");
-  }
-
-  // The tensor-core attention where the options and the head_dim allow it (decoder_cuda.hpp).
-  bool use_flash_attention() const {
-    const bool supported = cuda::flash_attention_supported(dims_.head_dim, device_index_);
-    switch (options_.cuda_attention) {
-      case CudaAttention::kAuto:
-        return supported && !options_.cuda_fp32_products;
-      case CudaAttention::kTensorCores:
-        if (!supported) {
-          throw std::invalid_argument(
-              config_.source.string() + ": head_dim " + std::to_string(dims_.head_dim) +
-              ": the tensor-core attention takes a multiple of 8 up to " +
-              std::to_string(cuda::kMaxAttentionHeadDim) + " on an sm_80 or newer GPU");
-        }
-        return true;
-      case CudaAttention::kFp32:
-        return false;
-    }
-    return false;
   }
 
   // att = softmax(q·kᵀ)·v of the layer's q | k | v rows, and the log-sum-exp per query.
@@ -434,16 +281,6 @@ class CudaDecoderImpl final : public CudaDecoder, private examples::CudaBackend 
 
   Layer& layer_buffers(std::size_t layer) {
     return options_.activation_checkpointing ? layers_.front() : layers_[layer];
-  }
-
-  cuda::AttentionDims attention_dims() const {
-    return {sequences_,     positions_,     dims_.heads, dims_.kv_heads,
-            dims_.head_dim, dims_.window,   row_first_keys_};
-  }
-
-  const float* head_matrix(UnitParams p, UnitParams shared) const {
-    return config_.tie_word_embeddings ? shared[kTokenEmbedding].data()
-                                       : p[head_.lm_head].data();
   }
 
   void norm_forward(const float* weight, const float* bias, const float* x, float* y, float* mean,
@@ -573,62 +410,23 @@ class CudaDecoderImpl final : public CudaDecoder, private examples::CudaBackend 
     }
   }
 
-  // Row-major C[m×n] = alpha·op(A)·op(B) + beta·C with A and B rounded to bf16 and the products
-  // summed in fp32 on the tensor cores (see the top of the file); plain fp32 when the options ask.
+  // Row-major C[m×n] = alpha·op(A)·op(B) + beta·C in fp32 (see the top of the file).
   void gemm(Op op_a, Op op_b, std::size_t m, std::size_t n, std::size_t k, float alpha,
             const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
             std::size_t ldc) {
-    if (options_.cuda_fp32_products) {
-      check_blas(cublasSgemm(blas_, to_cublas(op_b), to_cublas(op_a), to_int(n), to_int(m),
-                             to_int(k), &alpha, b, to_int(ldb), a, to_int(lda), &beta, c,
-                             to_int(ldc)),
-                 "cublasSgemm");
-      return;
-    }
-    const std::size_t a_rows = op_a == Op::kNo ? m : k;
-    const std::size_t a_cols = op_a == Op::kNo ? k : m;
-    const std::size_t b_rows = op_b == Op::kNo ? k : n;
-    const std::size_t b_cols = op_b == Op::kNo ? n : k;
-    STRATA_ASSERT(a_rows * a_cols <= operand_floats_ && b_rows * b_cols <= operand_floats_,
-                  "a product's operand beyond the bf16 scratch");
-    check(cuda::cast_to_bf16(a, lda, operand_a_, a_cols, a_rows, a_cols, stream_), "cast_to_bf16");
-    check(cuda::cast_to_bf16(b, ldb, operand_b_, b_cols, b_rows, b_cols, stream_), "cast_to_bf16");
-    check_blas(cublasGemmEx(blas_, to_cublas(op_b), to_cublas(op_a), to_int(n), to_int(m),
-                            to_int(k), &alpha, operand_b_, CUDA_R_16BF, to_int(b_cols), operand_a_,
-                            CUDA_R_16BF, to_int(a_cols), &beta, c, CUDA_R_32F, to_int(ldc),
-                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-               "cublasGemmEx");
+    check_blas(cublasSgemm(blas_, to_cublas(op_b), to_cublas(op_a), to_int(n), to_int(m),
+                           to_int(k), &alpha, b, to_int(ldb), a, to_int(lda), &beta, c,
+                           to_int(ldc)),
+               "cublasSgemm");
   }
 
-  HfConfig config_;
-  DecoderOptions options_;
-  std::vector<UnitSpec> units_;
-  Dims dims_;
-  LayerLayout layout_;
-  HeadLayout head_;
-  std::size_t sequences_ = 0, positions_ = 0, rows_ = 0;
-
-  std::int32_t *inputs_ = nullptr, *targets_ = nullptr, *token_offsets_ = nullptr,
-               *token_rows_ = nullptr, *position_offsets_ = nullptr, *position_rows_ = nullptr;
-  std::uint32_t *row_positions_ = nullptr, *row_first_keys_ = nullptr;
-  std::size_t position_table_rows_ = 0;
-  float* weights_ = nullptr;
-  double* row_loss_ = nullptr;
-  std::vector<float*> resid_;
   std::vector<Layer> layers_;
   float *head_norm_ = nullptr, *head_mean_ = nullptr, *head_rstd_ = nullptr;
   float *logits_ = nullptr, *dlogits_ = nullptr;
-  float *d_resid_ = nullptr, *d_norm_ = nullptr, *d_att_ = nullptr, *d_qkv_ = nullptr;
-  float *d_pre_ = nullptr, *d_act_ = nullptr, *delta_ = nullptr, *tied_grad_ = nullptr;
-  float *rope_cos_ = nullptr, *rope_sin_ = nullptr;
-  std::size_t rope_half_ = 0;
-  __nv_bfloat16 *operand_a_ = nullptr, *operand_b_ = nullptr;
-  std::size_t operand_floats_ = 0;
+  float *d_norm_ = nullptr, *d_att_ = nullptr, *d_qkv_ = nullptr;
+  float *d_pre_ = nullptr, *d_act_ = nullptr, *delta_ = nullptr;
   bool flash_attention_ = false;  // the tensor-core attention (use_flash_attention)
   __nv_bfloat16* attention_scratch_ = nullptr;
-  HostRowIndex token_index_, position_index_;
-  std::vector<float> host_weights_;
-  std::vector<double> host_loss_;
 };
 
 }  // namespace
@@ -636,7 +434,8 @@ class CudaDecoderImpl final : public CudaDecoder, private examples::CudaBackend 
 std::unique_ptr<CudaDecoder> make_cuda_decoder(const HfConfig& config,
                                                const DecoderOptions& options,
                                                tiers::Device& device) {
-  return std::make_unique<CudaDecoderImpl>(config, options, device);
+  if (options.cuda_fp32_products) return std::make_unique<CudaDecoderFp32>(config, options, device);
+  return make_cuda_bf16_decoder(config, options, device);
 }
 
 }  // namespace strata::llm::detail

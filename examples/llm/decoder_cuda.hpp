@@ -1,14 +1,16 @@
-// The CUDA backend of DecoderModel (decoder_cuda.cpp, built with CUDA only): the host decoder's
-// forward and backward over device pointers, for every family (Llama, Mistral, Qwen2, GPT-2).
-//   - Matrix products: cuBLAS GemmEx with bf16 operands and fp32 accumulation (tensor cores);
-//     operands are rounded to bf16 on the fly into two scratch buffers, outputs stay fp32.
-//   - Attention: tiled, no [positions × positions] buffer exists, only one log-sum-exp per
-//     (sequence, head, query) is kept for the backward. DecoderOptions::cuda_attention picks the
-//     kernels: flash_attention's on the tensor cores (q, k, v and dout rounded to bf16 into a
-//     scratch buffer, fp32 softmax and accumulation) or decoder_cuda_kernels' fp32 ones, the
-//     reference. kAuto takes the tensor cores unless cuda_fp32_products asks for fp32 throughout
-//     or the head_dim is one they do not take.
-//   - Everything else (norms, RoPE, MLP activations, embeddings, loss) in fp32 kernels.
+// The CUDA backend of DecoderModel (built with CUDA only): the host decoder's forward and
+// backward over device pointers, for every family (Llama, Mistral, Qwen2, GPT-2). Two paths over
+// one base (decoder_cuda_base.hpp: the batch, the fp32 residual stream, the embedding):
+//   - bf16, the default (decoder_cuda_bf16.cpp): activations stored in bf16 (norm outputs,
+//     q | k | v, attention output, MLP pre-activations and activations), the residual stream and
+//     its gradient in fp32; products on cuBLASLt (cublaslt_gemm.hpp) with bf16 operands, fp32
+//     accumulation, bias and residual adds in their epilogues, weights cast to bf16 once per unit
+//     call; fused bf16 kernels (fused_kernels.hpp); attention on the tensor cores through
+//     flash_attention.hpp's bf16 interface (fp32 tiled kernels over widened copies for a head_dim
+//     they do not take, or when asked); the LM head and its loss in row chunks, so the
+//     [rows × vocab] logits never exist whole. See [Note: bf16 decoder] in decoder_cuda_bf16.cpp.
+//   - fp32 reference (decoder_cuda.cpp, DecoderOptions::cuda_fp32_products): fp32 activations
+//     and cuBLAS fp32 products; the host model to fp32 rounding.
 // Activations and scratch live in device memory allocated through the tiers::Device (within its
 // budget). Each unit call returns once its work is done, so the caller may release the parameter
 // views and read the gradients. This header is CUDA-free; DecoderModel checks order and sizes
@@ -57,14 +59,27 @@ class CudaDecoder {
   virtual void copy_logits(std::vector<float>& out) const = 0;
 };
 
+// The bf16 path's cuBLASLt workspace (cublaslt_gemm.hpp's LtGemm::kWorkspaceBytes: what Hopper's
+// cuBLAS recommends), allocated within the device budget.
+inline constexpr std::size_t kCudaGemmWorkspaceBytes = std::size_t{32} << 20;
+
 // The device memory make_cuda_decoder's backend allocates for `options` (micro-batch × seq_len
-// rows, activation checkpointing or not, the tensor-core attention's bf16 scratch or not).
+// rows, the path, activation checkpointing or not, the tensor-core attention or not).
 // CUDA-free (decoder_cuda_plan.cpp): the memory plan counts it without a GPU, taking the
 // attention plans_tensor_core_attention says (what an sm_80+ GPU runs).
 examples::DeviceBytes cuda_decoder_activation_bytes(const HfConfig& config,
                                                     const DecoderOptions& options,
                                                     bool tensor_core_attention);
 bool plans_tensor_core_attention(const HfConfig& config, const DecoderOptions& options);
+// The part both paths allocate (decoder_cuda_base.hpp).
+examples::DeviceBytes cuda_decoder_base_bytes(const HfConfig& config,
+                                              const DecoderOptions& options);
+// Rows per chunk of the bf16 path's LM-head loss: options.cuda_loss_chunk_rows, or about 2^26
+// logits per chunk (a multiple of 64 rows when that many fit), at most micro_batch · seq_len.
+std::size_t cuda_loss_chunk_rows(const HfConfig& config, const DecoderOptions& options);
+// bf16 elements of the bf16 path's weight cache: the largest unit's matrices (a layer's, or the
+// head's vocab × hidden) and the biases its bf16 outputs take.
+std::size_t cuda_weight_cache_elements(const HfConfig& config);
 
 // Throws tiers::CudaError when a CUDA or cuBLAS call fails, tiers::DeviceBudgetError when the
 // activations do not fit the device's budget, std::invalid_argument for a head_dim the attention

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "examples/llm/activation_math.cuh"
+
 namespace strata::llm::cuda {
 namespace {
 
@@ -55,39 +57,8 @@ __device__ float warp_max(float value) {
   return value;
 }
 
-constexpr float kGeluCoeff = 0.044715f;
-constexpr float kSqrtTwoOverPi = 0.7978845608028654f;
-constexpr float kInvSqrtTwo = 0.7071067811865476f;
-constexpr float kInvSqrtTwoPi = 0.3989422804014327f;
-
-__device__ float activate(ActivationCode act, float x) {
-  switch (act) {
-    case ActivationCode::kSilu:
-      return x / (1.0f + expf(-x));
-    case ActivationCode::kGeluTanh:
-      return 0.5f * x * (1.0f + tanhf(kSqrtTwoOverPi * (x + kGeluCoeff * x * x * x)));
-    case ActivationCode::kGelu:
-      return 0.5f * x * (1.0f + erff(x * kInvSqrtTwo));
-  }
-  return 0.0f;
-}
-
-__device__ float derivative(ActivationCode act, float x) {
-  switch (act) {
-    case ActivationCode::kSilu: {
-      const float s = 1.0f / (1.0f + expf(-x));
-      return s * (1.0f + x * (1.0f - s));
-    }
-    case ActivationCode::kGeluTanh: {
-      const float t = tanhf(kSqrtTwoOverPi * (x + kGeluCoeff * x * x * x));
-      return 0.5f * (1.0f + t) +
-             0.5f * x * (1.0f - t * t) * kSqrtTwoOverPi * (1.0f + 3.0f * kGeluCoeff * x * x);
-    }
-    case ActivationCode::kGelu:
-      return 0.5f * (1.0f + erff(x * kInvSqrtTwo)) + x * kInvSqrtTwoPi * expf(-0.5f * x * x);
-  }
-  return 0.0f;
-}
+using detail::activate;
+using detail::derivative;
 
 // --- element-wise and row-wise ------------------------------------------------------------------
 

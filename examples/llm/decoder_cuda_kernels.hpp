@@ -1,7 +1,10 @@
 // The decoder's element-wise, row-wise and attention work on a CUDA stream
 // (decoder_cuda_kernels.cu): what norm_kernels, rope, mlp_kernels, attention and loss do on the
-// host, over device pointers. Matrix products are not here: decoder_cuda.cpp runs them on cuBLAS
-// with bf16 operands and fp32 accumulation.
+// host, over fp32 device pointers: the fp32 reference path's kernels (decoder_cuda.cpp), some of
+// which the bf16 path reuses where its inputs are fp32 (the embedding, the norm backward, column
+// sums, the fp32 attention over widened copies). The bf16 kernels are in fused_kernels.hpp;
+// matrix products are not here (cuBLAS fp32 in decoder_cuda.cpp, cuBLASLt bf16 through
+// cublaslt_gemm.hpp).
 //
 // Determinism: no atomics anywhere. Row-wise work gives each row one warp (fixed butterfly
 // reductions); sums over rows give each column one thread that walks the rows in order; the

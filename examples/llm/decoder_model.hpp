@@ -100,12 +100,13 @@ struct DecoderOptions {
   std::uint32_t seq_len = 128;     // positions per training sequence (inputs; targets shift by 1)
   std::uint32_t micro_batch = 1;   // sequences per batch
   bool activation_checkpointing = false;
-  // CUDA only: matrix products in plain fp32 instead of bf16 operands on the tensor cores. The
-  // tests use it to check the CUDA kernels against the host model to fp32 rounding.
+  // CUDA only: the fp32 reference path (fp32 activations, fp32 cuBLAS products, fp32 attention
+  // unless cuda_attention asks otherwise) instead of the default bf16 one (bf16 activations,
+  // cuBLASLt bf16 products, the chunked LM-head loss). The tests use it to check the CUDA kernels
+  // against the host model to fp32 rounding.
   bool cuda_fp32_products = false;
-  // Host only: every projection's and the head's product rounds both operands to bf16 first,
-  // as the CUDA backend's tensor-core products do (linear.hpp's Bf16OperandsScope), so a test
-  // can compare the two to fp32 rounding and tell a bf16 bug from bf16 rounding.
+  // Host only: every projection's and the head's product rounds both operands to bf16 first
+  // (linear.hpp's Bf16OperandsScope), to study what bf16 operands alone do to the model.
   bool host_bf16_operands = false;
   // CUDA only. kAuto keeps the fp32 attention with cuda_fp32_products, so that path stays fp32
   // end to end.
@@ -115,6 +116,10 @@ struct DecoderOptions {
   // positions restart at 0 in each, as transformers computes a packed batch with restarting
   // position_ids (padding-free / varlen packing): every document is scored as if alone.
   std::optional<std::int32_t> document_separator = std::nullopt;
+  // CUDA only, bf16 path: rows per chunk of the LM head's loss (logits, cross-entropy and the
+  // head's backward run chunk by chunk, so [rows × vocab] logits never exist whole); 0 picks
+  // about 2^26 logits per chunk (cuda_loss_chunk_rows in decoder_cuda.hpp).
+  std::uint32_t cuda_loss_chunk_rows = 0;
 };
 
 using UnitParams = std::span<const std::span<const float>>;
@@ -161,7 +166,9 @@ class DecoderModel {
   double loss_sum() const;
   double loss_weight() const;
   void backward_unit(std::size_t unit, UnitParams params, UnitGrads grads, UnitParams shared = {});
-  // Logits [sequences · (sequence_tokens - 1) × vocab] of the last forward.
+  // Logits [sequences · (sequence_tokens - 1) × vocab] of the last forward. On CUDA's bf16 path
+  // they are recomputed from the head's bf16 weights kept since the head's forward (the loss
+  // never holds them whole): valid until a layer's backward, std::logic_error after.
   std::span<const float> logits() const;
 
   // Incremental decoding of one sequence with a KV cache (strata-generate):
