@@ -20,6 +20,8 @@
 #             against strata's
 #  gpt        the built-in 25 M GPT, three placements, on cuda and on the host device
 #  sanitizer  compute-sanitizer memcheck on the CUDA tests of the kernels, racecheck on kernels
+# GPU_CHECK_SUITES, GPU_CHECK_FILTER, GPU_CHECK_PLACEMENTS, GPU_CHECK_TORCH and GPU_CHECK_STEPS
+# narrow a run to what a short lease allows (see below).
 # GPU_CHECK_DEVICE=host runs the same script on a machine without a GPU (the host-emulated
 # device; no sanitizer; CUDA tests may skip; the PyTorch parts run only where python3 has torch
 # and transformers), and GPU_CHECK_LLAMA="hidden inner layers heads kv_heads" shrinks the Llama
@@ -108,6 +110,11 @@ suites=(tests/tiers/strata_tiers_tests tests/runtime/strata_runtime_tests
         tests/examples/strata_gpt_tests tests/examples/strata_finetune_tests
         tests/examples/llm/strata_llm_model_tests tests/examples/llm/strata_llm_tests)
 cuda_filter='*Cuda*:*cuda*:*Nccl*'
+# Narrower runs for a short lease: GPU_CHECK_SUITES (paths under the build), GPU_CHECK_FILTER,
+# GPU_CHECK_PLACEMENTS (strata's 1.08 B runs), GPU_CHECK_TORCH (PyTorch's), GPU_CHECK_STEPS.
+[[ -n ${GPU_CHECK_SUITES:-} ]] && read -r -a suites <<<"$GPU_CHECK_SUITES"
+test_filter=${GPU_CHECK_FILTER:-$cuda_filter}
+llama_steps=${GPU_CHECK_STEPS:-6}
 json_number() { grep -o "\"$1\": *[0-9.e+-]*" "$2" | head -n 1 | sed 's/.*: *//'; }
 # Median tokens/s of a strata-finetune log's step lines after the first (allocation, warm-up).
 median_tokens() {
@@ -129,7 +136,7 @@ if wanted tests; then
   stamp tests
   for suite in "${suites[@]}"; do
     log="$work/$(basename "$suite").log"
-    timeout 200 "$build/$suite" --gtest_filter="$cuda_filter" --gtest_brief=1 >"$log" 2>&1
+    timeout 200 "$build/$suite" --gtest_filter="$test_filter" --gtest_brief=1 >"$log" 2>&1
     status=$?
     tail -n 5 "$log"
     grep -E "^\[  (FAILED|SKIPPED) \]" "$log" | head -n 20
@@ -150,20 +157,24 @@ fi
 # --- bench ---
 if wanted bench; then
   stamp bench
-  "$strata" bench device --device "$device" --mib 256 --iterations 20 \
-    --optimizer-params "$([[ $device == cuda ]] && echo 1.08e9 || echo 1e7)" | tee "$work/device.log"
-  note "h2d pinned copy: $(awk '/^copy host->device/ {print $3}' "$work/device.log") GB/s (256 MiB)"
-  note "d2h pinned copy: $(awk '/^copy device->host/ {print $3}' "$work/device.log") GB/s (256 MiB)"
-  grep -E "^optimizer step:|^sum of squares" "$work/device.log" | while read -r line; do note "$line"; done
-  mkdir -p "$work/nvme"
-  for optimizer in host nvme; do
-    cat >"$work/step-$optimizer.toml" <<EOF
+  benches=${GPU_CHECK_BENCH:-device step attention}  # a subset for a short lease
+  if [[ $benches == *device* ]]; then
+    "$strata" bench device --device "$device" --mib 256 --iterations 20 \
+      --optimizer-params "$([[ $device == cuda ]] && echo 1.08e9 || echo 1e7)" | tee "$work/device.log"
+    note "h2d pinned copy: $(awk '/^copy host->device/ {print $3}' "$work/device.log") GB/s (256 MiB)"
+    note "d2h pinned copy: $(awk '/^copy device->host/ {print $3}' "$work/device.log") GB/s (256 MiB)"
+    grep -E "^optimizer step:|^sum of squares" "$work/device.log" | while read -r line; do note "$line"; done
+  fi
+  if [[ $benches == *step* ]]; then
+    mkdir -p "$work/nvme"
+    for optimizer in host nvme; do
+      cat >"$work/step-$optimizer.toml" <<EOF
 [tiers.device]
 kind = "$device"
 budget = "16GiB"
 [tiers.host]
 budget = "16GiB"
-[tiers.nvme]
+  [tiers.nvme]
 paths = ["$work/nvme"]
 budget = "8GiB"
 [zero]
@@ -172,17 +183,21 @@ params = "device"
 grads = "device"
 optimizer = "$optimizer"
 EOF
-    if timeout 120 "$strata" bench step "$work/step-$optimizer.toml" --device "$device" --params 1e8 \
-      --unit-params 1e7 --steps 2 --overwrite --json >"$work/step-$optimizer.json"; then
-      note "bench step, 1e8 params, optimizer on $optimizer: $(json_number t_step_s "$work/step-$optimizer.json") s/step (t_io $(json_number t_io_s "$work/step-$optimizer.json") s)"
-    else
-      fail "bench step, optimizer on $optimizer"
-    fi
-  done
-  rm -rf "$work/nvme"
+      if timeout 120 "$strata" bench step "$work/step-$optimizer.toml" --device "$device" --params 1e8 \
+        --unit-params 1e7 --steps 2 --overwrite --json >"$work/step-$optimizer.json"; then
+        note "bench step, 1e8 params, optimizer on $optimizer: $(json_number t_step_s "$work/step-$optimizer.json") s/step (t_io $(json_number t_io_s "$work/step-$optimizer.json") s)"
+      else
+        fail "bench step, optimizer on $optimizer"
+      fi
+    done
+    rm -rf "$work/nvme"
+  fi
   # The decoder's attention alone: 8 x 1024 positions, 16 heads over 4 kv heads, head_dim 128,
   # causal (the 1.08 B Llama's), lines "attention-bench: <pass> <kernel> ms <ms> TFLOPS <t>".
-  if timeout 120 "$build/examples/llm/strata-attention-bench" >"$work/attention.log" 2>&1; then
+  if [[ $benches != *attention* ]]; then
+    :
+  elif timeout 120 "$build/examples/llm/strata-attention-bench" --iterations 10 --warmup 2 \
+      >"$work/attention.log" 2>&1; then
     cat "$work/attention.log"
     grep -E '^attention-bench: (forward|backward) ' "$work/attention.log" |
       while read -r _ pass kernel _ ms _ tflops; do
@@ -211,13 +226,13 @@ print(L * (2 * d * d + 2 * d * kv + 3 * d * i + 2 * d) + 2 * V * d + d)")
   flop=$(awk -v n="$params" -v l="$llama_layers" -v d="$llama_hidden" 'BEGIN { print 6 * n + 12 * l * d * 1024 }')
   note "Llama folder: $params parameters, $(awk -v f="$flop" 'BEGIN { printf "%.2f", f / 1e9 }') GFLOP/token at seq 1024"
   declare -A tokens_of
-  for placement in all_device optimizer_host; do
+  for placement in ${GPU_CHECK_PLACEMENTS:-all_device optimizer_host}; do
     big_config "$placement" "$work/$placement-big.toml"
     log="$work/llama-$placement.log"
     stamp "strata $placement"
     if timeout 180 "$finetune" --model "$llama" --config "$work/$placement-big.toml" --device "$device" \
-      --seq-len 1024 --micro-batch 8 --steps 6 --overwrite --eval-every 0 --eval-batches 1 \
-      --data "$data_dir" $([[ $device == cuda ]] && echo --profile) >"$log" 2>&1; then
+      --seq-len 1024 --micro-batch 8 --steps "$llama_steps" --overwrite --eval-every 0 \
+      --eval-batches 1 --data "$data_dir" $([[ $device == cuda ]] && echo --profile) >"$log" 2>&1; then
       grep -E "device:|attention|^step|gpu:" "$log" | head -n 20
       tokens_of[$placement]=$(median_tokens "$log")
       note "strata Llama $placement on $device: ${tokens_of[$placement]} tokens/s, $(rate "${tokens_of[$placement]}" "$flop")"
@@ -226,11 +241,11 @@ print(L * (2 * d * d + 2 * d * kv + 3 * d * i + 2 * d) + 2 * V * d + d)")
       fail "strata Llama $placement"; tail -n 20 "$log"; tokens_of[$placement]=0
     fi
   done
-  for mode in plain fsdp2_offload; do
+  for mode in ${GPU_CHECK_TORCH:-plain fsdp2_offload}; do
     if [[ $device != cuda ]] || ! have_torch; then note "PyTorch $mode: skipped (no GPU, or python3 lacks torch + transformers)"; tokens_of[$mode]=0; continue; fi
     stamp "PyTorch $mode"
     if PYTHONUNBUFFERED=1 timeout 240 python3 scripts/gpu_torch_train.py --model "$llama" \
-      --data "$data_dir" --seq-len 1024 --micro-batch 8 --steps 6 --mode "$mode" \
+      --data "$data_dir" --seq-len 1024 --micro-batch 8 --steps "$llama_steps" --mode "$mode" \
       --json "$work/torch-$mode.json" 2>&1 | tail -n 12; then
       tokens_of[$mode]=$(json_number tokens_per_s "$work/torch-$mode.json")
       note "PyTorch $mode: ${tokens_of[$mode]:-0} tokens/s, $(rate "${tokens_of[$mode]:-0}" "$flop")"
@@ -238,10 +253,10 @@ print(L * (2 * d * d + 2 * d * kv + 3 * d * i + 2 * d) + 2 * V * d + d)")
       fail "PyTorch $mode"; tokens_of[$mode]=0
     fi
   done
-  note "ratio strata all_device / PyTorch plain: $(ratio "${tokens_of[all_device]}" "${tokens_of[plain]}")"
-  note "ratio strata optimizer_host / PyTorch plain: $(ratio "${tokens_of[optimizer_host]}" "${tokens_of[plain]}")"
-  note "ratio strata optimizer_host / FSDP2 CPUOffloadPolicy: $(ratio "${tokens_of[optimizer_host]}" "${tokens_of[fsdp2_offload]}")"
-  note "ratio strata optimizer_host / strata all_device: $(ratio "${tokens_of[optimizer_host]}" "${tokens_of[all_device]}")"
+  note "ratio strata all_device / PyTorch plain: $(ratio "${tokens_of[all_device]:-0}" "${tokens_of[plain]:-0}")"
+  note "ratio strata optimizer_host / PyTorch plain: $(ratio "${tokens_of[optimizer_host]:-0}" "${tokens_of[plain]:-0}")"
+  note "ratio strata optimizer_host / FSDP2 CPUOffloadPolicy: $(ratio "${tokens_of[optimizer_host]:-0}" "${tokens_of[fsdp2_offload]:-0}")"
+  note "ratio strata optimizer_host / strata all_device: $(ratio "${tokens_of[optimizer_host]:-0}" "${tokens_of[all_device]:-0}")"
 fi
 
 # --- losses: the 1.08 B folder's first steps on cuda (the host device's run is in docs) ---
