@@ -58,10 +58,11 @@ struct GemmProduct {
 
 class LtGemm {
  public:
-  // The workspace Hopper's cuBLAS recommends; the decoder allocates it through its device budget.
+  // The workspace Hopper's cuBLAS recommends: the most this object uses.
   static constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
 
-  // `workspace`: kWorkspaceBytes of device memory, 256-byte aligned, used by this object only.
+  // `workspace`: workspace_bytes of device memory, 256-byte aligned, used by this object only;
+  // the heuristic only offers algorithms that fit it.
   // `owner` names the model in errors. Throws tiers::CudaError when cuBLASLt cannot start.
   LtGemm(void* workspace, std::size_t workspace_bytes, int device_index, std::string owner);
   ~LtGemm();

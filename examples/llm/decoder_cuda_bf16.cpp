@@ -63,8 +63,6 @@ using cuda::GemmOperand;
 using cuda::GemmProduct;
 using cuda::Transpose;
 
-static_assert(cuda::LtGemm::kWorkspaceBytes == kCudaGemmWorkspaceBytes);
-
 // Where the bf16 weight cache's tensors sit, for a layer (the head uses `matrix` alone).
 struct LayerWeights {
   bf16 *qkv, *out, *pre, *down;  // q | k | v (or c_attn), o (c_proj), gate | up (c_fc), down
@@ -78,7 +76,7 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
         chunk_rows_(cuda_loss_chunk_rows(config, options)) {
     flash_attention_ = use_flash_attention(true);
     allocate_buffers();
-    gemm_.emplace(workspace_, kCudaGemmWorkspaceBytes, device_index_, "decoder");
+    gemm_.emplace(workspace_, workspace_bytes_, device_index_, "decoder");
   }
   // The stream's work is done before cuBLASLt's handle goes (the base synchronises only after
   // this class's members are gone).
@@ -236,7 +234,9 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
       d_att32_ = allocate<float>(rows * dims_.q_width);
     }
     weight_cache_ = allocate<bf16>(cuda_weight_cache_elements(config_));
-    workspace_ = allocate<std::byte>(kCudaGemmWorkspaceBytes);
+    workspace_bytes_ = cuda_gemm_workspace_bytes(config_, options_);
+    STRATA_ASSERT(workspace_bytes_ <= cuda::LtGemm::kWorkspaceBytes);
+    workspace_ = allocate<std::byte>(workspace_bytes_);
     STRATA_ASSERT(allocated_bytes() ==
                       cuda_decoder_activation_bytes(config_, options_, flash_attention_).allocated,
                   "decoder_cuda_plan.cpp counts other buffers than these");
@@ -573,6 +573,7 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
   LayerWeights layer_weights_{};
   CacheHolds cache_holds_ = CacheHolds::kNothing;
   std::byte* workspace_ = nullptr;
+  std::size_t workspace_bytes_ = 0;
   mutable std::optional<cuda::LtGemm> gemm_;  // after workspace_: it keeps the pointer
 };
 

@@ -71,6 +71,14 @@ std::size_t cuda_weight_cache_elements(const HfConfig& config) {
   return std::max(layer, dims.vocab * dims.hidden);
 }
 
+std::size_t cuda_gemm_workspace_bytes(const HfConfig& config, const DecoderOptions& options) {
+  const Dims dims(config);
+  const std::size_t rows = std::size_t{options.micro_batch} * options.seq_len;
+  const std::size_t widest = std::max({dims.pre_width, dims.qkv_width, dims.hidden});
+  constexpr std::size_t kMost = std::size_t{32} << 20;  // LtGemm::kWorkspaceBytes
+  return std::min(kMost, round_up(rows * widest * sizeof(float), std::size_t{256}));
+}
+
 namespace {
 
 // decoder_cuda.cpp's CudaDecoderFp32::allocate_buffers.
@@ -146,7 +154,7 @@ examples::DeviceBytes bf16_path_bytes(const HfConfig& config, const DecoderOptio
     bytes.add<float>(rows * dims.q_width);    // d_att widened
   }
   bytes.add<std::uint16_t>(cuda_weight_cache_elements(config));
-  bytes.add<std::byte>(kCudaGemmWorkspaceBytes);
+  bytes.add<std::byte>(cuda_gemm_workspace_bytes(config, options));
   return bytes;
 }
 
