@@ -251,19 +251,25 @@ __global__ void cross_entropy_forward_kernel(const float* logits, const std::int
       weights[r] == 0.0f ? 0.0 : static_cast<double>(row_lse) - static_cast<double>(target_logit);
 }
 
+// Blocks over (column tiles of the vocabulary, rows): no division per element.
 __global__ void cross_entropy_backward_kernel(const float* logits, const float* lse,
                                               const std::int32_t* targets, const float* weights,
                                               float inv_weight, __nv_bfloat16* dlogits,
                                               std::size_t rows, std::size_t vocab) {
-  for (std::size_t e = global_index(); e < rows * vocab; e += grid_stride()) {
-    const std::size_t r = e / vocab;
+  for (std::size_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const float scale = weights[r] * inv_weight;
-    float value = 0.0f;
-    if (scale != 0.0f) {
-      value = expf(logits[e] - lse[r]) * scale;
-      if (e % vocab == static_cast<std::size_t>(targets[r])) value -= scale;
+    const float row_lse = lse[r];
+    const auto target = static_cast<std::size_t>(targets[r]);
+    const float* row = logits + r * vocab;
+    __nv_bfloat16* drow = dlogits + r * vocab;
+    for (std::size_t i = global_index(); i < vocab; i += grid_stride()) {
+      float value = 0.0f;
+      if (scale != 0.0f) {
+        value = expf(row[i] - row_lse) * scale;
+        if (i == target) value -= scale;
+      }
+      store(drow + i, value);
     }
-    store(dlogits + e, value);
   }
 }
 
@@ -373,8 +379,12 @@ cudaError_t cross_entropy_backward(const float* logits, const float* lse,
                                    float inv_weight, __nv_bfloat16* dlogits, std::size_t rows,
                                    std::size_t vocab, cudaStream_t stream) {
   if (rows * vocab == 0) return cudaSuccess;
-  cross_entropy_backward_kernel<<<elementwise_blocks(rows * vocab), kThreads, 0, stream>>>(
-      logits, lse, targets, weights, inv_weight, dlogits, rows, vocab);
+  constexpr std::size_t kMaxRowBlocks = 65535;  // gridDim.y's limit; rows stride beyond
+  const dim3 grid(static_cast<unsigned>(std::min<std::size_t>(
+                      (vocab + 4 * kThreads - 1) / (4 * kThreads), kMaxBlocks)),
+                  static_cast<unsigned>(std::min(rows, kMaxRowBlocks)));
+  cross_entropy_backward_kernel<<<grid, kThreads, 0, stream>>>(logits, lse, targets, weights,
+                                                               inv_weight, dlogits, rows, vocab);
   return cudaGetLastError();
 }
 
