@@ -20,7 +20,8 @@
 //     kernel or product (q | k | v, the MLP pre-activations, d_att, d_act), fp32 where the
 //     maths needs it: the residual stream, d_norm (read by the fp32 norm backward), the logits
 //     (the softmax), every weight gradient (written straight into the caller's fp32 buffers).
-//   - The attention's dq, dk, dv come out fp32 (flash_attention.hpp); RoPE's backward reads
+//   - The tensor-core attention reads the bf16 q | k | v and stores its output rounded to bf16;
+//     its dq, dk, dv come out fp32 (flash_attention.hpp); RoPE's backward reads
 //     them, rotates back and rounds into d_qkv_bf16_ in one pass, keeping the fp32 values for
 //     the bias gradients.
 //   - Weights arrive as fp32 views; each unit call casts its matrices to bf16 once into one
@@ -228,9 +229,9 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
     d_pre_ = allocate<bf16>(rows * dims_.pre_width);
     d_act_ = allocate<bf16>(rows * dims_.inner);
     delta_ = allocate<float>(lse);
-    att32_ = allocate<float>(rows * dims_.q_width);
-    if (!flash_attention_) {
+    if (!flash_attention_) {  // the fp32 attention's inputs and output, widened
       qkv32_ = allocate<float>(rows * dims_.qkv_width);
+      att32_ = allocate<float>(rows * dims_.q_width);
       d_att32_ = allocate<float>(rows * dims_.q_width);
     }
     weight_cache_ = allocate<bf16>(cuda_weight_cache_elements(config_));
@@ -381,19 +382,20 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
   void attention_forward(Layer& a) {
     const std::size_t ld = dims_.qkv_width;
     const std::size_t q_width = dims_.q_width;
-    if (flash_attention_) {
+    if (flash_attention_) {  // bf16 in, the output rounded to bf16 as it is stored
       const bf16* k = a.qkv + q_width;
-      check(cuda::flash_attention_forward(attention_dims(), {a.qkv, ld}, {k, ld},
-                                          {k + dims_.kv_width, ld}, {att32_, q_width}, a.lse,
-                                          stream_),
+      check(cuda::flash_attention_forward(attention_dims(), cuda::Bf16Rows{a.qkv, ld},
+                                          cuda::Bf16Rows{k, ld},
+                                          cuda::Bf16Rows{k + dims_.kv_width, ld},
+                                          cuda::Bf16MutRows{a.att, q_width}, a.lse, stream_),
             "flash_attention_forward");
-    } else {
-      check(cuda::widen_to_fp32(a.qkv, ld, qkv32_, ld, rows_, ld, stream_), "widen_to_fp32");
-      const float* k = qkv32_ + q_width;
-      check(cuda::attention_forward(attention_dims(), qkv32_, k, k + dims_.kv_width, ld, att32_,
-                                    q_width, a.lse, stream_),
-            "attention_forward");
+      return;
     }
+    check(cuda::widen_to_fp32(a.qkv, ld, qkv32_, ld, rows_, ld, stream_), "widen_to_fp32");
+    const float* k = qkv32_ + q_width;
+    check(cuda::attention_forward(attention_dims(), qkv32_, k, k + dims_.kv_width, ld, att32_,
+                                  q_width, a.lse, stream_),
+          "attention_forward");
     check(cuda::cast_to_bf16(att32_, q_width, a.att, q_width, rows_, q_width, stream_),
           "cast_to_bf16");
   }
@@ -566,9 +568,10 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
   float* logits_ = nullptr;  // one chunk's
   bf16* dlogits_ = nullptr;  // one chunk's
   bf16* d_resid_bf16_ = nullptr;
-  float *d_norm_ = nullptr, *d_qkv_ = nullptr, *delta_ = nullptr, *att32_ = nullptr;
+  float *d_norm_ = nullptr, *d_qkv_ = nullptr, *delta_ = nullptr;
   bf16 *d_att_ = nullptr, *d_qkv_bf16_ = nullptr, *d_pre_ = nullptr, *d_act_ = nullptr;
-  float *qkv32_ = nullptr, *d_att32_ = nullptr;  // the fp32 attention's inputs (fallback only)
+  // The fp32 attention's inputs and output, widened (fallback only).
+  float *qkv32_ = nullptr, *att32_ = nullptr, *d_att32_ = nullptr;
   bf16* weight_cache_ = nullptr;
   LayerWeights layer_weights_{};
   CacheHolds cache_holds_ = CacheHolds::kNothing;

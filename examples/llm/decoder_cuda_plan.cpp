@@ -148,9 +148,9 @@ examples::DeviceBytes bf16_path_bytes(const HfConfig& config, const DecoderOptio
   bytes.add<std::uint16_t>(rows * dims.pre_width);  // d_pre
   bytes.add<std::uint16_t>(rows * dims.inner);      // d_act
   bytes.add<float>(lse);                            // delta
-  bytes.add<float>(rows * dims.q_width);            // fp32 attention output
   if (!tensor_core_attention) {
     bytes.add<float>(rows * dims.qkv_width);  // q | k | v widened
+    bytes.add<float>(rows * dims.q_width);    // the fp32 attention's output
     bytes.add<float>(rows * dims.q_width);    // d_att widened
   }
   bytes.add<std::uint16_t>(cuda_weight_cache_elements(config));
