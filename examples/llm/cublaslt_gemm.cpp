@@ -107,12 +107,18 @@ LtGemm::Plan& LtGemm::plan_for(const GemmProduct& p) {
                 alignment_bytes(p.bias)};
   auto found = plans_.find(key);
   if (found != plans_.end()) return *found->second;
-
   auto plan = std::make_unique<Plan>();
+  describe(p, *plan);
+  choose_algorithm(p, key, *plan);
+  return *plans_.emplace(key, std::move(plan)).first->second;
+}
+
+// The operation and matrix descriptors of a product (swapped operands: the header).
+void LtGemm::describe(const GemmProduct& p, Plan& plan) const {
   cublasLtMatmulDesc_t desc = nullptr;
   check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
-  plan->desc.reset(desc);
-  // Swapped operands (the header): cuBLASLt's A is our B, its B our A.
+  plan.desc.reset(desc);
+  // cuBLASLt's A is our B, its B our A.
   const cublasOperation_t trans_a = to_cublas(p.b.op);
   const cublasOperation_t trans_b = to_cublas(p.a.op);
   check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a,
@@ -142,10 +148,14 @@ LtGemm::Plan& LtGemm::plan_for(const GemmProduct& p) {
   };
   const bool a_kept = p.a.op == Transpose::kNo;
   const bool b_kept = p.b.op == Transpose::kNo;
-  layout(plan->a, CUDA_R_16BF, b_kept ? p.k : p.n, b_kept ? p.n : p.k, p.b.ld);
-  layout(plan->b, CUDA_R_16BF, a_kept ? p.m : p.k, a_kept ? p.k : p.m, p.a.ld);
-  layout(plan->d, to_cuda(p.d_type), p.m, p.n, p.ldd);
+  layout(plan.a, CUDA_R_16BF, b_kept ? p.k : p.n, b_kept ? p.n : p.k, p.b.ld);
+  layout(plan.b, CUDA_R_16BF, a_kept ? p.m : p.k, a_kept ? p.k : p.m, p.a.ld);
+  layout(plan.d, to_cuda(p.d_type), p.m, p.n, p.ldd);
+}
 
+// The heuristic's candidates for the shape and the pointers' alignments (the key), and of them
+// the one [Note: cuBLASLt determinism] takes.
+void LtGemm::choose_algorithm(const GemmProduct& p, const Key& key, Plan& plan) const {
   cublasLtMatmulPreference_t created = nullptr;
   check(cublasLtMatmulPreferenceCreate(&created), "cublasLtMatmulPreferenceCreate");
   const Preference preference(created);
@@ -163,8 +173,8 @@ LtGemm::Plan& LtGemm::plan_for(const GemmProduct& p) {
   constexpr int kCandidates = 8;
   cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int candidates = 0;
-  check(cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), desc,
-                                       plan->a.get(), plan->b.get(), plan->d.get(), plan->d.get(),
+  check(cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), plan.desc.get(),
+                                       plan.a.get(), plan.b.get(), plan.d.get(), plan.d.get(),
                                        preference.get(), kCandidates, results, &candidates),
         "cublasLtMatmulAlgoGetHeuristic");
   if (candidates == 0) {
@@ -173,8 +183,7 @@ LtGemm::Plan& LtGemm::plan_for(const GemmProduct& p) {
                                std::to_string(p.k),
                            device_index_, CUBLAS_STATUS_NOT_SUPPORTED, "no algorithm");
   }
-  // [Note: cuBLASLt determinism]
-  plan->algo = results[0].algo;
+  plan.algo = results[0].algo;
   for (int i = 0; i < candidates; ++i) {
     std::uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
     std::size_t written = 0;
@@ -185,11 +194,10 @@ LtGemm::Plan& LtGemm::plan_for(const GemmProduct& p) {
     }
     if (scheme == CUBLASLT_REDUCTION_SCHEME_NONE ||
         scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE) {
-      plan->algo = results[i].algo;
+      plan.algo = results[i].algo;
       break;
     }
   }
-  return *plans_.emplace(key, std::move(plan)).first->second;
 }
 
 void LtGemm::run(const GemmProduct& p, cudaStream_t stream) {

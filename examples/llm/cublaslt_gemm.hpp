@@ -81,6 +81,8 @@ class LtGemm {
                          std::size_t, int, int, int, bool, bool, unsigned, unsigned, unsigned,
                          unsigned, unsigned>;
   Plan& plan_for(const GemmProduct& product);
+  void describe(const GemmProduct& product, Plan& plan) const;
+  void choose_algorithm(const GemmProduct& product, const Key& key, Plan& plan) const;
   void check(int status, const char* call) const;
 
   void* workspace_;
