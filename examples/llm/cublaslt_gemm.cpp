@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "base/assert.hpp"
+#include "examples/llm/fused_kernels.hpp"
 #include "tiers/device/cuda_device.hpp"
 
 namespace strata::llm::cuda {
@@ -63,6 +64,9 @@ struct LtGemm::Plan {
   Desc desc;
   Layout a, b, d;  // cuBLASLt's A (our B), B (our A), and D (also C's layout)
   cublasLtMatmulAlgo_t algo{};
+  // The bias epilogue had no algorithm for this shape: the product runs without it and
+  // add_row_bias adds the bias after (one more rounding of a bf16 output).
+  bool bias_apart = false;
 };
 
 LtGemm::LtGemm(void* workspace, std::size_t workspace_bytes, int device_index, std::string owner)
@@ -108,13 +112,25 @@ LtGemm::Plan& LtGemm::plan_for(const GemmProduct& p) {
   auto found = plans_.find(key);
   if (found != plans_.end()) return *found->second;
   auto plan = std::make_unique<Plan>();
-  describe(p, *plan);
-  choose_algorithm(p, key, *plan);
+  describe(p, p.bias != nullptr, *plan);
+  bool chosen = choose_algorithm(key, *plan);
+  if (!chosen && p.bias != nullptr) {  // the bias epilogue's kernels do not take this shape
+    plan = std::make_unique<Plan>();
+    describe(p, false, *plan);
+    plan->bias_apart = true;
+    chosen = choose_algorithm(key, *plan);
+  }
+  if (!chosen) {
+    throw tiers::CudaError(owner_ + ": cublasLtMatmulAlgoGetHeuristic found no algorithm for " +
+                               std::to_string(p.m) + "x" + std::to_string(p.n) + "x" +
+                               std::to_string(p.k),
+                           device_index_, CUBLAS_STATUS_NOT_SUPPORTED, "no algorithm");
+  }
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
 
 // The operation and matrix descriptors of a product (swapped operands: the header).
-void LtGemm::describe(const GemmProduct& p, Plan& plan) const {
+void LtGemm::describe(const GemmProduct& p, bool bias_epilogue, Plan& plan) const {
   cublasLtMatmulDesc_t desc = nullptr;
   check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
   plan.desc.reset(desc);
@@ -127,7 +143,7 @@ void LtGemm::describe(const GemmProduct& p, Plan& plan) const {
   check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b,
                                        sizeof(trans_b)),
         "cublasLtMatmulDescSetAttribute(TRANSB)");
-  if (p.bias != nullptr) {
+  if (bias_epilogue) {
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                          sizeof(epilogue)),
@@ -154,8 +170,8 @@ void LtGemm::describe(const GemmProduct& p, Plan& plan) const {
 }
 
 // The heuristic's candidates for the shape and the pointers' alignments (the key), and of them
-// the one [Note: cuBLASLt determinism] takes.
-void LtGemm::choose_algorithm(const GemmProduct& p, const Key& key, Plan& plan) const {
+// the one [Note: cuBLASLt determinism] takes; false when there is none.
+bool LtGemm::choose_algorithm(const Key& key, Plan& plan) const {
   cublasLtMatmulPreference_t created = nullptr;
   check(cublasLtMatmulPreferenceCreate(&created), "cublasLtMatmulPreferenceCreate");
   const Preference preference(created);
@@ -177,12 +193,7 @@ void LtGemm::choose_algorithm(const GemmProduct& p, const Key& key, Plan& plan) 
                                        plan.a.get(), plan.b.get(), plan.d.get(), plan.d.get(),
                                        preference.get(), kCandidates, results, &candidates),
         "cublasLtMatmulAlgoGetHeuristic");
-  if (candidates == 0) {
-    throw tiers::CudaError(owner_ + ": cublasLtMatmulAlgoGetHeuristic found no algorithm for " +
-                               std::to_string(p.m) + "x" + std::to_string(p.n) + "x" +
-                               std::to_string(p.k),
-                           device_index_, CUBLAS_STATUS_NOT_SUPPORTED, "no algorithm");
-  }
+  if (candidates == 0) return false;
   plan.algo = results[0].algo;
   for (int i = 0; i < candidates; ++i) {
     std::uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
@@ -198,6 +209,7 @@ void LtGemm::choose_algorithm(const GemmProduct& p, const Key& key, Plan& plan) 
       break;
     }
   }
+  return true;
 }
 
 void LtGemm::run(const GemmProduct& p, cudaStream_t stream) {
@@ -207,7 +219,8 @@ void LtGemm::run(const GemmProduct& p, cudaStream_t stream) {
                     p.b.ld >= (p.b.op == Transpose::kNo ? p.n : p.k),
                 "a row stride shorter than its row");
   Plan& plan = plan_for(p);
-  if (p.bias != nullptr) {
+  const bool bias_epilogue = p.bias != nullptr && !plan.bias_apart;
+  if (bias_epilogue) {
     const void* bias = p.bias;
     check(cublasLtMatmulDescSetAttribute(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                          &bias, sizeof(bias)),
@@ -220,6 +233,20 @@ void LtGemm::run(const GemmProduct& p, cudaStream_t stream) {
                        plan.a.get(), p.a.data, plan.b.get(), &beta, c, plan.d.get(), p.d,
                        plan.d.get(), &plan.algo, workspace_, workspace_bytes_, stream),
         "cublasLtMatmul");
+  if (p.bias != nullptr && plan.bias_apart) add_bias_apart(p, stream);
+}
+
+void LtGemm::add_bias_apart(const GemmProduct& p, cudaStream_t stream) const {
+  const cudaError_t result =
+      p.d_type == ElementType::kBf16
+          ? add_row_bias(static_cast<__nv_bfloat16*>(p.d), p.ldd, p.m, p.n,
+                         static_cast<const __nv_bfloat16*>(p.bias), stream)
+          : add_row_bias(static_cast<float*>(p.d), p.ldd, p.m, p.n,
+                         static_cast<const float*>(p.bias), stream);
+  if (result != cudaSuccess) {
+    throw tiers::CudaError(owner_ + ": add_row_bias", device_index_, static_cast<int>(result),
+                           cudaGetErrorString(result));
+  }
 }
 
 }  // namespace strata::llm::cuda

@@ -65,6 +65,19 @@ __global__ void widen_to_fp32_kernel(const __nv_bfloat16* src, std::size_t ld_sr
   }
 }
 
+template <typename T>
+__global__ void add_row_bias_kernel(T* d, std::size_t ld, std::size_t rows, std::size_t cols,
+                                    const T* bias) {
+  for (std::size_t e = global_index(); e < rows * cols; e += grid_stride()) {
+    T* at = d + (e / cols) * ld + e % cols;
+    if constexpr (sizeof(T) == sizeof(float)) {
+      *at += bias[e % cols];
+    } else {
+      store(at, load(at) + load(bias + e % cols));
+    }
+  }
+}
+
 // --- norms ---------------------------------------------------------------------------------------
 
 // RMSNorm when bias is null, LayerNorm otherwise; the statistics as the fp32 kernels take them.
@@ -288,6 +301,22 @@ cudaError_t widen_to_fp32(const __nv_bfloat16* src, std::size_t ld_src, float* d
   if (rows * cols == 0) return cudaSuccess;
   widen_to_fp32_kernel<<<elementwise_blocks(rows * cols), kThreads, 0, stream>>>(
       src, ld_src, dst, ld_dst, rows, cols);
+  return cudaGetLastError();
+}
+
+cudaError_t add_row_bias(float* d, std::size_t ld, std::size_t rows, std::size_t cols,
+                         const float* bias, cudaStream_t stream) {
+  if (rows * cols == 0) return cudaSuccess;
+  add_row_bias_kernel<<<elementwise_blocks(rows * cols), kThreads, 0, stream>>>(d, ld, rows, cols,
+                                                                               bias);
+  return cudaGetLastError();
+}
+
+cudaError_t add_row_bias(__nv_bfloat16* d, std::size_t ld, std::size_t rows, std::size_t cols,
+                         const __nv_bfloat16* bias, cudaStream_t stream) {
+  if (rows * cols == 0) return cudaSuccess;
+  add_row_bias_kernel<<<elementwise_blocks(rows * cols), kThreads, 0, stream>>>(d, ld, rows, cols,
+                                                                               bias);
   return cudaGetLastError();
 }
 

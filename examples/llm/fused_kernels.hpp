@@ -31,6 +31,13 @@ cudaError_t widen_to_fp32(const __nv_bfloat16* src, std::size_t ld_src, float* d
                           std::size_t ld_dst, std::size_t rows, std::size_t cols,
                           cudaStream_t stream);
 
+// d[r][c] += bias[c] for rows × cols (stride ld): cublaslt_gemm.cpp's fallback for a product
+// whose bias epilogue cuBLASLt has no algorithm for (narrow, unaligned shapes).
+cudaError_t add_row_bias(float* d, std::size_t ld, std::size_t rows, std::size_t cols,
+                         const float* bias, cudaStream_t stream);
+cudaError_t add_row_bias(__nv_bfloat16* d, std::size_t ld, std::size_t rows, std::size_t cols,
+                         const __nv_bfloat16* bias, cudaStream_t stream);
+
 // y (bf16) = RMSNorm(x) (bias null) or LayerNorm(x) (bias not null; mean kept) of the fp32
 // residual stream x [rows × dim]; mean and rstd fp32 per row, as decoder_cuda_kernels' norms.
 cudaError_t norm_forward_bf16(const float* x, const float* weight, const float* bias,
