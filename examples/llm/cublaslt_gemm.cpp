@@ -132,17 +132,18 @@ LtGemm::Plan& LtGemm::plan_for(const GemmProduct& p) {
 // The operation and matrix descriptors of a product (swapped operands: the header).
 void LtGemm::describe(const GemmProduct& p, bool bias_epilogue, Plan& plan) const {
   cublasLtMatmulDesc_t desc = nullptr;
-  check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+        "cublasLtMatmulDescCreate");
   plan.desc.reset(desc);
   // cuBLASLt's A is our B, its B our A.
   const cublasOperation_t trans_a = to_cublas(p.b.op);
   const cublasOperation_t trans_b = to_cublas(p.a.op);
-  check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a,
-                                       sizeof(trans_a)),
-        "cublasLtMatmulDescSetAttribute(TRANSA)");
-  check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b,
-                                       sizeof(trans_b)),
-        "cublasLtMatmulDescSetAttribute(TRANSB)");
+  check(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)),
+      "cublasLtMatmulDescSetAttribute(TRANSA)");
+  check(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)),
+      "cublasLtMatmulDescSetAttribute(TRANSB)");
   if (bias_epilogue) {
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
@@ -176,8 +177,7 @@ bool LtGemm::choose_algorithm(const Key& key, Plan& plan) const {
   check(cublasLtMatmulPreferenceCreate(&created), "cublasLtMatmulPreferenceCreate");
   const Preference preference(created);
   auto set_preference = [&](cublasLtMatmulPreferenceAttributes_t attribute, auto value) {
-    check(cublasLtMatmulPreferenceSetAttribute(preference.get(), attribute, &value,
-                                               sizeof(value)),
+    check(cublasLtMatmulPreferenceSetAttribute(preference.get(), attribute, &value, sizeof(value)),
           "cublasLtMatmulPreferenceSetAttribute");
   };
   set_preference(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, std::uint64_t{workspace_bytes_});
@@ -222,8 +222,8 @@ void LtGemm::run(const GemmProduct& p, cudaStream_t stream) {
   const bool bias_epilogue = p.bias != nullptr && !plan.bias_apart;
   if (bias_epilogue) {
     const void* bias = p.bias;
-    check(cublasLtMatmulDescSetAttribute(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                         &bias, sizeof(bias)),
+    check(cublasLtMatmulDescSetAttribute(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                         sizeof(bias)),
           "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
   }
   const float alpha = 1.0f;
@@ -237,12 +237,11 @@ void LtGemm::run(const GemmProduct& p, cudaStream_t stream) {
 }
 
 void LtGemm::add_bias_apart(const GemmProduct& p, cudaStream_t stream) const {
-  const cudaError_t result =
-      p.d_type == ElementType::kBf16
-          ? add_row_bias(static_cast<__nv_bfloat16*>(p.d), p.ldd, p.m, p.n,
-                         static_cast<const __nv_bfloat16*>(p.bias), stream)
-          : add_row_bias(static_cast<float*>(p.d), p.ldd, p.m, p.n,
-                         static_cast<const float*>(p.bias), stream);
+  const cudaError_t result = p.d_type == ElementType::kBf16
+                                 ? add_row_bias(static_cast<__nv_bfloat16*>(p.d), p.ldd, p.m, p.n,
+                                                static_cast<const __nv_bfloat16*>(p.bias), stream)
+                                 : add_row_bias(static_cast<float*>(p.d), p.ldd, p.m, p.n,
+                                                static_cast<const float*>(p.bias), stream);
   if (result != cudaSuccess) {
     throw tiers::CudaError(owner_ + ": add_row_bias", device_index_, static_cast<int>(result),
                            cudaGetErrorString(result));

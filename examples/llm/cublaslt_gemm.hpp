@@ -79,9 +79,9 @@ class LtGemm {
 
  private:
   struct Plan;  // descriptors and the chosen algorithm of one shape
-  using Key = std::tuple<std::size_t, std::size_t, std::size_t, std::size_t, std::size_t,
-                         std::size_t, int, int, int, bool, bool, unsigned, unsigned, unsigned,
-                         unsigned, unsigned>;
+  using Key =
+      std::tuple<std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, int,
+                 int, int, bool, bool, unsigned, unsigned, unsigned, unsigned, unsigned>;
   Plan& plan_for(const GemmProduct& product);
   void describe(const GemmProduct& product, bool bias_epilogue, Plan& plan) const;
   bool choose_algorithm(const Key& key, Plan& plan) const;

@@ -101,8 +101,8 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
 
   void forward_head(UnitParams p, UnitParams shared) override {
     set_device();
-    norm_forward(p[head_.norm_weight].data(), tensor(p, head_.norm_bias), resid_.back(),
-                 head_norm_, head_mean_, head_rstd_);
+    norm_forward(p[head_.norm_weight].data(), tensor(p, head_.norm_bias), resid_.back(), head_norm_,
+                 head_mean_, head_rstd_);
     cast_head_weights(p, shared);
     for (std::size_t first = 0; first < rows_; first += chunk_rows_) {
       const std::size_t rows = std::min(chunk_rows_, rows_ - first);
@@ -144,8 +144,8 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
                                          stream_),
             "cross_entropy_backward");
       // d_norm rows = dlogits · W_head; dW_head (+)= dlogitsᵀ · head_norm rows.
-      product(rows, d, vocab, {dlogits_, vocab, Transpose::kNo},
-              {weight_cache_, d, Transpose::kNo}, d_norm_ + first * d, d, ElementType::kFp32);
+      product(rows, d, vocab, {dlogits_, vocab, Transpose::kNo}, {weight_cache_, d, Transpose::kNo},
+              d_norm_ + first * d, d, ElementType::kFp32);
       product(vocab, d, rows, {dlogits_, vocab, Transpose::kYes},
               {head_norm_ + first * d, d, Transpose::kNo}, dhead, d, ElementType::kFp32,
               first == 0 ? nullptr : dhead);
@@ -336,8 +336,8 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
     return dims_.gpt2 ? GemmOperand{w, out, Transpose::kYes} : GemmOperand{w, in, Transpose::kNo};
   }
   // dW (fp32, overwritten) of y = x·op(W) over the batch's rows, dy columns [0, out) at dy.
-  void weight_grad(const bf16* x, std::size_t ldx, const bf16* dy, std::size_t lddy,
-                   std::size_t in, std::size_t out, float* dweight) const {
+  void weight_grad(const bf16* x, std::size_t ldx, const bf16* dy, std::size_t lddy, std::size_t in,
+                   std::size_t out, float* dweight) const {
     if (dims_.gpt2) {  // [in × out] = xᵀ·dy
       product(in, out, rows_, {x, ldx, Transpose::kYes}, {dy, lddy, Transpose::kNo}, dweight, out,
               ElementType::kFp32);
@@ -370,7 +370,8 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
     norm_forward(tensor(p, l.norm1_weight), tensor(p, l.norm1_bias), x, a.norm1, a.norm1_mean,
                  a.norm1_rstd);
     product(rows_, ld, d, {a.norm1, d, Transpose::kNo}, forward_weight(layer_weights_.qkv, d, ld),
-            a.qkv, ld, ElementType::kBf16, nullptr, qkv_has_bias() ? layer_weights_.qkv_bias : nullptr);
+            a.qkv, ld, ElementType::kBf16, nullptr,
+            qkv_has_bias() ? layer_weights_.qkv_bias : nullptr);
     if (!dims_.gpt2) {  // q's heads and k's are adjacent: one launch rotates both
       check(cuda::rope_forward_bf16(a.qkv, ld, rows_, dims_.heads + dims_.kv_heads, rope_half_,
                                     row_positions_, rope_cos_, rope_sin_, stream_),
@@ -421,8 +422,9 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
       check(cuda::gated_forward_bf16(act, a.pre, a.act, rows_, inner, stream_),
             "gated_forward_bf16");
     }
-    product(rows_, d, inner, {a.act, inner, Transpose::kNo}, forward_weight(layer_weights_.down, inner, d),
-            out, d, ElementType::kFp32, a.mid, tensor(p, l.proj_bias));
+    product(rows_, d, inner, {a.act, inner, Transpose::kNo},
+            forward_weight(layer_weights_.down, inner, d), out, d, ElementType::kFp32, a.mid,
+            tensor(p, l.proj_bias));
   }
 
   // --- backward ----------------------------------------------------------------------------------
@@ -453,8 +455,8 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
     const cuda::ActivationCode act = activation_code(dims_.activation);
     const bf16* dout = d_resid_bf16_;
     // Down projection: d_act = dout·op(W_down)ᵀ, dW_down.
-    product(rows_, inner, d, {dout, d, Transpose::kNo}, backward_weight(layer_weights_.down, inner, d),
-            d_act_, inner, ElementType::kBf16);
+    product(rows_, inner, d, {dout, d, Transpose::kNo},
+            backward_weight(layer_weights_.down, inner, d), d_act_, inner, ElementType::kBf16);
     weight_grad(a.act, inner, dout, d, inner, d,
                 tensor(g, dims_.gpt2 ? l.proj_weight : l.down_weight));
     if (dims_.gpt2) {
@@ -472,8 +474,8 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
       weight_grad(a.norm2, d, d_pre_ + inner, pre, d, inner, tensor(g, l.up_weight));
     }
     // d_norm = d_pre·op(W_pre)ᵀ: gate and up in one product.
-    product(rows_, d, pre, {d_pre_, pre, Transpose::kNo}, backward_weight(layer_weights_.pre, d, pre),
-            d_norm_, d, ElementType::kFp32);
+    product(rows_, d, pre, {d_pre_, pre, Transpose::kNo},
+            backward_weight(layer_weights_.pre, d, pre), d_norm_, d, ElementType::kFp32);
     norm_backward(tensor(p, l.norm2_weight), a.mid, a.norm2_mean, a.norm2_rstd,
                   tensor(g, l.norm2_weight), tensor(g, l.norm2_bias));
   }
@@ -538,11 +540,11 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
       if (qkv_has_bias()) {
         check(cuda::column_sums(d_qkv_, ld, rows_, dims_.q_width, tensor(g, l.q_bias), stream_),
               "column_sums");
-        check(cuda::column_sums(d_qkv_ + k_offset, ld, rows_, dims_.kv_width,
-                                tensor(g, l.k_bias), stream_),
+        check(cuda::column_sums(d_qkv_ + k_offset, ld, rows_, dims_.kv_width, tensor(g, l.k_bias),
+                                stream_),
               "column_sums");
-        check(cuda::column_sums(d_qkv_ + v_offset, ld, rows_, dims_.kv_width,
-                                tensor(g, l.v_bias), stream_),
+        check(cuda::column_sums(d_qkv_ + v_offset, ld, rows_, dims_.kv_width, tensor(g, l.v_bias),
+                                stream_),
               "column_sums");
       }
       weight_grad(a.norm1, d, d_qkv_bf16_, ld, d, dims_.q_width, tensor(g, l.q_weight));
@@ -550,8 +552,8 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
       weight_grad(a.norm1, d, d_qkv_bf16_ + v_offset, ld, d, dims_.kv_width, tensor(g, l.v_weight));
     }
     // d_norm = d_qkv·op(W_qkv)ᵀ: q, k and v in one product.
-    product(rows_, d, ld, {d_qkv_bf16_, ld, Transpose::kNo}, backward_weight(layer_weights_.qkv, d, ld),
-            d_norm_, d, ElementType::kFp32);
+    product(rows_, d, ld, {d_qkv_bf16_, ld, Transpose::kNo},
+            backward_weight(layer_weights_.qkv, d, ld), d_norm_, d, ElementType::kFp32);
     norm_backward(tensor(p, l.norm1_weight), x, a.norm1_mean, a.norm1_rstd,
                   tensor(g, l.norm1_weight), tensor(g, l.norm1_bias));
   }

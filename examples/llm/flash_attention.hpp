@@ -5,9 +5,9 @@
 // flash_attention_kernels.cuh for the tiling.
 //
 // Two interfaces:
-//   - bf16: q, k, v (and dout, out for the backward) are bf16 rows with a stride; out (fp32 or
-//     bf16), lse, dq, dk, dv are fp32. Inputs need 16-byte aligned base pointers and strides that are multiples
-//     of 8 elements (16 bytes).
+//   - bf16: q, k, v (and dout, out for the backward) are bf16 rows with a stride; the forward's
+//     out is fp32 or bf16, lse, dq, dk, dv are fp32. Inputs need 16-byte aligned base pointers
+//     and strides that are multiples of 8 elements (16 bytes).
 //   - fp32: the decoder's fp32 activations (the arguments of decoder_cuda_kernels'
 //     attention_forward / attention_backward): q, k, v (and dout) are rounded to bf16 (nearest
 //     even) into `scratch`, then the bf16 kernels run; delta = rowsum(dout ∘ out) is taken from

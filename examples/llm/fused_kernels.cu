@@ -33,9 +33,15 @@ unsigned row_blocks(std::size_t rows) {
 __device__ std::size_t global_index() {
   return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
-__device__ std::size_t grid_stride() { return static_cast<std::size_t>(gridDim.x) * blockDim.x; }
-__device__ unsigned lane_id() { return threadIdx.x % kWarp; }
-__device__ unsigned warp_id() { return threadIdx.x / kWarp; }
+__device__ std::size_t grid_stride() {
+  return static_cast<std::size_t>(gridDim.x) * blockDim.x;
+}
+__device__ unsigned lane_id() {
+  return threadIdx.x % kWarp;
+}
+__device__ unsigned warp_id() {
+  return threadIdx.x / kWarp;
+}
 __device__ std::size_t warp_row() {
   return static_cast<std::size_t>(blockIdx.x) * kWarpsPerBlock + warp_id();
 }
@@ -47,8 +53,12 @@ __device__ float warp_sum(float value) {
   return value;
 }
 
-__device__ float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-__device__ void store(__nv_bfloat16* p, float value) { *p = __float2bfloat16_rn(value); }
+__device__ float load(const __nv_bfloat16* p) {
+  return __bfloat162float(*p);
+}
+__device__ void store(__nv_bfloat16* p, float value) {
+  *p = __float2bfloat16_rn(value);
+}
 
 // --- casts ---------------------------------------------------------------------------------------
 
@@ -135,9 +145,8 @@ __global__ void rope_forward_bf16_kernel(__nv_bfloat16* x, std::size_t ld, std::
 
 // One thread per rotated pair (the first heads·half units of a row) or per copied column.
 __global__ void rope_backward_to_bf16_kernel(float* dx, __nv_bfloat16* out, std::size_t ld,
-                                             std::size_t rows, std::size_t cols,
-                                             std::size_t heads, std::size_t half,
-                                             const std::uint32_t* row_positions,
+                                             std::size_t rows, std::size_t cols, std::size_t heads,
+                                             std::size_t half, const std::uint32_t* row_positions,
                                              const float* cos, const float* sin) {
   const std::size_t pairs = heads * half;
   const std::size_t units = pairs + (cols - 2 * pairs);
@@ -171,8 +180,7 @@ __global__ void rope_backward_to_bf16_kernel(float* dx, __nv_bfloat16* out, std:
 // --- MLP activations -----------------------------------------------------------------------------
 
 __global__ void gated_forward_bf16_kernel(ActivationCode act, const __nv_bfloat16* pre,
-                                          __nv_bfloat16* h, std::size_t rows,
-                                          std::size_t inner) {
+                                          __nv_bfloat16* h, std::size_t rows, std::size_t inner) {
   for (std::size_t e = global_index(); e < rows * inner; e += grid_stride()) {
     const __nv_bfloat16* gate = pre + (e / inner) * 2 * inner + e % inner;
     store(h + e, activate(act, load(gate)) * load(gate + inner));
@@ -308,7 +316,7 @@ cudaError_t add_row_bias(float* d, std::size_t ld, std::size_t rows, std::size_t
                          const float* bias, cudaStream_t stream) {
   if (rows * cols == 0) return cudaSuccess;
   add_row_bias_kernel<<<elementwise_blocks(rows * cols), kThreads, 0, stream>>>(d, ld, rows, cols,
-                                                                               bias);
+                                                                                bias);
   return cudaGetLastError();
 }
 
@@ -316,7 +324,7 @@ cudaError_t add_row_bias(__nv_bfloat16* d, std::size_t ld, std::size_t rows, std
                          const __nv_bfloat16* bias, cudaStream_t stream) {
   if (rows * cols == 0) return cudaSuccess;
   add_row_bias_kernel<<<elementwise_blocks(rows * cols), kThreads, 0, stream>>>(d, ld, rows, cols,
-                                                                               bias);
+                                                                                bias);
   return cudaGetLastError();
 }
 
@@ -329,10 +337,9 @@ cudaError_t norm_forward_bf16(const float* x, const float* weight, const float* 
   return cudaGetLastError();
 }
 
-cudaError_t rope_forward_bf16(__nv_bfloat16* x, std::size_t ld, std::size_t rows,
-                              std::size_t heads, std::size_t half,
-                              const std::uint32_t* row_positions, const float* cos,
-                              const float* sin, cudaStream_t stream) {
+cudaError_t rope_forward_bf16(__nv_bfloat16* x, std::size_t ld, std::size_t rows, std::size_t heads,
+                              std::size_t half, const std::uint32_t* row_positions,
+                              const float* cos, const float* sin, cudaStream_t stream) {
   const std::size_t count = rows * heads * half;
   if (count == 0) return cudaSuccess;
   rope_forward_bf16_kernel<<<elementwise_blocks(count), kThreads, 0, stream>>>(
@@ -355,8 +362,8 @@ cudaError_t rope_backward_to_bf16(float* dx, __nv_bfloat16* out, std::size_t ld,
 cudaError_t gated_forward_bf16(ActivationCode act, const __nv_bfloat16* pre, __nv_bfloat16* h,
                                std::size_t rows, std::size_t inner, cudaStream_t stream) {
   if (rows * inner == 0) return cudaSuccess;
-  gated_forward_bf16_kernel<<<elementwise_blocks(rows * inner), kThreads, 0, stream>>>(
-      act, pre, h, rows, inner);
+  gated_forward_bf16_kernel<<<elementwise_blocks(rows * inner), kThreads, 0, stream>>>(act, pre, h,
+                                                                                       rows, inner);
   return cudaGetLastError();
 }
 
@@ -372,8 +379,7 @@ cudaError_t gated_backward_bf16(ActivationCode act, const __nv_bfloat16* dh,
 cudaError_t plain_forward_bf16(ActivationCode act, const __nv_bfloat16* pre, __nv_bfloat16* h,
                                std::size_t count, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  plain_forward_bf16_kernel<<<elementwise_blocks(count), kThreads, 0, stream>>>(act, pre, h,
-                                                                               count);
+  plain_forward_bf16_kernel<<<elementwise_blocks(count), kThreads, 0, stream>>>(act, pre, h, count);
   return cudaGetLastError();
 }
 
@@ -381,8 +387,8 @@ cudaError_t plain_backward_bf16(ActivationCode act, const __nv_bfloat16* dh,
                                 const __nv_bfloat16* pre, __nv_bfloat16* dpre, std::size_t count,
                                 cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  plain_backward_bf16_kernel<<<elementwise_blocks(count), kThreads, 0, stream>>>(act, dh, pre,
-                                                                                dpre, count);
+  plain_backward_bf16_kernel<<<elementwise_blocks(count), kThreads, 0, stream>>>(act, dh, pre, dpre,
+                                                                                 count);
   return cudaGetLastError();
 }
 
@@ -390,7 +396,7 @@ cudaError_t column_sums_bf16(const __nv_bfloat16* m, std::size_t ld, std::size_t
                              std::size_t cols, float* out, cudaStream_t stream) {
   if (cols == 0) return cudaSuccess;
   column_sums_bf16_kernel<<<one_per_thread_blocks(cols), kThreads, 0, stream>>>(m, ld, rows, cols,
-                                                                               out);
+                                                                                out);
   return cudaGetLastError();
 }
 

@@ -47,10 +47,9 @@ cudaError_t norm_forward_bf16(const float* x, const float* weight, const float* 
 // RoPE in place on the first `heads` heads of each bf16 row of x [rows × ld] (q's heads then
 // k's: they are adjacent in the q | k | v rows, so one launch rotates both); head h at columns
 // h·2·half, row r at position row_positions[r]; cos, sin [positions × half].
-cudaError_t rope_forward_bf16(__nv_bfloat16* x, std::size_t ld, std::size_t rows,
-                              std::size_t heads, std::size_t half,
-                              const std::uint32_t* row_positions, const float* cos,
-                              const float* sin, cudaStream_t stream);
+cudaError_t rope_forward_bf16(__nv_bfloat16* x, std::size_t ld, std::size_t rows, std::size_t heads,
+                              std::size_t half, const std::uint32_t* row_positions,
+                              const float* cos, const float* sin, cudaStream_t stream);
 // The backward of rope_forward_bf16 over the attention's fp32 d(q | k | v) [rows × cols]
 // (stride ld): the first `heads` heads rotated back (the transpose), the rest copied; the result
 // both replaces dx (fp32, for the bias gradients) and is rounded into out (bf16, stride ld, the

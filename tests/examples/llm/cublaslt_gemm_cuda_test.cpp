@@ -109,9 +109,9 @@ TEST_P(CublasLtGemmCuda, MatchesAHostProductOfTheSameOperands) {
       if (bf16_out) {
         DeviceArray<__nv_bfloat16> d(s.m * ldd), c_dev(to_bf16(c)), bias_dev(to_bf16(bias));
         if (with_c) {  // in place: D starts as C
-          testing::check_cuda(cudaMemcpy(d.get(), c_dev.get(), s.m * ldd * 2,
-                                         cudaMemcpyDeviceToDevice),
-                              "cudaMemcpy");
+          testing::check_cuda(
+              cudaMemcpy(d.get(), c_dev.get(), s.m * ldd * 2, cudaMemcpyDeviceToDevice),
+              "cudaMemcpy");
         } else {
           d.poison();
         }
@@ -145,8 +145,8 @@ TEST_P(CublasLtGemmCuda, MatchesAHostProductOfTheSameOperands) {
         const double e = expected[i * s.n + j];
         const double accumulation = gamma * magnitude[i * s.n + j];
         const double rounding =
-            bf16_out ? std::ldexp(1.0, -8) * (std::abs(e) + (with_bias ? std::abs(bias[j]) : 0.0) +
-                                              accumulation)
+            bf16_out ? std::ldexp(1.0, -8) *
+                           (std::abs(e) + (with_bias ? std::abs(bias[j]) : 0.0) + accumulation)
                      : 0.0;
         const double bound = accumulation + rounding;
         const double actual = runs[0][i * ldd + j];
@@ -172,9 +172,8 @@ std::string combination_name(const ::testing::TestParamInfo<Combination>& param_
 }
 
 INSTANTIATE_TEST_SUITE_P(Combinations, CublasLtGemmCuda,
-                         ::testing::Combine(::testing::Bool(), ::testing::Bool(),
-                                            ::testing::Bool(), ::testing::Bool(),
-                                            ::testing::Bool()),
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool(),
+                                            ::testing::Bool(), ::testing::Bool()),
                          combination_name);
 
 }  // namespace
