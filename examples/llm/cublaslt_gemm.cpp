@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "base/assert.hpp"
+#include "examples/llm/fused_kernels.hpp"
 #include "tiers/device/cuda_device.hpp"
 
 namespace strata::llm::cuda {
@@ -63,6 +64,9 @@ struct LtGemm::Plan {
   Desc desc;
   Layout a, b, d;  // cuBLASLt's A (our B), B (our A), and D (also C's layout)
   cublasLtMatmulAlgo_t algo{};
+  // The bias epilogue had no algorithm for this shape: the product runs without it and
+  // add_row_bias adds the bias after (one more rounding of a bf16 output).
+  bool bias_apart = false;
 };
 
 LtGemm::LtGemm(void* workspace, std::size_t workspace_bytes, int device_index, std::string owner)
@@ -107,21 +111,40 @@ LtGemm::Plan& LtGemm::plan_for(const GemmProduct& p) {
                 alignment_bytes(p.bias)};
   auto found = plans_.find(key);
   if (found != plans_.end()) return *found->second;
-
   auto plan = std::make_unique<Plan>();
+  describe(p, p.bias != nullptr, *plan);
+  bool chosen = choose_algorithm(key, *plan);
+  if (!chosen && p.bias != nullptr) {  // the bias epilogue's kernels do not take this shape
+    plan = std::make_unique<Plan>();
+    describe(p, false, *plan);
+    plan->bias_apart = true;
+    chosen = choose_algorithm(key, *plan);
+  }
+  if (!chosen) {
+    throw tiers::CudaError(owner_ + ": cublasLtMatmulAlgoGetHeuristic found no algorithm for " +
+                               std::to_string(p.m) + "x" + std::to_string(p.n) + "x" +
+                               std::to_string(p.k),
+                           device_index_, CUBLAS_STATUS_NOT_SUPPORTED, "no algorithm");
+  }
+  return *plans_.emplace(key, std::move(plan)).first->second;
+}
+
+// The operation and matrix descriptors of a product (swapped operands: the header).
+void LtGemm::describe(const GemmProduct& p, bool bias_epilogue, Plan& plan) const {
   cublasLtMatmulDesc_t desc = nullptr;
-  check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
-  plan->desc.reset(desc);
-  // Swapped operands (the header): cuBLASLt's A is our B, its B our A.
+  check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+        "cublasLtMatmulDescCreate");
+  plan.desc.reset(desc);
+  // cuBLASLt's A is our B, its B our A.
   const cublasOperation_t trans_a = to_cublas(p.b.op);
   const cublasOperation_t trans_b = to_cublas(p.a.op);
-  check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a,
-                                       sizeof(trans_a)),
-        "cublasLtMatmulDescSetAttribute(TRANSA)");
-  check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b,
-                                       sizeof(trans_b)),
-        "cublasLtMatmulDescSetAttribute(TRANSB)");
-  if (p.bias != nullptr) {
+  check(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)),
+      "cublasLtMatmulDescSetAttribute(TRANSA)");
+  check(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)),
+      "cublasLtMatmulDescSetAttribute(TRANSB)");
+  if (bias_epilogue) {
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                          sizeof(epilogue)),
@@ -142,16 +165,19 @@ LtGemm::Plan& LtGemm::plan_for(const GemmProduct& p) {
   };
   const bool a_kept = p.a.op == Transpose::kNo;
   const bool b_kept = p.b.op == Transpose::kNo;
-  layout(plan->a, CUDA_R_16BF, b_kept ? p.k : p.n, b_kept ? p.n : p.k, p.b.ld);
-  layout(plan->b, CUDA_R_16BF, a_kept ? p.m : p.k, a_kept ? p.k : p.m, p.a.ld);
-  layout(plan->d, to_cuda(p.d_type), p.m, p.n, p.ldd);
+  layout(plan.a, CUDA_R_16BF, b_kept ? p.k : p.n, b_kept ? p.n : p.k, p.b.ld);
+  layout(plan.b, CUDA_R_16BF, a_kept ? p.m : p.k, a_kept ? p.k : p.m, p.a.ld);
+  layout(plan.d, to_cuda(p.d_type), p.m, p.n, p.ldd);
+}
 
+// The heuristic's candidates for the shape and the pointers' alignments (the key), and of them
+// the one [Note: cuBLASLt determinism] takes; false when there is none.
+bool LtGemm::choose_algorithm(const Key& key, Plan& plan) const {
   cublasLtMatmulPreference_t created = nullptr;
   check(cublasLtMatmulPreferenceCreate(&created), "cublasLtMatmulPreferenceCreate");
   const Preference preference(created);
   auto set_preference = [&](cublasLtMatmulPreferenceAttributes_t attribute, auto value) {
-    check(cublasLtMatmulPreferenceSetAttribute(preference.get(), attribute, &value,
-                                               sizeof(value)),
+    check(cublasLtMatmulPreferenceSetAttribute(preference.get(), attribute, &value, sizeof(value)),
           "cublasLtMatmulPreferenceSetAttribute");
   };
   set_preference(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, std::uint64_t{workspace_bytes_});
@@ -163,18 +189,12 @@ LtGemm::Plan& LtGemm::plan_for(const GemmProduct& p) {
   constexpr int kCandidates = 8;
   cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int candidates = 0;
-  check(cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), desc,
-                                       plan->a.get(), plan->b.get(), plan->d.get(), plan->d.get(),
+  check(cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), plan.desc.get(),
+                                       plan.a.get(), plan.b.get(), plan.d.get(), plan.d.get(),
                                        preference.get(), kCandidates, results, &candidates),
         "cublasLtMatmulAlgoGetHeuristic");
-  if (candidates == 0) {
-    throw tiers::CudaError(owner_ + ": cublasLtMatmulAlgoGetHeuristic found no algorithm for " +
-                               std::to_string(p.m) + "x" + std::to_string(p.n) + "x" +
-                               std::to_string(p.k),
-                           device_index_, CUBLAS_STATUS_NOT_SUPPORTED, "no algorithm");
-  }
-  // [Note: cuBLASLt determinism]
-  plan->algo = results[0].algo;
+  if (candidates == 0) return false;
+  plan.algo = results[0].algo;
   for (int i = 0; i < candidates; ++i) {
     std::uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
     std::size_t written = 0;
@@ -185,11 +205,11 @@ LtGemm::Plan& LtGemm::plan_for(const GemmProduct& p) {
     }
     if (scheme == CUBLASLT_REDUCTION_SCHEME_NONE ||
         scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE) {
-      plan->algo = results[i].algo;
+      plan.algo = results[i].algo;
       break;
     }
   }
-  return *plans_.emplace(key, std::move(plan)).first->second;
+  return true;
 }
 
 void LtGemm::run(const GemmProduct& p, cudaStream_t stream) {
@@ -199,10 +219,11 @@ void LtGemm::run(const GemmProduct& p, cudaStream_t stream) {
                     p.b.ld >= (p.b.op == Transpose::kNo ? p.n : p.k),
                 "a row stride shorter than its row");
   Plan& plan = plan_for(p);
-  if (p.bias != nullptr) {
+  const bool bias_epilogue = p.bias != nullptr && !plan.bias_apart;
+  if (bias_epilogue) {
     const void* bias = p.bias;
-    check(cublasLtMatmulDescSetAttribute(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                         &bias, sizeof(bias)),
+    check(cublasLtMatmulDescSetAttribute(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                         sizeof(bias)),
           "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
   }
   const float alpha = 1.0f;
@@ -212,6 +233,19 @@ void LtGemm::run(const GemmProduct& p, cudaStream_t stream) {
                        plan.a.get(), p.a.data, plan.b.get(), &beta, c, plan.d.get(), p.d,
                        plan.d.get(), &plan.algo, workspace_, workspace_bytes_, stream),
         "cublasLtMatmul");
+  if (p.bias != nullptr && plan.bias_apart) add_bias_apart(p, stream);
+}
+
+void LtGemm::add_bias_apart(const GemmProduct& p, cudaStream_t stream) const {
+  const cudaError_t result = p.d_type == ElementType::kBf16
+                                 ? add_row_bias(static_cast<__nv_bfloat16*>(p.d), p.ldd, p.m, p.n,
+                                                static_cast<const __nv_bfloat16*>(p.bias), stream)
+                                 : add_row_bias(static_cast<float*>(p.d), p.ldd, p.m, p.n,
+                                                static_cast<const float*>(p.bias), stream);
+  if (result != cudaSuccess) {
+    throw tiers::CudaError(owner_ + ": add_row_bias", device_index_, static_cast<int>(result),
+                           cudaGetErrorString(result));
+  }
 }
 
 }  // namespace strata::llm::cuda

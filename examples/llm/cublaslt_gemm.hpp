@@ -10,9 +10,11 @@
 // per column of the row-major D) is then per row of the column-major one, which is what
 // CUBLASLT_EPILOGUE_BIAS broadcasts.
 //
-// Algorithms: the heuristic's first choice for each shape (sizes, strides, transposes, types,
-// epilogue, the pointers' alignments) is looked up once and kept; later products of that shape
-// reuse it, so a shape always runs the same kernel.
+// Where cuBLASLt has no algorithm with the bias epilogue for a shape (narrow, unaligned rows),
+// the product runs without it and fused_kernels' add_row_bias adds the bias after.
+// Algorithms: one per shape (sizes, strides, transposes, types, epilogue, the pointers'
+// alignments), chosen from the heuristic's candidates once (Determinism, below) and kept; later
+// products of that shape reuse it, so a shape always runs the same kernel.
 // Determinism: cuBLAS documents every routine as bitwise reproducible run to run on GPUs of one
 // architecture and SM count when one stream uses it and the workspace is the caller's own, as
 // here. cuBLASLt has no atomics mode to switch off; its only cross-block reduction is split-K,
@@ -58,10 +60,11 @@ struct GemmProduct {
 
 class LtGemm {
  public:
-  // The workspace Hopper's cuBLAS recommends; the decoder allocates it through its device budget.
+  // The workspace Hopper's cuBLAS recommends: the most this object uses.
   static constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
 
-  // `workspace`: kWorkspaceBytes of device memory, 256-byte aligned, used by this object only.
+  // `workspace`: workspace_bytes of device memory, 256-byte aligned, used by this object only;
+  // the heuristic only offers algorithms that fit it.
   // `owner` names the model in errors. Throws tiers::CudaError when cuBLASLt cannot start.
   LtGemm(void* workspace, std::size_t workspace_bytes, int device_index, std::string owner);
   ~LtGemm();
@@ -76,10 +79,13 @@ class LtGemm {
 
  private:
   struct Plan;  // descriptors and the chosen algorithm of one shape
-  using Key = std::tuple<std::size_t, std::size_t, std::size_t, std::size_t, std::size_t,
-                         std::size_t, int, int, int, bool, bool, unsigned, unsigned, unsigned,
-                         unsigned, unsigned>;
+  using Key =
+      std::tuple<std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, int,
+                 int, int, bool, bool, unsigned, unsigned, unsigned, unsigned, unsigned>;
   Plan& plan_for(const GemmProduct& product);
+  void describe(const GemmProduct& product, bool bias_epilogue, Plan& plan) const;
+  bool choose_algorithm(const Key& key, Plan& plan) const;
+  void add_bias_apart(const GemmProduct& product, cudaStream_t stream) const;
   void check(int status, const char* call) const;
 
   void* workspace_;

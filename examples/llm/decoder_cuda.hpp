@@ -59,10 +59,6 @@ class CudaDecoder {
   virtual void copy_logits(std::vector<float>& out) const = 0;
 };
 
-// The bf16 path's cuBLASLt workspace (cublaslt_gemm.hpp's LtGemm::kWorkspaceBytes: what Hopper's
-// cuBLAS recommends), allocated within the device budget.
-inline constexpr std::size_t kCudaGemmWorkspaceBytes = std::size_t{32} << 20;
-
 // The device memory make_cuda_decoder's backend allocates for `options` (micro-batch × seq_len
 // rows, the path, activation checkpointing or not, the tensor-core attention or not).
 // CUDA-free (decoder_cuda_plan.cpp): the memory plan counts it without a GPU, taking the
@@ -77,6 +73,12 @@ examples::DeviceBytes cuda_decoder_base_bytes(const HfConfig& config,
 // Rows per chunk of the bf16 path's LM-head loss: options.cuda_loss_chunk_rows, or about 2^26
 // logits per chunk (a multiple of 64 rows when that many fit), at most micro_batch · seq_len.
 std::size_t cuda_loss_chunk_rows(const HfConfig& config, const DecoderOptions& options);
+// Bytes of the bf16 path's cuBLASLt workspace, allocated within the device budget: what Hopper's
+// cuBLAS recommends (32 MiB, cublaslt_gemm.hpp's LtGemm::kWorkspaceBytes), or less for a small
+// model: one fp32 copy of its widest layer product's output (rows × max(pre, qkv, hidden)), the
+// most split-K partial sums need where splitting pays (few output tiles), so the plan of a tiny
+// model grows with its rows, not with a constant.
+std::size_t cuda_gemm_workspace_bytes(const HfConfig& config, const DecoderOptions& options);
 // bf16 elements of the bf16 path's weight cache: the largest unit's matrices (a layer's, or the
 // head's vocab × hidden) and the biases its bf16 outputs take.
 std::size_t cuda_weight_cache_elements(const HfConfig& config);

@@ -104,8 +104,8 @@ void CudaDecoderBase::set_batch(std::span<const std::int32_t> inputs,
 void CudaDecoderBase::forward_embedding(UnitParams p) {
   set_device();
   const float* wpe = dims_.gpt2 ? p[kPositionEmbedding].data() : nullptr;
-  check(cuda::embedding_forward(inputs_, p[kTokenEmbedding].data(), wpe, row_positions_,
-                                resid_[0], rows_, dims_.hidden, stream_),
+  check(cuda::embedding_forward(inputs_, p[kTokenEmbedding].data(), wpe, row_positions_, resid_[0],
+                                rows_, dims_.hidden, stream_),
         "embedding_forward");
   finish();
 }

@@ -62,7 +62,7 @@ class CudaDecoderBase : public CudaDecoder, protected examples::CudaBackend {
   // head_dim or the GPU does not take it.
   bool use_flash_attention(bool wanted_by_default) const;
   cuda::AttentionDims attention_dims() const {
-    return {sequences_,     positions_,   dims_.heads, dims_.kv_heads,
+    return {sequences_,     positions_,   dims_.heads,    dims_.kv_heads,
             dims_.head_dim, dims_.window, row_first_keys_};
   }
   const float* head_matrix(UnitParams p, UnitParams shared) const {

@@ -20,7 +20,8 @@
 //     kernel or product (q | k | v, the MLP pre-activations, d_att, d_act), fp32 where the
 //     maths needs it: the residual stream, d_norm (read by the fp32 norm backward), the logits
 //     (the softmax), every weight gradient (written straight into the caller's fp32 buffers).
-//   - The attention's dq, dk, dv come out fp32 (flash_attention.hpp); RoPE's backward reads
+//   - The tensor-core attention reads the bf16 q | k | v and stores its output rounded to bf16;
+//     its dq, dk, dv come out fp32 (flash_attention.hpp); RoPE's backward reads
 //     them, rotates back and rounds into d_qkv_bf16_ in one pass, keeping the fp32 values for
 //     the bias gradients.
 //   - Weights arrive as fp32 views; each unit call casts its matrices to bf16 once into one
@@ -63,8 +64,6 @@ using cuda::GemmOperand;
 using cuda::GemmProduct;
 using cuda::Transpose;
 
-static_assert(cuda::LtGemm::kWorkspaceBytes == kCudaGemmWorkspaceBytes);
-
 // Where the bf16 weight cache's tensors sit, for a layer (the head uses `matrix` alone).
 struct LayerWeights {
   bf16 *qkv, *out, *pre, *down;  // q | k | v (or c_attn), o (c_proj), gate | up (c_fc), down
@@ -78,7 +77,7 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
         chunk_rows_(cuda_loss_chunk_rows(config, options)) {
     flash_attention_ = use_flash_attention(true);
     allocate_buffers();
-    gemm_.emplace(workspace_, kCudaGemmWorkspaceBytes, device_index_, "decoder");
+    gemm_.emplace(workspace_, workspace_bytes_, device_index_, "decoder");
   }
   // The stream's work is done before cuBLASLt's handle goes (the base synchronises only after
   // this class's members are gone).
@@ -102,8 +101,8 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
 
   void forward_head(UnitParams p, UnitParams shared) override {
     set_device();
-    norm_forward(p[head_.norm_weight].data(), tensor(p, head_.norm_bias), resid_.back(),
-                 head_norm_, head_mean_, head_rstd_);
+    norm_forward(p[head_.norm_weight].data(), tensor(p, head_.norm_bias), resid_.back(), head_norm_,
+                 head_mean_, head_rstd_);
     cast_head_weights(p, shared);
     for (std::size_t first = 0; first < rows_; first += chunk_rows_) {
       const std::size_t rows = std::min(chunk_rows_, rows_ - first);
@@ -145,8 +144,8 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
                                          stream_),
             "cross_entropy_backward");
       // d_norm rows = dlogits · W_head; dW_head (+)= dlogitsᵀ · head_norm rows.
-      product(rows, d, vocab, {dlogits_, vocab, Transpose::kNo},
-              {weight_cache_, d, Transpose::kNo}, d_norm_ + first * d, d, ElementType::kFp32);
+      product(rows, d, vocab, {dlogits_, vocab, Transpose::kNo}, {weight_cache_, d, Transpose::kNo},
+              d_norm_ + first * d, d, ElementType::kFp32);
       product(vocab, d, rows, {dlogits_, vocab, Transpose::kYes},
               {head_norm_ + first * d, d, Transpose::kNo}, dhead, d, ElementType::kFp32,
               first == 0 ? nullptr : dhead);
@@ -230,13 +229,15 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
     d_pre_ = allocate<bf16>(rows * dims_.pre_width);
     d_act_ = allocate<bf16>(rows * dims_.inner);
     delta_ = allocate<float>(lse);
-    att32_ = allocate<float>(rows * dims_.q_width);
-    if (!flash_attention_) {
+    if (!flash_attention_) {  // the fp32 attention's inputs and output, widened
       qkv32_ = allocate<float>(rows * dims_.qkv_width);
+      att32_ = allocate<float>(rows * dims_.q_width);
       d_att32_ = allocate<float>(rows * dims_.q_width);
     }
     weight_cache_ = allocate<bf16>(cuda_weight_cache_elements(config_));
-    workspace_ = allocate<std::byte>(kCudaGemmWorkspaceBytes);
+    workspace_bytes_ = cuda_gemm_workspace_bytes(config_, options_);
+    STRATA_ASSERT(workspace_bytes_ <= cuda::LtGemm::kWorkspaceBytes);
+    workspace_ = allocate<std::byte>(workspace_bytes_);
     STRATA_ASSERT(allocated_bytes() ==
                       cuda_decoder_activation_bytes(config_, options_, flash_attention_).allocated,
                   "decoder_cuda_plan.cpp counts other buffers than these");
@@ -335,8 +336,8 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
     return dims_.gpt2 ? GemmOperand{w, out, Transpose::kYes} : GemmOperand{w, in, Transpose::kNo};
   }
   // dW (fp32, overwritten) of y = x·op(W) over the batch's rows, dy columns [0, out) at dy.
-  void weight_grad(const bf16* x, std::size_t ldx, const bf16* dy, std::size_t lddy,
-                   std::size_t in, std::size_t out, float* dweight) const {
+  void weight_grad(const bf16* x, std::size_t ldx, const bf16* dy, std::size_t lddy, std::size_t in,
+                   std::size_t out, float* dweight) const {
     if (dims_.gpt2) {  // [in × out] = xᵀ·dy
       product(in, out, rows_, {x, ldx, Transpose::kYes}, {dy, lddy, Transpose::kNo}, dweight, out,
               ElementType::kFp32);
@@ -369,7 +370,8 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
     norm_forward(tensor(p, l.norm1_weight), tensor(p, l.norm1_bias), x, a.norm1, a.norm1_mean,
                  a.norm1_rstd);
     product(rows_, ld, d, {a.norm1, d, Transpose::kNo}, forward_weight(layer_weights_.qkv, d, ld),
-            a.qkv, ld, ElementType::kBf16, nullptr, qkv_has_bias() ? layer_weights_.qkv_bias : nullptr);
+            a.qkv, ld, ElementType::kBf16, nullptr,
+            qkv_has_bias() ? layer_weights_.qkv_bias : nullptr);
     if (!dims_.gpt2) {  // q's heads and k's are adjacent: one launch rotates both
       check(cuda::rope_forward_bf16(a.qkv, ld, rows_, dims_.heads + dims_.kv_heads, rope_half_,
                                     row_positions_, rope_cos_, rope_sin_, stream_),
@@ -381,19 +383,20 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
   void attention_forward(Layer& a) {
     const std::size_t ld = dims_.qkv_width;
     const std::size_t q_width = dims_.q_width;
-    if (flash_attention_) {
+    if (flash_attention_) {  // bf16 in, the output rounded to bf16 as it is stored
       const bf16* k = a.qkv + q_width;
-      check(cuda::flash_attention_forward(attention_dims(), {a.qkv, ld}, {k, ld},
-                                          {k + dims_.kv_width, ld}, {att32_, q_width}, a.lse,
-                                          stream_),
+      check(cuda::flash_attention_forward(attention_dims(), cuda::Bf16Rows{a.qkv, ld},
+                                          cuda::Bf16Rows{k, ld},
+                                          cuda::Bf16Rows{k + dims_.kv_width, ld},
+                                          cuda::Bf16MutRows{a.att, q_width}, a.lse, stream_),
             "flash_attention_forward");
-    } else {
-      check(cuda::widen_to_fp32(a.qkv, ld, qkv32_, ld, rows_, ld, stream_), "widen_to_fp32");
-      const float* k = qkv32_ + q_width;
-      check(cuda::attention_forward(attention_dims(), qkv32_, k, k + dims_.kv_width, ld, att32_,
-                                    q_width, a.lse, stream_),
-            "attention_forward");
+      return;
     }
+    check(cuda::widen_to_fp32(a.qkv, ld, qkv32_, ld, rows_, ld, stream_), "widen_to_fp32");
+    const float* k = qkv32_ + q_width;
+    check(cuda::attention_forward(attention_dims(), qkv32_, k, k + dims_.kv_width, ld, att32_,
+                                  q_width, a.lse, stream_),
+          "attention_forward");
     check(cuda::cast_to_bf16(att32_, q_width, a.att, q_width, rows_, q_width, stream_),
           "cast_to_bf16");
   }
@@ -419,8 +422,9 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
       check(cuda::gated_forward_bf16(act, a.pre, a.act, rows_, inner, stream_),
             "gated_forward_bf16");
     }
-    product(rows_, d, inner, {a.act, inner, Transpose::kNo}, forward_weight(layer_weights_.down, inner, d),
-            out, d, ElementType::kFp32, a.mid, tensor(p, l.proj_bias));
+    product(rows_, d, inner, {a.act, inner, Transpose::kNo},
+            forward_weight(layer_weights_.down, inner, d), out, d, ElementType::kFp32, a.mid,
+            tensor(p, l.proj_bias));
   }
 
   // --- backward ----------------------------------------------------------------------------------
@@ -451,8 +455,8 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
     const cuda::ActivationCode act = activation_code(dims_.activation);
     const bf16* dout = d_resid_bf16_;
     // Down projection: d_act = dout·op(W_down)ᵀ, dW_down.
-    product(rows_, inner, d, {dout, d, Transpose::kNo}, backward_weight(layer_weights_.down, inner, d),
-            d_act_, inner, ElementType::kBf16);
+    product(rows_, inner, d, {dout, d, Transpose::kNo},
+            backward_weight(layer_weights_.down, inner, d), d_act_, inner, ElementType::kBf16);
     weight_grad(a.act, inner, dout, d, inner, d,
                 tensor(g, dims_.gpt2 ? l.proj_weight : l.down_weight));
     if (dims_.gpt2) {
@@ -470,8 +474,8 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
       weight_grad(a.norm2, d, d_pre_ + inner, pre, d, inner, tensor(g, l.up_weight));
     }
     // d_norm = d_pre·op(W_pre)ᵀ: gate and up in one product.
-    product(rows_, d, pre, {d_pre_, pre, Transpose::kNo}, backward_weight(layer_weights_.pre, d, pre),
-            d_norm_, d, ElementType::kFp32);
+    product(rows_, d, pre, {d_pre_, pre, Transpose::kNo},
+            backward_weight(layer_weights_.pre, d, pre), d_norm_, d, ElementType::kFp32);
     norm_backward(tensor(p, l.norm2_weight), a.mid, a.norm2_mean, a.norm2_rstd,
                   tensor(g, l.norm2_weight), tensor(g, l.norm2_bias));
   }
@@ -536,11 +540,11 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
       if (qkv_has_bias()) {
         check(cuda::column_sums(d_qkv_, ld, rows_, dims_.q_width, tensor(g, l.q_bias), stream_),
               "column_sums");
-        check(cuda::column_sums(d_qkv_ + k_offset, ld, rows_, dims_.kv_width,
-                                tensor(g, l.k_bias), stream_),
+        check(cuda::column_sums(d_qkv_ + k_offset, ld, rows_, dims_.kv_width, tensor(g, l.k_bias),
+                                stream_),
               "column_sums");
-        check(cuda::column_sums(d_qkv_ + v_offset, ld, rows_, dims_.kv_width,
-                                tensor(g, l.v_bias), stream_),
+        check(cuda::column_sums(d_qkv_ + v_offset, ld, rows_, dims_.kv_width, tensor(g, l.v_bias),
+                                stream_),
               "column_sums");
       }
       weight_grad(a.norm1, d, d_qkv_bf16_, ld, d, dims_.q_width, tensor(g, l.q_weight));
@@ -548,8 +552,8 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
       weight_grad(a.norm1, d, d_qkv_bf16_ + v_offset, ld, d, dims_.kv_width, tensor(g, l.v_weight));
     }
     // d_norm = d_qkv·op(W_qkv)ᵀ: q, k and v in one product.
-    product(rows_, d, ld, {d_qkv_bf16_, ld, Transpose::kNo}, backward_weight(layer_weights_.qkv, d, ld),
-            d_norm_, d, ElementType::kFp32);
+    product(rows_, d, ld, {d_qkv_bf16_, ld, Transpose::kNo},
+            backward_weight(layer_weights_.qkv, d, ld), d_norm_, d, ElementType::kFp32);
     norm_backward(tensor(p, l.norm1_weight), x, a.norm1_mean, a.norm1_rstd,
                   tensor(g, l.norm1_weight), tensor(g, l.norm1_bias));
   }
@@ -566,13 +570,15 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
   float* logits_ = nullptr;  // one chunk's
   bf16* dlogits_ = nullptr;  // one chunk's
   bf16* d_resid_bf16_ = nullptr;
-  float *d_norm_ = nullptr, *d_qkv_ = nullptr, *delta_ = nullptr, *att32_ = nullptr;
+  float *d_norm_ = nullptr, *d_qkv_ = nullptr, *delta_ = nullptr;
   bf16 *d_att_ = nullptr, *d_qkv_bf16_ = nullptr, *d_pre_ = nullptr, *d_act_ = nullptr;
-  float *qkv32_ = nullptr, *d_att32_ = nullptr;  // the fp32 attention's inputs (fallback only)
+  // The fp32 attention's inputs and output, widened (fallback only).
+  float *qkv32_ = nullptr, *att32_ = nullptr, *d_att32_ = nullptr;
   bf16* weight_cache_ = nullptr;
   LayerWeights layer_weights_{};
   CacheHolds cache_holds_ = CacheHolds::kNothing;
   std::byte* workspace_ = nullptr;
+  std::size_t workspace_bytes_ = 0;
   mutable std::optional<cuda::LtGemm> gemm_;  // after workspace_: it keeps the pointer
 };
 

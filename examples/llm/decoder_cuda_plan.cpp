@@ -40,9 +40,9 @@ examples::DeviceBytes cuda_decoder_base_bytes(const HfConfig& config,
     bytes.add<std::int32_t>(std::size_t{config.max_position_embeddings} + 1);
     bytes.add<std::int32_t>(rows);
   }
-  bytes.add<double>(rows);  // row losses
+  bytes.add<double>(rows);                                                          // row losses
   for (std::size_t l = 0; l <= config.num_layers; ++l) bytes.add<float>(rows * d);  // residuals
-  bytes.add<float>(rows * d);  // d_resid
+  bytes.add<float>(rows * d);                                                       // d_resid
   if (config.tie_word_embeddings) bytes.add<float>(dims.vocab * d);
   if (!dims.gpt2) {
     const RopeTable table(config, options.seq_len);
@@ -66,9 +66,17 @@ std::size_t cuda_loss_chunk_rows(const HfConfig& config, const DecoderOptions& o
 std::size_t cuda_weight_cache_elements(const HfConfig& config) {
   const Dims dims(config);
   const std::size_t layer =
-      dims.hidden * (dims.qkv_width + dims.q_width + dims.pre_width + dims.inner) +
-      dims.qkv_width + dims.pre_width;
+      dims.hidden * (dims.qkv_width + dims.q_width + dims.pre_width + dims.inner) + dims.qkv_width +
+      dims.pre_width;
   return std::max(layer, dims.vocab * dims.hidden);
+}
+
+std::size_t cuda_gemm_workspace_bytes(const HfConfig& config, const DecoderOptions& options) {
+  const Dims dims(config);
+  const std::size_t rows = std::size_t{options.micro_batch} * options.seq_len;
+  const std::size_t widest = std::max({dims.pre_width, dims.qkv_width, dims.hidden});
+  constexpr std::size_t kMost = std::size_t{32} << 20;  // LtGemm::kWorkspaceBytes
+  return std::min(kMost, round_up(rows * widest * sizeof(float), std::size_t{256}));
 }
 
 namespace {
@@ -85,8 +93,8 @@ examples::DeviceBytes fp32_path_bytes(const HfConfig& config, const DecoderOptio
   const std::size_t kept_layers = options.activation_checkpointing ? 1 : config.num_layers;
   for (std::size_t l = 0; l < kept_layers; ++l) {
     for (const std::size_t floats :
-         {rows * d, rows, rows, rows * dims.qkv_width, lse, rows * dims.q_width, rows * d,
-          rows * d, rows, rows, rows * dims.pre_width, rows * dims.inner}) {
+         {rows * d, rows, rows, rows * dims.qkv_width, lse, rows * dims.q_width, rows * d, rows * d,
+          rows, rows, rows * dims.pre_width, rows * dims.inner}) {
       bytes.add<float>(floats);
     }
   }
@@ -126,27 +134,27 @@ examples::DeviceBytes bf16_path_bytes(const HfConfig& config, const DecoderOptio
     bytes.add<std::uint16_t>(rows * dims.pre_width);
     bytes.add<std::uint16_t>(rows * dims.inner);
   }
-  bytes.add<std::uint16_t>(rows * d);  // head norm
-  bytes.add<float>(rows);              // head mean
-  bytes.add<float>(rows);              // head rstd
-  bytes.add<float>(rows);              // head log-sum-exp
-  bytes.add<float>(chunk * dims.vocab);          // logits of one chunk
-  bytes.add<std::uint16_t>(chunk * dims.vocab);  // dlogits of one chunk
-  bytes.add<std::uint16_t>(rows * d);            // d_resid rounded
-  bytes.add<float>(rows * d);                    // d_norm
+  bytes.add<std::uint16_t>(rows * d);               // head norm
+  bytes.add<float>(rows);                           // head mean
+  bytes.add<float>(rows);                           // head rstd
+  bytes.add<float>(rows);                           // head log-sum-exp
+  bytes.add<float>(chunk * dims.vocab);             // logits of one chunk
+  bytes.add<std::uint16_t>(chunk * dims.vocab);     // dlogits of one chunk
+  bytes.add<std::uint16_t>(rows * d);               // d_resid rounded
+  bytes.add<float>(rows * d);                       // d_norm
   bytes.add<std::uint16_t>(rows * dims.q_width);    // d_att
   bytes.add<float>(rows * dims.qkv_width);          // d_qkv
   bytes.add<std::uint16_t>(rows * dims.qkv_width);  // d_qkv rounded
   bytes.add<std::uint16_t>(rows * dims.pre_width);  // d_pre
   bytes.add<std::uint16_t>(rows * dims.inner);      // d_act
   bytes.add<float>(lse);                            // delta
-  bytes.add<float>(rows * dims.q_width);            // fp32 attention output
   if (!tensor_core_attention) {
     bytes.add<float>(rows * dims.qkv_width);  // q | k | v widened
+    bytes.add<float>(rows * dims.q_width);    // the fp32 attention's output
     bytes.add<float>(rows * dims.q_width);    // d_att widened
   }
   bytes.add<std::uint16_t>(cuda_weight_cache_elements(config));
-  bytes.add<std::byte>(kCudaGemmWorkspaceBytes);
+  bytes.add<std::byte>(cuda_gemm_workspace_bytes(config, options));
   return bytes;
 }
 

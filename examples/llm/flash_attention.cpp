@@ -76,6 +76,19 @@ cudaError_t flash_attention_forward(const AttentionDims& dims, Bf16Rows q, Bf16R
   return flash::launch_forward({p, q, k, v, out, lse}, stream);
 }
 
+cudaError_t flash_attention_forward(const AttentionDims& dims, Bf16Rows q, Bf16Rows k, Bf16Rows v,
+                                    Bf16MutRows out, float* lse, cudaStream_t stream) {
+  if (empty(dims)) return cudaSuccess;
+  Problem p{};
+  if (!make_problem(dims, p) || !aligned(q) || !aligned(k) || !aligned(v) ||
+      reinterpret_cast<std::uintptr_t>(out.data) % 4 != 0 || out.ld % 2 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  flash::ForwardArgs args{p, q, k, v, {nullptr, 0}, lse};
+  args.out_bf16 = out;
+  return flash::launch_forward(args, stream);
+}
+
 cudaError_t flash_attention_backward(const AttentionDims& dims, Bf16Rows dout, Bf16Rows out,
                                      Bf16Rows q, Bf16Rows k, Bf16Rows v, const float* lse,
                                      float* delta, FloatRows dq, FloatRows dk, FloatRows dv,

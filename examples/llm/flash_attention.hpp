@@ -5,9 +5,9 @@
 // flash_attention_kernels.cuh for the tiling.
 //
 // Two interfaces:
-//   - bf16: q, k, v (and dout, out for the backward) are bf16 rows with a stride; out, lse, dq,
-//     dk, dv are fp32. Inputs need 16-byte aligned base pointers and strides that are multiples
-//     of 8 elements (16 bytes).
+//   - bf16: q, k, v (and dout, out for the backward) are bf16 rows with a stride; the forward's
+//     out is fp32 or bf16, lse, dq, dk, dv are fp32. Inputs need 16-byte aligned base pointers
+//     and strides that are multiples of 8 elements (16 bytes).
 //   - fp32: the decoder's fp32 activations (the arguments of decoder_cuda_kernels'
 //     attention_forward / attention_backward): q, k, v (and dout) are rounded to bf16 (nearest
 //     even) into `scratch`, then the bf16 kernels run; delta = rowsum(dout ∘ out) is taken from
@@ -44,6 +44,10 @@ struct FloatRows {
   float* data;
   std::size_t ld;
 };
+struct Bf16MutRows {
+  __nv_bfloat16* data;
+  std::size_t ld;
+};
 
 // Whether the tensor-core kernels take this head_dim on `device` (its opt-in shared memory per
 // block must hold the tiles: 104 KiB at head_dim 128, as on sm_80 and sm_90 parts).
@@ -54,6 +58,11 @@ bool flash_attention_supported(std::size_t head_dim, int device);
 // column g·head_dim. out likewise (fp32), lse [sequences × heads × positions].
 cudaError_t flash_attention_forward(const AttentionDims& dims, Bf16Rows q, Bf16Rows k, Bf16Rows v,
                                     FloatRows out, float* lse, cudaStream_t stream);
+// The same with out rounded to bf16 (nearest even) as it is stored: bit for bit the rounding of
+// the fp32 overload's out (the bf16 decoder stores its attention output so, with no fp32 copy).
+// out's base 4-byte aligned and ld even (columns are stored in pairs).
+cudaError_t flash_attention_forward(const AttentionDims& dims, Bf16Rows q, Bf16Rows k, Bf16Rows v,
+                                    Bf16MutRows out, float* lse, cudaStream_t stream);
 // dq, dk, dv overwritten (dk, dv sum the group's heads in head order); delta: lse's size of
 // scratch (rowsum(dout ∘ out), computed here from the bf16 values).
 cudaError_t flash_attention_backward(const AttentionDims& dims, Bf16Rows dout, Bf16Rows out,

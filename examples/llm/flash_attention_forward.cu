@@ -48,7 +48,9 @@ __device__ __forceinline__ float fold_scores(float (&s)[kTileRows / 8][4], int h
 
 // Grid (query tiles, heads, sequences); the latest query tiles, which see the most keys, are
 // scheduled first so that the short ones fill the tail.
-template <int kD>
+// kBf16Out: the output goes to args.out_bf16, rounded, else to args.out (one instantiation each,
+// so neither carries the other's store code or registers).
+template <int kD, bool kBf16Out>
 __global__ void __launch_bounds__(kThreads) forward_kernel(ForwardArgs args) {
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   using T = Tile<kD>;
@@ -138,8 +140,14 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(ForwardArgs args) {
   const float sum_high = quad_sum(high.sum);
   const float inverse_low = sum_low > 0.0f ? 1.0f / sum_low : 0.0f;
   const float inverse_high = sum_high > 0.0f ? 1.0f / sum_high : 0.0f;
-  store_rows<kD>(o, inverse_low, inverse_high,
-                 args.out.data + row0 * args.out.ld + head * p.head_dim, args.out.ld, row_low, p);
+  if constexpr (kBf16Out) {
+    store_rows<kD>(o, inverse_low, inverse_high,
+                   args.out_bf16.data + row0 * args.out_bf16.ld + head * p.head_dim,
+                   args.out_bf16.ld, row_low, p);
+  } else {
+    store_rows<kD>(o, inverse_low, inverse_high,
+                   args.out.data + row0 * args.out.ld + head * p.head_dim, args.out.ld, row_low, p);
+  }
   // The natural-log log-sum-exp of the scaled scores, as the fp32 kernel keeps it.
   if (pair == 0) {
     const std::size_t lse_row0 =
@@ -151,17 +159,23 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(ForwardArgs args) {
   }
 }
 
-template <int kD>
+template <int kD, bool kBf16Out>
 cudaError_t launch_forward_for(const ForwardArgs& args, cudaStream_t stream) {
   constexpr int kBytes = ForwardShared<kD>::kBytes;
-  const cudaError_t attribute =
-      cudaFuncSetAttribute(forward_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+  const cudaError_t attribute = cudaFuncSetAttribute(
+      forward_kernel<kD, kBf16Out>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (attribute != cudaSuccess) return attribute;
   const Problem& p = args.problem;
   const dim3 grid(static_cast<unsigned>((p.positions + kBlockRows - 1) / kBlockRows),
                   static_cast<unsigned>(p.heads), static_cast<unsigned>(p.sequences));
-  forward_kernel<kD><<<grid, kThreads, kBytes, stream>>>(args);
+  forward_kernel<kD, kBf16Out><<<grid, kThreads, kBytes, stream>>>(args);
   return cudaGetLastError();
+}
+
+template <int kD>
+cudaError_t launch_forward_for(const ForwardArgs& args, cudaStream_t stream) {
+  return args.out_bf16.data != nullptr ? launch_forward_for<kD, true>(args, stream)
+                                       : launch_forward_for<kD, false>(args, stream);
 }
 
 }  // namespace

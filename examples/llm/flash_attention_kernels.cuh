@@ -271,30 +271,38 @@ __device__ __forceinline__ TileRange key_tiles(const Problem& p, int q0, int low
   return {first_visible / kTileRows, (min(q0 + kBlockRows, p.positions) - 1) / kTileRows + 1};
 }
 
+// A C fragment's two adjacent columns: fp32 as they are, or rounded to bf16 (nearest even) and
+// stored as one pair (the column is even, the row's base 4-byte aligned).
+__device__ __forceinline__ void store_pair(float* at, float first, float second) {
+  at[0] = first;
+  at[1] = second;
+}
+__device__ __forceinline__ void store_pair(__nv_bfloat16* at, float first, float second) {
+  *reinterpret_cast<__nv_bfloat162*>(at) = __floats2bfloat162_rn(first, second);
+}
+
 // Writes a warp's 16 rows of C fragments, rows row_low (c0, c1) and row_low + 8 (c2, c3) scaled
-// by factor_low and factor_high, into `base` (row stride ld): rows inside the sequence and
-// columns below head_dim only (a multiple of 8: whole n-tiles).
-template <int kD>
+// by factor_low and factor_high, into `base` (row stride ld, fp32 or bf16): rows inside the
+// sequence and columns below head_dim only (a multiple of 8: whole n-tiles).
+template <int kD, typename Out>
 __device__ __forceinline__ void store_rows(const float (&acc)[kD / 8][4], float factor_low,
-                                           float factor_high, float* base, std::size_t ld,
+                                           float factor_high, Out* base, std::size_t ld,
                                            int row_low, const Problem& p) {
   const int pair = (lane_id() % 4) * 2;
   if (row_low < p.positions) {
-    float* row = base + static_cast<std::size_t>(row_low) * ld + pair;
+    Out* row = base + static_cast<std::size_t>(row_low) * ld + pair;
 #pragma unroll
     for (int n = 0; n < kD / 8; ++n) {
       if (n * 8 >= p.head_dim) break;
-      row[n * 8] = acc[n][0] * factor_low;
-      row[n * 8 + 1] = acc[n][1] * factor_low;
+      store_pair(row + n * 8, acc[n][0] * factor_low, acc[n][1] * factor_low);
     }
   }
   if (row_low + 8 < p.positions) {
-    float* row = base + static_cast<std::size_t>(row_low + 8) * ld + pair;
+    Out* row = base + static_cast<std::size_t>(row_low + 8) * ld + pair;
 #pragma unroll
     for (int n = 0; n < kD / 8; ++n) {
       if (n * 8 >= p.head_dim) break;
-      row[n * 8] = acc[n][2] * factor_high;
-      row[n * 8 + 1] = acc[n][3] * factor_high;
+      store_pair(row + n * 8, acc[n][2] * factor_high, acc[n][3] * factor_high);
     }
   }
 }

@@ -28,8 +28,9 @@ struct Problem {
 struct ForwardArgs {
   Problem problem;
   Bf16Rows q, k, v;
-  FloatRows out;
+  FloatRows out;  // written when out_bf16.data is null
   float* lse;
+  Bf16MutRows out_bf16{nullptr, 0};  // written instead of out when not null
 };
 
 struct BackwardArgs {

@@ -33,9 +33,15 @@ unsigned row_blocks(std::size_t rows) {
 __device__ std::size_t global_index() {
   return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
-__device__ std::size_t grid_stride() { return static_cast<std::size_t>(gridDim.x) * blockDim.x; }
-__device__ unsigned lane_id() { return threadIdx.x % kWarp; }
-__device__ unsigned warp_id() { return threadIdx.x / kWarp; }
+__device__ std::size_t grid_stride() {
+  return static_cast<std::size_t>(gridDim.x) * blockDim.x;
+}
+__device__ unsigned lane_id() {
+  return threadIdx.x % kWarp;
+}
+__device__ unsigned warp_id() {
+  return threadIdx.x / kWarp;
+}
 __device__ std::size_t warp_row() {
   return static_cast<std::size_t>(blockIdx.x) * kWarpsPerBlock + warp_id();
 }
@@ -47,8 +53,12 @@ __device__ float warp_sum(float value) {
   return value;
 }
 
-__device__ float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-__device__ void store(__nv_bfloat16* p, float value) { *p = __float2bfloat16_rn(value); }
+__device__ float load(const __nv_bfloat16* p) {
+  return __bfloat162float(*p);
+}
+__device__ void store(__nv_bfloat16* p, float value) {
+  *p = __float2bfloat16_rn(value);
+}
 
 // --- casts ---------------------------------------------------------------------------------------
 
@@ -62,6 +72,19 @@ __global__ void widen_to_fp32_kernel(const __nv_bfloat16* src, std::size_t ld_sr
     const std::size_t r = e / cols;
     const std::size_t c = e % cols;
     dst[r * ld_dst + c] = load(src + r * ld_src + c);
+  }
+}
+
+template <typename T>
+__global__ void add_row_bias_kernel(T* d, std::size_t ld, std::size_t rows, std::size_t cols,
+                                    const T* bias) {
+  for (std::size_t e = global_index(); e < rows * cols; e += grid_stride()) {
+    T* at = d + (e / cols) * ld + e % cols;
+    if constexpr (sizeof(T) == sizeof(float)) {
+      *at += bias[e % cols];
+    } else {
+      store(at, load(at) + load(bias + e % cols));
+    }
   }
 }
 
@@ -122,9 +145,8 @@ __global__ void rope_forward_bf16_kernel(__nv_bfloat16* x, std::size_t ld, std::
 
 // One thread per rotated pair (the first heads·half units of a row) or per copied column.
 __global__ void rope_backward_to_bf16_kernel(float* dx, __nv_bfloat16* out, std::size_t ld,
-                                             std::size_t rows, std::size_t cols,
-                                             std::size_t heads, std::size_t half,
-                                             const std::uint32_t* row_positions,
+                                             std::size_t rows, std::size_t cols, std::size_t heads,
+                                             std::size_t half, const std::uint32_t* row_positions,
                                              const float* cos, const float* sin) {
   const std::size_t pairs = heads * half;
   const std::size_t units = pairs + (cols - 2 * pairs);
@@ -158,8 +180,7 @@ __global__ void rope_backward_to_bf16_kernel(float* dx, __nv_bfloat16* out, std:
 // --- MLP activations -----------------------------------------------------------------------------
 
 __global__ void gated_forward_bf16_kernel(ActivationCode act, const __nv_bfloat16* pre,
-                                          __nv_bfloat16* h, std::size_t rows,
-                                          std::size_t inner) {
+                                          __nv_bfloat16* h, std::size_t rows, std::size_t inner) {
   for (std::size_t e = global_index(); e < rows * inner; e += grid_stride()) {
     const __nv_bfloat16* gate = pre + (e / inner) * 2 * inner + e % inner;
     store(h + e, activate(act, load(gate)) * load(gate + inner));
@@ -251,19 +272,25 @@ __global__ void cross_entropy_forward_kernel(const float* logits, const std::int
       weights[r] == 0.0f ? 0.0 : static_cast<double>(row_lse) - static_cast<double>(target_logit);
 }
 
+// Blocks over (column tiles of the vocabulary, rows): no division per element.
 __global__ void cross_entropy_backward_kernel(const float* logits, const float* lse,
                                               const std::int32_t* targets, const float* weights,
                                               float inv_weight, __nv_bfloat16* dlogits,
                                               std::size_t rows, std::size_t vocab) {
-  for (std::size_t e = global_index(); e < rows * vocab; e += grid_stride()) {
-    const std::size_t r = e / vocab;
+  for (std::size_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const float scale = weights[r] * inv_weight;
-    float value = 0.0f;
-    if (scale != 0.0f) {
-      value = expf(logits[e] - lse[r]) * scale;
-      if (e % vocab == static_cast<std::size_t>(targets[r])) value -= scale;
+    const float row_lse = lse[r];
+    const auto target = static_cast<std::size_t>(targets[r]);
+    const float* row = logits + r * vocab;
+    __nv_bfloat16* drow = dlogits + r * vocab;
+    for (std::size_t i = global_index(); i < vocab; i += grid_stride()) {
+      float value = 0.0f;
+      if (scale != 0.0f) {
+        value = expf(row[i] - row_lse) * scale;
+        if (i == target) value -= scale;
+      }
+      store(drow + i, value);
     }
-    store(dlogits + e, value);
   }
 }
 
@@ -285,6 +312,22 @@ cudaError_t widen_to_fp32(const __nv_bfloat16* src, std::size_t ld_src, float* d
   return cudaGetLastError();
 }
 
+cudaError_t add_row_bias(float* d, std::size_t ld, std::size_t rows, std::size_t cols,
+                         const float* bias, cudaStream_t stream) {
+  if (rows * cols == 0) return cudaSuccess;
+  add_row_bias_kernel<<<elementwise_blocks(rows * cols), kThreads, 0, stream>>>(d, ld, rows, cols,
+                                                                                bias);
+  return cudaGetLastError();
+}
+
+cudaError_t add_row_bias(__nv_bfloat16* d, std::size_t ld, std::size_t rows, std::size_t cols,
+                         const __nv_bfloat16* bias, cudaStream_t stream) {
+  if (rows * cols == 0) return cudaSuccess;
+  add_row_bias_kernel<<<elementwise_blocks(rows * cols), kThreads, 0, stream>>>(d, ld, rows, cols,
+                                                                                bias);
+  return cudaGetLastError();
+}
+
 cudaError_t norm_forward_bf16(const float* x, const float* weight, const float* bias,
                               __nv_bfloat16* y, float* mean, float* rstd, std::size_t rows,
                               std::size_t dim, float eps, cudaStream_t stream) {
@@ -294,10 +337,9 @@ cudaError_t norm_forward_bf16(const float* x, const float* weight, const float* 
   return cudaGetLastError();
 }
 
-cudaError_t rope_forward_bf16(__nv_bfloat16* x, std::size_t ld, std::size_t rows,
-                              std::size_t heads, std::size_t half,
-                              const std::uint32_t* row_positions, const float* cos,
-                              const float* sin, cudaStream_t stream) {
+cudaError_t rope_forward_bf16(__nv_bfloat16* x, std::size_t ld, std::size_t rows, std::size_t heads,
+                              std::size_t half, const std::uint32_t* row_positions,
+                              const float* cos, const float* sin, cudaStream_t stream) {
   const std::size_t count = rows * heads * half;
   if (count == 0) return cudaSuccess;
   rope_forward_bf16_kernel<<<elementwise_blocks(count), kThreads, 0, stream>>>(
@@ -320,8 +362,8 @@ cudaError_t rope_backward_to_bf16(float* dx, __nv_bfloat16* out, std::size_t ld,
 cudaError_t gated_forward_bf16(ActivationCode act, const __nv_bfloat16* pre, __nv_bfloat16* h,
                                std::size_t rows, std::size_t inner, cudaStream_t stream) {
   if (rows * inner == 0) return cudaSuccess;
-  gated_forward_bf16_kernel<<<elementwise_blocks(rows * inner), kThreads, 0, stream>>>(
-      act, pre, h, rows, inner);
+  gated_forward_bf16_kernel<<<elementwise_blocks(rows * inner), kThreads, 0, stream>>>(act, pre, h,
+                                                                                       rows, inner);
   return cudaGetLastError();
 }
 
@@ -337,8 +379,7 @@ cudaError_t gated_backward_bf16(ActivationCode act, const __nv_bfloat16* dh,
 cudaError_t plain_forward_bf16(ActivationCode act, const __nv_bfloat16* pre, __nv_bfloat16* h,
                                std::size_t count, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  plain_forward_bf16_kernel<<<elementwise_blocks(count), kThreads, 0, stream>>>(act, pre, h,
-                                                                               count);
+  plain_forward_bf16_kernel<<<elementwise_blocks(count), kThreads, 0, stream>>>(act, pre, h, count);
   return cudaGetLastError();
 }
 
@@ -346,8 +387,8 @@ cudaError_t plain_backward_bf16(ActivationCode act, const __nv_bfloat16* dh,
                                 const __nv_bfloat16* pre, __nv_bfloat16* dpre, std::size_t count,
                                 cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  plain_backward_bf16_kernel<<<elementwise_blocks(count), kThreads, 0, stream>>>(act, dh, pre,
-                                                                                dpre, count);
+  plain_backward_bf16_kernel<<<elementwise_blocks(count), kThreads, 0, stream>>>(act, dh, pre, dpre,
+                                                                                 count);
   return cudaGetLastError();
 }
 
@@ -355,7 +396,7 @@ cudaError_t column_sums_bf16(const __nv_bfloat16* m, std::size_t ld, std::size_t
                              std::size_t cols, float* out, cudaStream_t stream) {
   if (cols == 0) return cudaSuccess;
   column_sums_bf16_kernel<<<one_per_thread_blocks(cols), kThreads, 0, stream>>>(m, ld, rows, cols,
-                                                                               out);
+                                                                                out);
   return cudaGetLastError();
 }
 
@@ -373,8 +414,12 @@ cudaError_t cross_entropy_backward(const float* logits, const float* lse,
                                    float inv_weight, __nv_bfloat16* dlogits, std::size_t rows,
                                    std::size_t vocab, cudaStream_t stream) {
   if (rows * vocab == 0) return cudaSuccess;
-  cross_entropy_backward_kernel<<<elementwise_blocks(rows * vocab), kThreads, 0, stream>>>(
-      logits, lse, targets, weights, inv_weight, dlogits, rows, vocab);
+  constexpr std::size_t kMaxRowBlocks = 65535;  // gridDim.y's limit; rows stride beyond
+  const dim3 grid(static_cast<unsigned>(std::min<std::size_t>(
+                      (vocab + 4 * kThreads - 1) / (4 * kThreads), kMaxBlocks)),
+                  static_cast<unsigned>(std::min(rows, kMaxRowBlocks)));
+  cross_entropy_backward_kernel<<<grid, kThreads, 0, stream>>>(logits, lse, targets, weights,
+                                                               inv_weight, dlogits, rows, vocab);
   return cudaGetLastError();
 }
 

@@ -31,6 +31,13 @@ cudaError_t widen_to_fp32(const __nv_bfloat16* src, std::size_t ld_src, float* d
                           std::size_t ld_dst, std::size_t rows, std::size_t cols,
                           cudaStream_t stream);
 
+// d[r][c] += bias[c] for rows × cols (stride ld): cublaslt_gemm.cpp's fallback for a product
+// whose bias epilogue cuBLASLt has no algorithm for (narrow, unaligned shapes).
+cudaError_t add_row_bias(float* d, std::size_t ld, std::size_t rows, std::size_t cols,
+                         const float* bias, cudaStream_t stream);
+cudaError_t add_row_bias(__nv_bfloat16* d, std::size_t ld, std::size_t rows, std::size_t cols,
+                         const __nv_bfloat16* bias, cudaStream_t stream);
+
 // y (bf16) = RMSNorm(x) (bias null) or LayerNorm(x) (bias not null; mean kept) of the fp32
 // residual stream x [rows × dim]; mean and rstd fp32 per row, as decoder_cuda_kernels' norms.
 cudaError_t norm_forward_bf16(const float* x, const float* weight, const float* bias,
@@ -40,10 +47,9 @@ cudaError_t norm_forward_bf16(const float* x, const float* weight, const float* 
 // RoPE in place on the first `heads` heads of each bf16 row of x [rows × ld] (q's heads then
 // k's: they are adjacent in the q | k | v rows, so one launch rotates both); head h at columns
 // h·2·half, row r at position row_positions[r]; cos, sin [positions × half].
-cudaError_t rope_forward_bf16(__nv_bfloat16* x, std::size_t ld, std::size_t rows,
-                              std::size_t heads, std::size_t half,
-                              const std::uint32_t* row_positions, const float* cos,
-                              const float* sin, cudaStream_t stream);
+cudaError_t rope_forward_bf16(__nv_bfloat16* x, std::size_t ld, std::size_t rows, std::size_t heads,
+                              std::size_t half, const std::uint32_t* row_positions,
+                              const float* cos, const float* sin, cudaStream_t stream);
 // The backward of rope_forward_bf16 over the attention's fp32 d(q | k | v) [rows × cols]
 // (stride ld): the first `heads` heads rotated back (the transpose), the rest copied; the result
 // both replaces dx (fp32, for the bias gradients) and is rounded into out (bf16, stride ld, the

@@ -109,9 +109,9 @@ TEST_P(CublasLtGemmCuda, MatchesAHostProductOfTheSameOperands) {
       if (bf16_out) {
         DeviceArray<__nv_bfloat16> d(s.m * ldd), c_dev(to_bf16(c)), bias_dev(to_bf16(bias));
         if (with_c) {  // in place: D starts as C
-          testing::check_cuda(cudaMemcpy(d.get(), c_dev.get(), s.m * ldd * 2,
-                                         cudaMemcpyDeviceToDevice),
-                              "cudaMemcpy");
+          testing::check_cuda(
+              cudaMemcpy(d.get(), c_dev.get(), s.m * ldd * 2, cudaMemcpyDeviceToDevice),
+              "cudaMemcpy");
         } else {
           d.poison();
         }
@@ -135,16 +135,20 @@ TEST_P(CublasLtGemmCuda, MatchesAHostProductOfTheSameOperands) {
 
     // fp32 accumulation of k products (and the addends): |error| ≤ (k + 2)·2⁻²⁴·Σ|terms|
     // (Higham's γ_n, fused multiply-adds); a bf16 output then rounds once more (2⁻⁹ of the
-    // value). A wrong operand, stride or transpose is off by O(Σ|terms|).
+    // value), or twice where cuBLASLt has no bias epilogue for the shape and the bias is added
+    // apart (2⁻⁹ of the product, then of the sum): 2⁻⁸·(|value| + |bias| + γ·Σ|terms|) covers
+    // both. A wrong operand, stride or transpose is off by O(Σ|terms|).
     const double gamma = static_cast<double>(s.k + 2) * std::ldexp(1.0, -24);
     std::size_t bad = 0;
     for (std::size_t i = 0; i < s.m; ++i) {
       for (std::size_t j = 0; j < s.n; ++j) {
         const double e = expected[i * s.n + j];
-        const double bound = gamma * magnitude[i * s.n + j] +
-                             (bf16_out ? std::ldexp(1.0, -9) * (std::abs(e) + gamma *
-                                                                 magnitude[i * s.n + j])
-                                       : 0.0);
+        const double accumulation = gamma * magnitude[i * s.n + j];
+        const double rounding =
+            bf16_out ? std::ldexp(1.0, -8) *
+                           (std::abs(e) + (with_bias ? std::abs(bias[j]) : 0.0) + accumulation)
+                     : 0.0;
+        const double bound = accumulation + rounding;
         const double actual = runs[0][i * ldd + j];
         if (!(std::abs(actual - e) <= bound) && ++bad <= 3) {
           ADD_FAILURE() << "D[" << i << "][" << j << "] = " << actual << ", expected " << e
@@ -168,9 +172,8 @@ std::string combination_name(const ::testing::TestParamInfo<Combination>& param_
 }
 
 INSTANTIATE_TEST_SUITE_P(Combinations, CublasLtGemmCuda,
-                         ::testing::Combine(::testing::Bool(), ::testing::Bool(),
-                                            ::testing::Bool(), ::testing::Bool(),
-                                            ::testing::Bool()),
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool(),
+                                            ::testing::Bool(), ::testing::Bool()),
                          combination_name);
 
 }  // namespace

@@ -5,8 +5,9 @@
 // rounding of the host model, per gradient tensor in relative Frobenius norm, with either
 // attention and on packed documents; the tensor-core attention stays within bf16 rounding of the
 // fp32 one in the model; the options pick the attention kernels; runs are bitwise reproducible,
-// activation checkpointing is bitwise free and backward overwrites its gradients; the LM-head
-// loss in row chunks on a 128 k vocabulary equals one chunk's to fp32 rounding. Skips, saying
+// activation checkpointing is bitwise free and backward overwrites its gradients; a wider Llama
+// (aligned shapes, head_dim 64) does the same on cuBLASLt's vectorised kernels; the LM-head loss
+// in row chunks on a 128 k vocabulary equals one chunk's to fp32 rounding. Skips, saying
 // why, where CUDA cannot be used.
 #include <gtest/gtest.h>
 
@@ -386,6 +387,48 @@ INSTANTIATE_TEST_SUITE_P(Families, DecoderCuda, ::testing::ValuesIn(kFamilies),
                          [](const ::testing::TestParamInfo<Family>& param_info) {
                            return std::string(param_info.param.name);
                          });
+
+// A wider Llama than the families' tiny ones: hidden 256, head_dim 64 (the tensor-core attention's
+// 64-wide tiles), inner 688, vocabulary 1000, 130 positions: the products' shapes are multiples of
+// 8 and 16-byte aligned, so cuBLASLt picks its vectorised tensor-core kernels (the tiny models
+// reach its narrow, unaligned ones), over several tiles each way. Same bound and reasoning as
+// Bf16PathMatchesTheHostModelWithinBf16Rounding (two layers: the same count of roundings), and
+// two runs bitwise equal.
+TEST(Bf16WideLlamaCuda, MatchesTheHostModelWithinBf16Rounding) {
+  const std::string reason = tiers::cuda_unavailable_reason();
+  if (!reason.empty()) GTEST_SKIP() << "no usable CUDA device: " << reason;
+  const HfConfig config = parse_hf_config(R"({
+    "architectures": ["LlamaForCausalLM"], "hidden_size": 256, "intermediate_size": 688,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "vocab_size": 1000,
+    "max_position_embeddings": 512, "tie_word_embeddings": false, "hidden_act": "silu",
+    "torch_dtype": "bfloat16", "bos_token_id": 1, "eos_token_id": 2})");
+  DecoderOptions options;
+  options.seq_len = 130;
+  options.micro_batch = 3;
+  options.cuda_loss_chunk_rows = 128;  // 260 rows: 128, 128 and 4
+  {
+    auto device = cuda_device();
+    EXPECT_EQ(DecoderModel(config, options, device.get()).attention_implementation(),
+              "flash-attention, bf16 tensor cores");
+  }
+  const Comparison c = compare_with_host(config, options);
+  const Comparison again = compare_with_host(config, options);
+  DecoderOptions emulated = options;
+  emulated.host_bf16_operands = true;
+  UnitBuffers probe(c.host_grads);
+  host_gradients(config, emulated, probe);
+  EXPECT_NEAR(c.cuda_loss, c.host_loss, 1e-2 * c.host_loss);
+  const std::vector<UnitSpec> units = DecoderModel(config, options).units();
+  expect_gradients_frobenius_near(units, c.host_grads, c.cuda_grads, 5e-2, &probe, 4.0);
+  EXPECT_EQ(std::memcmp(&c.cuda_loss, &again.cuda_loss, sizeof(double)), 0);
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    EXPECT_EQ(std::memcmp(c.cuda_grads.unit(u).data(), again.cuda_grads.unit(u).data(),
+                          c.cuda_grads.unit(u).size() * sizeof(float)),
+              0)
+        << "unit " << u;
+  }
+}
 
 // The LM head's loss in row chunks on a 128 k vocabulary (Llama 3's 128 256): chunks of 64 rows
 // (the last one partial) against one chunk of every row. Each row's logits, loss and dlogits are

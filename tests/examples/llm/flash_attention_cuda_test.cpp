@@ -363,6 +363,56 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FlashAttentionCuda, ::testing::ValuesIn(kShapes
                            return shape_name(param_info.param);
                          });
 
+// The bf16-output forward (what the bf16 decoder stores) rounds the fp32 output as it stores it:
+// every element bit for bit bf16(fp32 overload's element), the log-sum-exp bit for bit equal,
+// outputs poisoned first; both head_dim paddings, GQA, a window, packed documents.
+TEST(FlashAttentionCudaBf16Output, IsTheFloatOutputRounded) {
+  const std::string reason = tiers::cuda_unavailable_reason();
+  if (!reason.empty()) GTEST_SKIP() << "no usable CUDA device: " << reason;
+  if (!flash_attention_supported(64, 0)) GTEST_SKIP() << "this GPU cannot run the kernels";
+  for (const testing::Shape& shape :
+       {testing::Shape{2, 130, 8, 2, 128, 0, 0}, testing::Shape{2, 200, 4, 2, 64, 5, 45}}) {
+    const testing::Batch batch = testing::random_batch(shape, 99);
+    const std::size_t rows = batch.rows();
+    const std::size_t ld = batch.qkv_width();
+    std::vector<__nv_bfloat16> qkv_host(batch.qkv.size());
+    for (std::size_t i = 0; i < qkv_host.size(); ++i) qkv_host[i] = testing::to_bf16(batch.qkv[i]);
+    testing::DeviceArray<__nv_bfloat16> qkv(qkv_host);
+    testing::DeviceArray<std::uint32_t> first_key(batch.first_key);
+    testing::DeviceArray<float> out32(rows * batch.q_width());
+    testing::DeviceArray<__nv_bfloat16> out16(rows * batch.q_width());
+    const std::size_t lse_floats = shape.sequences * shape.heads * shape.positions;
+    testing::DeviceArray<float> lse32(lse_floats), lse16(lse_floats);
+    out32.poison();
+    out16.poison();
+    lse32.poison();
+    lse16.poison();
+    const AttentionDims dims{shape.sequences, shape.positions, shape.heads, shape.kv_heads,
+                             shape.head_dim,  shape.window,    first_key.get()};
+    const Bf16Rows q{qkv.get(), ld}, k{qkv.get() + batch.k_offset(), ld},
+        v{qkv.get() + batch.v_offset(), ld};
+    ASSERT_EQ(flash_attention_forward(dims, q, k, v, FloatRows{out32.get(), batch.q_width()},
+                                      lse32.get(), nullptr),
+              cudaSuccess);
+    ASSERT_EQ(flash_attention_forward(dims, q, k, v, Bf16MutRows{out16.get(), batch.q_width()},
+                                      lse16.get(), nullptr),
+              cudaSuccess);
+    const std::vector<float> expected = out32.download();
+    const std::vector<__nv_bfloat16> actual = out16.download();
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      const __nv_bfloat16 rounded = testing::to_bf16(expected[i]);
+      if (std::memcmp(&rounded, &actual[i], sizeof(rounded)) != 0 && ++bad <= 3) {
+        ADD_FAILURE() << "out[" << i << "]: " << __bfloat162float(actual[i]) << ", fp32 "
+                      << expected[i];
+      }
+    }
+    EXPECT_EQ(bad, 0u) << shape_name(shape);
+    const std::vector<float> lse_a = lse32.download(), lse_b = lse16.download();
+    EXPECT_EQ(std::memcmp(lse_a.data(), lse_b.data(), lse_a.size() * sizeof(float)), 0);
+  }
+}
+
 // Shapes the kernels do not take are refused before any launch (cudaErrorInvalidValue, so the
 // decoder can fall back instead of reading out of bounds); empty work succeeds.
 TEST(FlashAttentionCudaLimits, UnsupportedShapesAreRefused) {
