@@ -172,7 +172,13 @@ RunTotals run_training(Trainer& trainer, const RunOptions& options) {
     totals.nvme_written_bytes += report.optimizer.nvme.written_bytes;
     totals.comm_bytes += report.optimizer.comm_bytes;
     if (options.lead) print_step(report, options.ranks);
-    if (options.lead && profile) std::cout << "  gpu: " << tiers::describe(*profile) << std::endl;
+    if (options.lead && profile) {
+      std::cout << "  gpu: " << tiers::describe(*profile) << "\n";
+      if (trainer.engine().step_count() == last_step) {  // where the last step's time went
+        std::cout << "  gpu kernels: " << tiers::describe_top_kernels(*profile, 12) << "\n";
+      }
+      std::cout.flush();
+    }
     const std::optional<std::filesystem::path> saved = checkpoints.after_step(trainer.engine());
     if (options.lead && saved) std::cout << "  checkpoint " << saved->string() << "\n";
     const std::uint64_t done = trainer.engine().step_count() - first_step;

@@ -1,6 +1,6 @@
 // The decoder's CUDA kernels (decoder_cuda_kernels.hpp). Row-wise kernels give each row one warp;
-// element-wise kernels are grid-stride loops; sums over rows give each column one thread that adds
-// the rows in order. The attention kernels are FlashAttention-style tiles: 8 rows per block (one
+// element-wise kernels are grid-stride loops; sums over rows are column_reduce.cuh's (32 warps
+// per 32 columns, each summing its rows in order, then the warps in order). The attention kernels are FlashAttention-style tiles: 8 rows per block (one
 // per warp) against 32 streamed rows of the other side in shared memory, one lane per streamed
 // row, so scores are computed and used tile by tile and never stored.
 #include "examples/llm/decoder_cuda_kernels.hpp"
@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "examples/llm/activation_math.cuh"
+#include "examples/llm/column_reduce.cuh"
 
 namespace strata::llm::cuda {
 namespace {
@@ -104,14 +105,30 @@ __global__ void broadcast_rows_kernel(const float* bias, float* out, std::size_t
   }
 }
 
-__global__ void column_sums_kernel(const float* m, std::size_t ld, std::size_t rows,
-                                   std::size_t cols, float* out) {
-  const std::size_t c = global_index();
-  if (c >= cols) return;
-  float sum = 0.0f;
-  for (std::size_t r = 0; r < rows; ++r) sum += m[r * ld + c];
-  out[c] = sum;
-}
+// The terms of the column reductions (column_reduce.cuh).
+struct ColumnTerm {
+  const float* m;
+  std::size_t ld;
+  __device__ void operator()(std::size_t r, std::size_t c, float (&sums)[1]) const {
+    sums[0] += m[r * ld + c];
+  }
+};
+struct RmsWeightTerm {  // dweight[c] = Σ_r dy·x·rstd
+  const float *dy, *x, *rstd;
+  std::size_t dim;
+  __device__ void operator()(std::size_t r, std::size_t c, float (&sums)[1]) const {
+    sums[0] += dy[r * dim + c] * x[r * dim + c] * rstd[r];
+  }
+};
+struct LayerNormParameterTerm {  // dweight[c] = Σ_r dy·(x - mean)·rstd, dbias[c] = Σ_r dy
+  const float *dy, *x, *mean, *rstd;
+  std::size_t dim;
+  __device__ void operator()(std::size_t r, std::size_t c, float (&sums)[2]) const {
+    const float g = dy[r * dim + c];
+    sums[0] += g * (x[r * dim + c] - mean[r]) * rstd[r];
+    sums[1] += g;
+  }
+};
 
 __global__ void add_in_place_kernel(float* out, const float* x, std::size_t count) {
   for (std::size_t e = global_index(); e < count; e += grid_stride()) out[e] += x[e];
@@ -145,15 +162,6 @@ __global__ void rms_norm_backward_dx_kernel(const float* dy, const float* x, con
   for (std::size_t i = lane_id(); i < dim; i += kWarp) {
     dx[row * dim + i] += s * (weight[i] * g[i] - in[i] * s * s * mean_dot);
   }
-}
-
-__global__ void rms_norm_weight_grad_kernel(const float* dy, const float* x, const float* rstd,
-                                            float* dweight, std::size_t rows, std::size_t dim) {
-  const std::size_t c = global_index();
-  if (c >= dim) return;
-  float sum = 0.0f;
-  for (std::size_t r = 0; r < rows; ++r) sum += dy[r * dim + c] * x[r * dim + c] * rstd[r];
-  dweight[c] = sum;
 }
 
 __global__ void layer_norm_forward_kernel(const float* x, const float* weight, const float* bias,
@@ -202,23 +210,6 @@ __global__ void layer_norm_backward_dx_kernel(const float* dy, const float* x, c
     const float xhat = (in[i] - mu) * s;
     dx[row * dim + i] += s * (g[i] * weight[i] - mean_dxhat - xhat * mean_dxhat_xhat);
   }
-}
-
-__global__ void layer_norm_parameter_grads_kernel(const float* dy, const float* x,
-                                                  const float* mean, const float* rstd,
-                                                  float* dweight, float* dbias, std::size_t rows,
-                                                  std::size_t dim) {
-  const std::size_t c = global_index();
-  if (c >= dim) return;
-  float sum_weight = 0.0f;
-  float sum_bias = 0.0f;
-  for (std::size_t r = 0; r < rows; ++r) {
-    const float g = dy[r * dim + c];
-    sum_weight += g * (x[r * dim + c] - mean[r]) * rstd[r];
-    sum_bias += g;
-  }
-  dweight[c] = sum_weight;
-  dbias[c] = sum_bias;
 }
 
 __global__ void rope_rotate_kernel(float* x, std::size_t ld, std::size_t rows, std::size_t heads,
@@ -618,9 +609,7 @@ cudaError_t broadcast_rows(const float* bias, float* out, std::size_t ld, std::s
 
 cudaError_t column_sums(const float* m, std::size_t ld, std::size_t rows, std::size_t cols,
                         float* out, cudaStream_t stream) {
-  if (cols == 0) return cudaSuccess;
-  column_sums_kernel<<<one_per_thread_blocks(cols), kThreads, 0, stream>>>(m, ld, rows, cols, out);
-  return cudaGetLastError();
+  return detail::column_reduce<1>(ColumnTerm{m, ld}, rows, cols, {{out}}, stream);
 }
 
 cudaError_t add_in_place(float* out, const float* x, std::size_t count, cudaStream_t stream) {
@@ -643,9 +632,8 @@ cudaError_t rms_norm_backward(const float* dy, const float* x, const float* rstd
   if (rows == 0) return cudaSuccess;
   rms_norm_backward_dx_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(dy, x, rstd, weight, dx,
                                                                          rows, dim);
-  rms_norm_weight_grad_kernel<<<one_per_thread_blocks(dim), kThreads, 0, stream>>>(
-      dy, x, rstd, dweight, rows, dim);
-  return cudaGetLastError();
+  if (const cudaError_t error = cudaGetLastError(); error != cudaSuccess) return error;
+  return detail::column_reduce<1>(RmsWeightTerm{dy, x, rstd, dim}, rows, dim, {{dweight}}, stream);
 }
 
 cudaError_t layer_norm_forward(const float* x, const float* weight, const float* bias, float* y,
@@ -664,9 +652,9 @@ cudaError_t layer_norm_backward(const float* dy, const float* x, const float* me
   if (rows == 0) return cudaSuccess;
   layer_norm_backward_dx_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(dy, x, mean, rstd,
                                                                            weight, dx, rows, dim);
-  layer_norm_parameter_grads_kernel<<<one_per_thread_blocks(dim), kThreads, 0, stream>>>(
-      dy, x, mean, rstd, dweight, dbias, rows, dim);
-  return cudaGetLastError();
+  if (const cudaError_t error = cudaGetLastError(); error != cudaSuccess) return error;
+  return detail::column_reduce<2>(LayerNormParameterTerm{dy, x, mean, rstd, dim}, rows, dim,
+                                  {{dweight, dbias}}, stream);
 }
 
 cudaError_t rope_rotate(float* x, std::size_t ld, std::size_t rows, std::size_t heads,

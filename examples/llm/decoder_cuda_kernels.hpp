@@ -7,9 +7,9 @@
 // cublaslt_gemm.hpp).
 //
 // Determinism: no atomics anywhere. Row-wise work gives each row one warp (fixed butterfly
-// reductions); sums over rows give each column one thread that walks the rows in order; the
-// attention backward gives each key row one warp that walks the group's heads and the queries in
-// order. Every result is the same bits run to run on one GPU.
+// reductions); sums over rows are column_reduce.cuh's (each warp walks its rows in order, then
+// the warps are added in order); the attention backward gives each key row one warp that walks
+// the group's heads and the queries in order. Every result is the same bits run to run on one GPU.
 // Each launcher returns cudaGetLastError() (cudaSuccess for empty work). Only CUDA-side sources
 // include this header.
 #pragma once

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "examples/llm/activation_math.cuh"
+#include "examples/llm/column_reduce.cuh"
 
 namespace strata::llm::cuda {
 namespace {
@@ -22,9 +23,6 @@ constexpr std::size_t kMaxBlocks = 4096;  // grid-stride beyond
 unsigned elementwise_blocks(std::size_t count) {
   const std::size_t needed = (count + kThreads - 1) / kThreads;
   return static_cast<unsigned>(std::max<std::size_t>(1, std::min(needed, kMaxBlocks)));
-}
-unsigned one_per_thread_blocks(std::size_t count) {
-  return static_cast<unsigned>((count + kThreads - 1) / kThreads);
 }
 unsigned row_blocks(std::size_t rows) {
   return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
@@ -215,14 +213,13 @@ __global__ void plain_backward_bf16_kernel(ActivationCode act, const __nv_bfloat
   }
 }
 
-__global__ void column_sums_bf16_kernel(const __nv_bfloat16* m, std::size_t ld, std::size_t rows,
-                                        std::size_t cols, float* out) {
-  const std::size_t c = global_index();
-  if (c >= cols) return;
-  float sum = 0.0f;
-  for (std::size_t r = 0; r < rows; ++r) sum += load(m + r * ld + c);
-  out[c] = sum;
-}
+struct Bf16ColumnTerm {
+  const __nv_bfloat16* m;
+  std::size_t ld;
+  __device__ void operator()(std::size_t r, std::size_t c, float (&sums)[1]) const {
+    sums[0] += load(m + r * ld + c);
+  }
+};
 
 // --- the loss ------------------------------------------------------------------------------------
 
@@ -394,10 +391,7 @@ cudaError_t plain_backward_bf16(ActivationCode act, const __nv_bfloat16* dh,
 
 cudaError_t column_sums_bf16(const __nv_bfloat16* m, std::size_t ld, std::size_t rows,
                              std::size_t cols, float* out, cudaStream_t stream) {
-  if (cols == 0) return cudaSuccess;
-  column_sums_bf16_kernel<<<one_per_thread_blocks(cols), kThreads, 0, stream>>>(m, ld, rows, cols,
-                                                                                out);
-  return cudaGetLastError();
+  return detail::column_reduce<1>(Bf16ColumnTerm{m, ld}, rows, cols, {{out}}, stream);
 }
 
 cudaError_t cross_entropy_forward(const float* logits, const std::int32_t* targets,

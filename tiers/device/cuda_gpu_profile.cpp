@@ -8,6 +8,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <unordered_map>
+#include <string>
+#include <string_view>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -24,7 +28,21 @@ constexpr std::size_t kRecordAlignment = 8;
 struct Interval {
   std::uint64_t start_ns, end_ns;
   GpuWork kind;
+  std::string name;  // the kernel's short name, or the copy's kind
 };
+
+const char* copy_name(std::uint8_t kind) {
+  switch (kind) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
+      return "copy host->device";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH:
+      return "copy device->host";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD:
+      return "copy device->device";
+    default:
+      return "copy (other)";
+  }
+}
 
 // What CUPTI's callbacks (on CUPTI's own thread) hand over: the records' intervals.
 struct Sink {
@@ -39,6 +57,24 @@ void check(CUptiResult result, const char* call) {
   const char* text = nullptr;
   cuptiGetResultString(result, &text);
   throw GpuProfilerUnavailable(fmt::format("{} failed: {}", call, text ? text : "unknown error"));
+}
+
+// A kernel's kind and short name, worked out once per kernel: CUPTI's records of one kernel share
+// one name pointer.
+struct NamedKind {
+  GpuWork kind;
+  std::string name;
+};
+const NamedKind& named_kind(const char* name) {
+  static std::mutex mutex;
+  static std::unordered_map<const char*, NamedKind> known;
+  std::lock_guard lock(mutex);
+  auto [at, inserted] = known.try_emplace(name);
+  if (inserted) {
+    const std::string_view text = name != nullptr ? name : "";
+    at->second = {classify_kernel(text), short_kernel_name(text)};
+  }
+  return at->second;
 }
 
 void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size,
@@ -57,18 +93,18 @@ void CUPTIAPI buffer_completed(CUcontext /*context*/, std::uint32_t stream_id,
       case CUPTI_ACTIVITY_KIND_KERNEL:
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         const auto* kernel = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-        intervals.push_back({kernel->start, kernel->end,
-                             classify_kernel(kernel->name ? kernel->name : "")});
+        const NamedKind& named = named_kind(kernel->name);
+        intervals.push_back({kernel->start, kernel->end, named.kind, named.name});
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         const auto* copy = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
-        intervals.push_back({copy->start, copy->end, GpuWork::kCopy});
+        intervals.push_back({copy->start, copy->end, GpuWork::kCopy, copy_name(copy->copyKind)});
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
         const auto* set = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
-        intervals.push_back({set->start, set->end, GpuWork::kCopy});
+        intervals.push_back({set->start, set->end, GpuWork::kCopy, "memset"});
         break;
       }
       default:
@@ -141,6 +177,17 @@ class CuptiProfiler final : public GpuProfiler {
       reach_ns = std::max(reach_ns, interval.end_ns);
     }
     profile.busy_s_total = 1e-9 * static_cast<double>(covered_ns);
+    std::map<std::string, GpuKernelTime> by_name;
+    for (const Interval& interval : intervals) {
+      if (interval.end_ns <= interval.start_ns) continue;
+      GpuKernelTime& kernel = by_name[interval.name];
+      kernel.name = interval.name;
+      kernel.busy_s += 1e-9 * static_cast<double>(interval.end_ns - interval.start_ns);
+      ++kernel.count;
+    }
+    for (auto& [name, kernel] : by_name) profile.kernels.push_back(std::move(kernel));
+    std::sort(profile.kernels.begin(), profile.kernels.end(),
+              [](const GpuKernelTime& a, const GpuKernelTime& b) { return a.busy_s > b.busy_s; });
     window_start_ns_ = now_ns;
     return profile;
   }

@@ -2,10 +2,13 @@
 // CUDA, the refusal (cuda_gpu_profile.cpp replaces it in CUDA builds).
 #include "tiers/device/gpu_profile.hpp"
 
+#include <cxxabi.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
+#include <memory>
 #include <string>
 
 namespace strata::tiers {
@@ -71,6 +74,42 @@ std::string describe(const GpuProfile& profile) {
   text += fmt::format("; busy {:.1f} of {:.1f} ms, idle {:.1f} ms", 1e3 * profile.busy_s_total,
                       1e3 * profile.window_s, 1e3 * profile.idle_s());
   if (profile.dropped > 0) text += fmt::format(" ({} records dropped: low)", profile.dropped);
+  return text;
+}
+
+std::string short_kernel_name(std::string_view name) {
+  std::string text(name);
+  int status = 0;
+  const std::unique_ptr<char, void (*)(void*)> demangled(
+      abi::__cxa_demangle(text.c_str(), nullptr, nullptr, &status), std::free);
+  if (status == 0 && demangled) text = demangled.get();
+  // "(anonymous namespace)" holds the two characters the cuts below look for.
+  for (std::size_t at = text.find("(anonymous namespace)"); at != std::string::npos;
+       at = text.find("(anonymous namespace)", at)) {
+    text.replace(at, 21, "{anon}");
+  }
+  // Drop the parameters, then the template arguments, then a leading return type.
+  if (const std::size_t paren = text.find('('); paren != std::string::npos) text.resize(paren);
+  std::string plain;
+  int depth = 0;
+  for (const char c : text) {
+    if (c == '<') ++depth;
+    if (depth == 0) plain += c;
+    if (c == '>' && depth > 0) --depth;
+  }
+  if (const std::size_t space = plain.rfind(' '); space != std::string::npos) {
+    plain = plain.substr(space + 1);
+  }
+  return plain.empty() ? text : plain;
+}
+
+std::string describe_top_kernels(const GpuProfile& profile, std::size_t count) {
+  std::string text;
+  for (std::size_t i = 0; i < std::min(count, profile.kernels.size()); ++i) {
+    const GpuKernelTime& kernel = profile.kernels[i];
+    text += fmt::format("{}{} {:.1f} ms x{}", text.empty() ? "" : "; ", kernel.name,
+                        1e3 * kernel.busy_s, kernel.count);
+  }
   return text;
 }
 

@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace strata::tiers {
 
@@ -27,18 +28,31 @@ std::string_view gpu_work_name(GpuWork kind);
 // CUTLASS), attention, the loss, optimizers, NCCL's collectives, the rest elementwise.
 GpuWork classify_kernel(std::string_view name);
 
+// One kernel (or copy kind) of a window: its name, demangled and cut to the function's, its
+// records' summed time and how many ran.
+struct GpuKernelTime {
+  std::string name;
+  double busy_s = 0;
+  std::uint64_t count = 0;
+};
+
 struct GpuProfile {
   std::array<double, kGpuWorkKinds> busy_s{};  // per kind: the sum of its records' durations
   double window_s = 0;       // wall time from the window's start to its end
   double busy_s_total = 0;   // time at least one record ran (overlaps counted once)
   std::uint64_t records = 0;
   std::uint64_t dropped = 0;  // records CUPTI had to drop (buffers full): the figures are low
+  std::vector<GpuKernelTime> kernels;  // every kernel and copy kind, most time first
   double idle_s() const { return window_s > busy_s_total ? window_s - busy_s_total : 0.0; }
   double busy(GpuWork kind) const { return busy_s[static_cast<std::size_t>(kind)]; }
 };
 
 // "gemm 120.1 ms, attention 40.2 ms, ... ; busy 208.3 of 250.0 ms, idle 41.7 ms".
 std::string describe(const GpuProfile& profile);
+// The `count` kernels with the most time: "name 12.3 ms x48; ...".
+std::string describe_top_kernels(const GpuProfile& profile, std::size_t count);
+// "void ns::f<T>(int)" -> "ns::f": what a reader needs of a kernel's (demangled) name.
+std::string short_kernel_name(std::string_view name);
 
 class GpuProfilerUnavailable : public std::runtime_error {
  public:

@@ -30,6 +30,21 @@ TEST(GpuProfile, KernelsAreClassifiedByName) {
             GpuWork::kElementwise);
 }
 
+TEST(GpuProfile, KernelNamesAreShortenedToTheFunction) {
+  EXPECT_EQ(short_kernel_name("_ZN6strata3llm4cuda12_GLOBAL__N_119rms_norm_fwd_kernelEPKfPf"),
+            "strata::llm::cuda::{anon}::rms_norm_fwd_kernel");
+  EXPECT_EQ(short_kernel_name("void cutlass::Kernel2<cutlass_80_tensorop_s16816gemm>(Params)"),
+            "cutlass::Kernel2");
+  EXPECT_EQ(short_kernel_name("nvjet_hsh_128x256_64x4_1x2_h_bz_coopA_NTN"),
+            "nvjet_hsh_128x256_64x4_1x2_h_bz_coopA_NTN");
+}
+
+TEST(GpuProfile, TopKernelsAreListedMostTimeFirst) {
+  GpuProfile profile;
+  profile.kernels = {{"gemm_a", 0.0123, 48}, {"norm", 0.002, 96}, {"tiny", 0.0001, 1}};
+  EXPECT_EQ(describe_top_kernels(profile, 2), "gemm_a 12.3 ms x48; norm 2.0 ms x96");
+}
+
 TEST(GpuProfile, DescriptionListsKindsThatRanAndTheIdleTime) {
   GpuProfile profile;
   profile.busy_s[static_cast<std::size_t>(GpuWork::kGemm)] = 0.120;
@@ -62,6 +77,8 @@ TEST(GpuProfileCuda, CountsTheKernelsAndCopiesOfItsWindow) {
   EXPECT_GT(profile.busy(GpuWork::kElementwise), 0.0) << describe(profile);
   EXPECT_GT(profile.busy(GpuWork::kCopy), 0.0) << describe(profile);
   EXPECT_GE(profile.records, 5u) << describe(profile);
+  ASSERT_FALSE(profile.kernels.empty());
+  EXPECT_GE(profile.kernels.front().busy_s, profile.kernels.back().busy_s);
   EXPECT_LE(profile.busy_s_total, profile.window_s) << describe(profile);
   EXPECT_EQ(host.back(), 1.5f);
   const GpuProfile empty = profiler->collect();  // a new window: nothing ran in it
