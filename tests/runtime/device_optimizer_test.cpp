@@ -131,6 +131,7 @@ void expect_same(const std::vector<std::vector<float>>& got,
   ASSERT_EQ(got.size(), want.size()) << what;
   for (std::size_t i = 0; i < got.size(); ++i) {
     ASSERT_EQ(got[i].size(), want[i].size()) << what << " " << i;
+    if (got[i].empty()) continue;  // a moment the optimizer does not keep
     EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)), 0)
         << what << " " << i << " differs from the direct path's CPU optimizer";
   }
