@@ -4,6 +4,7 @@
 
 #include "base/units.hpp"
 #include "runtime/partition.hpp"
+#include "tiers/device/device.hpp"
 
 namespace strata::runtime {
 namespace {
@@ -128,23 +129,25 @@ void plan_staged_path(BufferPlan& plan, const Config& config, const BufferPlanIn
         aligned(plan.kind(kind).bytes(plan.largest_group_numel));
   }
   const bool grads_on_device = plan.kind(ShardKind::kGrad).tier == Tier::kDevice;
-  const bool moves_queued = plan.ranks == 1 || !inputs.collectives_on_device;
+  plan.grad_stores_queued = plan.ranks == 1 || !inputs.collectives_on_device;
+  const bool moves_queued = !grads_on_device && plan.grad_stores_queued;
   // A gradient shard in fp32: with several ranks the send side of a gather's all-gather and the
-  // reduce-scatter's result; for a device-homed gradient whose norm is read back at once (below).
-  if (plan.ranks > 1 || (grads_on_device && !moves_queued)) {
-    plan.shard_staging_bytes = aligned(plan.largest_shard_numel * 4);
+  // reduce-scatter's result.
+  if (plan.ranks > 1) plan.shard_staging_bytes = aligned(plan.largest_shard_numel * 4);
+  if (grads_on_device) {
+    plan.norm_device_bytes =
+        round_up(sizeof(double), tiers::kDeviceAllocationGranularity) +
+        round_up(std::max<std::uint64_t>(1, tiers::sum_of_squares_scratch_bytes(
+                                                plan.largest_shard_numel)),
+                 tiers::kDeviceAllocationGranularity);
+    plan.norm_readback_bytes = aligned(sizeof(double));
   }
   if (plan.ranks > 1 && !inputs.collectives_on_device) {
     plan.full_staging_bytes = aligned(plan.largest_padded_numel * 4);
   }
-  // Gradients leave the device through these while the backward goes on (reduce_grads.cpp):
-  // homed in host memory or on NVMe, a padded unit in fp32 (reduced on the host with several
-  // ranks); homed on the device, the stored shard, read back for the norm.
-  if (moves_queued) {
-    plan.grad_move_slot_bytes =
-        grads_on_device ? aligned(plan.kind(ShardKind::kGrad).bytes(plan.largest_shard_numel))
-                        : aligned(plan.largest_padded_numel * 4);
-  }
+  // Gradients homed in host memory or on NVMe leave the device through these while the backward
+  // goes on (reduce_grads.cpp): a padded unit in fp32 (reduced on the host with several ranks).
+  if (moves_queued) plan.grad_move_slot_bytes = aligned(plan.largest_padded_numel * 4);
   if (config.zero.params == Tier::kNvme) {
     // At most the prefetched units and the one being acquired are loading at once.
     plan.param_read_slots = config.zero.prefetch_depth + 2;
@@ -279,7 +282,7 @@ Tier BufferPlan::tier_of(ShardKind k, std::size_t unit_index) const {
 }
 
 std::uint64_t BufferPlan::device_scratch_bytes() const {
-  return grad_full_scratch_bytes + grad_shard_scratch_bytes + gather_send_bytes;
+  return grad_full_scratch_bytes + grad_shard_scratch_bytes + gather_send_bytes + norm_device_bytes;
 }
 
 std::uint64_t BufferPlan::device_need_bytes() const {
@@ -298,7 +301,7 @@ std::uint64_t BufferPlan::nvme_staging_bytes() const {
 
 std::uint64_t BufferPlan::staged_path_bytes() const {
   return 2 * device_staging_slot_bytes + shard_staging_bytes + full_staging_bytes +
-         2 * grad_move_slot_bytes + param_read_slots * param_read_slot_bytes +
+         2 * grad_move_slot_bytes + norm_readback_bytes + param_read_slots * param_read_slot_bytes +
          gather_slots * gather_slot_bytes;
 }
 

@@ -113,6 +113,14 @@ struct BufferPlan {
   std::uint64_t shard_staging_bytes = 0;
   std::uint64_t full_staging_bytes = 0;
   std::uint64_t grad_move_slot_bytes = 0;  // each of two
+  // Every gradient homed on the device: its sum of squares is added up on the device (one fp64
+  // and the kernel's block sums, device memory) and read back once per step through a pinned
+  // page, instead of each stored shard leaving the device for the norm.
+  std::uint64_t norm_device_bytes = 0;
+  std::uint64_t norm_readback_bytes = 0;
+  // One rank, or collectives on the host: reduce_grads hands a gradient's cast (and norm) to the
+  // compute stream and returns without waiting for them.
+  bool grad_stores_queued = false;
   std::uint32_t param_read_slots = 0;
   std::uint64_t param_read_slot_bytes = 0;
   // Several ranks with collectives on the host (BufferPlanInputs::gathers_ahead): pinned slots an

@@ -167,6 +167,13 @@ void EngineState::allocate() {
   grad_full_scratch_ = device_->allocate(plan_.grad_full_scratch_bytes);
   grad_shard_scratch_ = device_->allocate(plan_.grad_shard_scratch_bytes);
   gather_send_scratch_ = device_->allocate(plan_.gather_send_bytes);
+  if (plan_.norm_device_bytes > 0) {
+    STRATA_ASSERT(lanes_ != nullptr, "the device norm is the staged path's");
+    norm_device_sum_ = device_->allocate(sizeof(double));
+    norm_device_scratch_ = device_->allocate(std::max<std::uint64_t>(
+        1, tiers::sum_of_squares_scratch_bytes(plan_.largest_shard_numel)));
+    lanes_->compute.fill_bytes(norm_device_sum_.span(), 0);  // before any sum, in stream order
+  }
   for (UnitState& unit : units_) {
     for (auto& slot : unit.homes) {
       if (!slot) continue;
@@ -195,6 +202,7 @@ void EngineState::allocate() {
   if (plan_.grad_move_slot_bytes > 0) {
     for (auto& slot : grad_moves_) slot = host_pool_->allocate(plan_.grad_move_slot_bytes);
   }
+  if (plan_.norm_readback_bytes > 0) norm_readback_ = host_pool_->allocate(plan_.norm_readback_bytes);
   if (plan_.param_read_slots > 0) {
     param_read_slab_ = host_pool_->allocate_slab(plan_.param_read_slots, plan_.param_read_slot_bytes);
   }

@@ -211,6 +211,7 @@ void EngineState::begin_replace() {
   drain_gradient_writes();
   residency_->invalidate();
   norm_.reset();
+  if (norm_device_sum_) lanes_->compute.fill_bytes(norm_device_sum_.span(), 0);
   for (UnitState& unit : units_) unit.grad_calls = 0;
 }
 

@@ -343,7 +343,7 @@ class EngineState final : public tiers::ResidencyClient {
   // copy to the host and returns; the host part (reduce-scatter with several ranks, store, norm)
   // runs at the next reduce_grads, under whose backward the copy ran, or when anything else needs
   // the gradients (finish_grad_moves: step(), cancel_speculation(), the other paths). Homed on
-  // the device (store_grad_on_device), the cast runs on and only the norm's copy is queued.
+  // the device (store_grad_on_device), the cast and the norm's sum of squares run on, on the device.
   bool queues_grad_moves(const UnitState& unit) const;
   void queue_grad_move(UnitState& unit, std::span<const float> full_grads, bool accumulate,
                        bool last);
@@ -544,13 +544,18 @@ class EngineState final : public tiers::ResidencyClient {
   std::array<std::vector<io::Ticket>, 2> grad_buffer_writes_;
   std::size_t next_grad_buffer_ = 0;
   cpu_adam::GradNormAccumulator norm_;
+  // Every gradient homed on the device, staged path (BufferPlan::norm_device_bytes): each stored
+  // shard's sum of squares is added to norm_device_sum_ on the compute stream, in call order (the
+  // bits of norm_.add), and the sum is read back once, at the step, through norm_readback_.
+  tiers::DeviceBuffer norm_device_sum_;
+  tiers::DeviceBuffer norm_device_scratch_;
+  tiers::PinnedBuffer norm_readback_;
   // The staged path's gradient moves in flight (queue_grad_move): at most two, in call order.
   struct GradMove {
     UnitId unit = 0;
     std::size_t slot = 0;  // grad_moves_[slot], lanes_->grad_moved[slot]
     bool accumulate = false;
     bool last = false;
-    bool stored = false;  // the slot holds a device-homed gradient's stored shard (for the norm)
   };
   std::deque<GradMove> grad_moves_pending_;
   std::array<tiers::PinnedBuffer, 2> grad_moves_;

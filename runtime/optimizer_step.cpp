@@ -441,6 +441,20 @@ cpu_adam::Hyperparams EngineState::unit_step_hyper(const UnitState& unit,
 // This rank's sum of squares, then every rank's, added in rank order (the same on every rank).
 double EngineState::global_sum_of_squares() {
   double sum_of_squares = norm_.sum_of_squares();
+  if (norm_device_sum_) {
+    // Every gradient is homed on the device and was summed there (store_grad_on_device); norm_
+    // saw none of them, so the device's total is this rank's, bit for bit what norm_ would hold.
+    STRATA_ASSERT(sum_of_squares == 0.0, "no gradient summed on the host beside the device");
+    DeviceLanes& lane = *lanes_;
+    lane.compute.record(lane.compute_done);
+    lane.d2h.wait(lane.compute_done);
+    lane.d2h.copy_to_host(norm_readback_.data(), norm_device_sum_.span());
+    lane.d2h.record(lane.d2h_done);
+    lane.d2h_done.wait();
+    std::memcpy(&sum_of_squares, norm_readback_.data(), sizeof(double));
+    lane.compute.wait(lane.d2h_done);  // the next step's first sum after the read
+    lane.compute.fill_bytes(norm_device_sum_.span(), 0);
+  }
   if (ranks_ > 1) {
     std::vector<double> all(ranks_);
     all_gather_host(

@@ -5,9 +5,10 @@
 // first, the ranks' values are added in fp32 in rank order and the average rounded once (comm/
 // reduction.hpp), half the bytes of an fp32 reduce-scatter; the shard is widened back to fp32 (exact)
 // for the code below. The micro-batch that completes the gradient adds its
-// squares to the global-norm accumulator the optimizer step reads. On the staged path (a CUDA
-// device) a gradient homed in host memory or on NVMe leaves the device on the d2h stream while the
-// caller computes the next one: queue_grad_move, finish_grad_moves.
+// squares to the global-norm accumulator the optimizer step reads (on the staged path with every
+// gradient homed on the device, to a device double read back once per step). On the staged path
+// (a CUDA device) a gradient homed in host memory or on NVMe leaves the device on the d2h stream
+// while the caller computes the next one: queue_grad_move, finish_grad_moves.
 //
 // Contracts of step() (checked by check_step_contracts, before anything changes): no GatheredUnit
 // alive (its view would silently keep the pre-step weights), and every unit given exactly
@@ -131,7 +132,7 @@ void EngineState::reduce_grads(UnitId id, std::span<const float> full_grads) {
   if (last) speculate(id);  // the unit's update may start while the backward goes on
 }
 
-// Homed on the device, only the norm's copy is queued (store_grad_on_device).
+// Homed on the device, nothing leaves it: the norm is summed there (store_grad_on_device).
 bool EngineState::queues_grad_moves(const UnitState& unit) const {
   return grad_moves_[0] && unit.home(Kind::kGrad).residence() != Residence::kStagedDevice;
 }
@@ -190,11 +191,6 @@ void EngineState::finish_grad_moves(std::size_t keep) {
     Tracer::Scope scope(options_.tracer, TraceTrack::kCopies, "gradient to host " + unit.spec.name);
     lanes_->grad_moved[move.slot].wait();
     std::byte* moved = grad_moves_[move.slot].data();
-    if (move.stored) {  // a device-homed gradient's stored bytes, for the norm
-      const ShardHome& home = unit.home(Kind::kGrad);
-      norm_.add(cpu_adam::ConstTypedSpan(moved, home.numel, home.dtype), *arena_);
-      continue;
-    }
     const float* shard = reinterpret_cast<const float*>(moved);
     if (ranks_ > 1) {
       reduce_scatter_on_host(unit.layout, moved, shard_staging_.data());
@@ -253,8 +249,8 @@ const float* EngineState::reduce_to_shard(UnitState& unit, std::span<const float
   return reinterpret_cast<const float*>(shard_staging_.data());
 }
 
-// Device-homed (staged): converted or accumulated by a kernel, then read back for the global norm
-// when it is the micro-batch that completes the gradient.
+// Device-homed (staged): converted or accumulated by a kernel; the micro-batch that completes the
+// gradient adds its sum of squares to the device's running norm.
 void EngineState::store_grad_on_device(UnitState& unit, const float* host_shard,
                                        tiers::DeviceSpan device_shard, bool accumulate, bool last) {
   DeviceLanes& lane = *lanes_;
@@ -265,11 +261,11 @@ void EngineState::store_grad_on_device(UnitState& unit, const float* host_shard,
     lane.h2d.record(lane.h2d_done);
     lane.compute.wait(lane.h2d_done);
   }
-  const bool queue = static_cast<bool>(grad_moves_[0]);
+  const bool queue = plan_.grad_stores_queued;
   if (queue) {
     // What the caller and the next call reuse is free: the caller's buffer, copied into the
     // scratch on the compute stream (one rank) or read by the d2h reduce_to_shard waited for, and
-    // the pinned shard the h2d reads. The cast and the norm's copy run on.
+    // the pinned shard the h2d reads. The cast and the norm run on.
     if (host_shard != nullptr) {
       lane.h2d_done.wait();
     } else {
@@ -282,22 +278,15 @@ void EngineState::store_grad_on_device(UnitState& unit, const float* host_shard,
   } else {
     lane.compute.cast(stored, home.dtype, device_shard, DType::kFp32);
   }
+  // The gradient is complete: its sum of squares joins the norm's, on the device, in call order
+  // (global_sum_of_squares reads the total back once).
+  if (last) {
+    STRATA_ASSERT(norm_device_sum_, "a device-homed gradient's norm is summed on the device");
+    lane.compute.sum_of_squares(stored, home.dtype, norm_device_sum_.span(),
+                                norm_device_scratch_.span());
+  }
   lane.compute.record(lane.compute_done);
-  if (!last) {
-    if (!queue) lane.compute_done.wait();
-    return;
-  }
-  if (queue) {  // the norm's copy to the host, summed at the next call
-    push_grad_move(stored, GradMove{static_cast<UnitId>(unit_index(unit)), next_grad_move_,
-                                    accumulate, last, /*stored=*/true});
-    finish_grad_moves(/*keep=*/1);
-    return;
-  }
-  lane.d2h.wait(lane.compute_done);
-  lane.d2h.copy_to_host(shard_staging_.data(), stored);
-  lane.d2h.record(lane.d2h_done);
-  lane.d2h_done.wait();
-  norm_.add(cpu_adam::ConstTypedSpan(shard_staging_.data(), home.numel, home.dtype), *arena_);
+  if (!queue) lane.compute_done.wait();
 }
 
 // Addressable memory in place; NVMe through a pinned staging buffer (two, alternating, so one is
