@@ -10,47 +10,32 @@
 
 #include "examples/llm/activation_math.cuh"
 #include "examples/llm/column_reduce.cuh"
+#include "examples/llm/kernel_geometry.cuh"
 
 namespace strata::llm::cuda {
 namespace {
 
-constexpr unsigned kThreads = 256;
-constexpr unsigned kWarp = 32;
-constexpr unsigned kWarpsPerBlock = kThreads / kWarp;
-constexpr std::size_t kMaxBlocks = 4096;  // grid-stride beyond
-constexpr std::size_t kTile = kWarp;      // streamed rows per attention tile: one per lane
+using detail::elementwise_blocks;
+using detail::global_index;
+using detail::grid_stride;
+using detail::kThreads;
+using detail::kWarp;
+using detail::kWarpsPerBlock;
+using detail::lane_id;
+using detail::row_blocks;
+using detail::warp_id;
+using detail::warp_row;
+using detail::warp_sum;
+
+constexpr std::size_t kTile = kWarp;  // streamed rows per attention tile: one per lane
 constexpr std::size_t kHd = kMaxAttentionHeadDim;
 constexpr std::size_t kDimsPerLane = kHd / kWarp;
 constexpr std::size_t kPad = kHd + 1;  // row stride of tiles read down a column (no bank clash)
 
-unsigned elementwise_blocks(std::size_t count) {
-  const std::size_t needed = (count + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(std::max<std::size_t>(1, std::min(needed, kMaxBlocks)));
-}
 unsigned one_per_thread_blocks(std::size_t count) {
   return static_cast<unsigned>((count + kThreads - 1) / kThreads);
 }
-unsigned row_blocks(std::size_t rows) {
-  return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-}
 
-__device__ std::size_t global_index() {
-  return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ std::size_t grid_stride() { return static_cast<std::size_t>(gridDim.x) * blockDim.x; }
-__device__ unsigned lane_id() { return threadIdx.x % kWarp; }
-__device__ unsigned warp_id() { return threadIdx.x / kWarp; }
-__device__ std::size_t warp_row() {
-  return static_cast<std::size_t>(blockIdx.x) * kWarpsPerBlock + warp_id();
-}
-
-// Butterflies over the 32 lanes: every lane ends with the same value, combined in a fixed order.
-__device__ float warp_sum(float value) {
-  for (unsigned offset = kWarp / 2; offset > 0; offset /= 2) {
-    value += __shfl_xor_sync(0xffffffffu, value, offset);
-  }
-  return value;
-}
 __device__ float warp_max(float value) {
   for (unsigned offset = kWarp / 2; offset > 0; offset /= 2) {
     value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));

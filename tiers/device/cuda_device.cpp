@@ -5,9 +5,7 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
-#include <cerrno>
 #include <cstdio>
-#include <new>
 #include <exception>
 #include <mutex>
 #include <variant>
@@ -231,14 +229,8 @@ class CudaHostAllocator final : public PinnedAllocator {
   explicit CudaHostAllocator(int device_index) : device_index_(device_index) {}
 
   std::byte* allocate(std::uint64_t bytes) override {
-    STRATA_ASSERT(bytes > 0);
     const std::uint64_t length = round_up(bytes, kPinnedAlignment);
-    std::byte* data = nullptr;
-    try {
-      data = io::map_huge_page_backed(length);
-    } catch (const std::bad_alloc&) {
-      throw HostAllocationError(ENOMEM, "mmap", length);
-    }
+    std::byte* data = map_host_pages(bytes);
     set_device(device_index_);
     // Portable: pinned for every CUDA context, so several devices may copy from it.
     const cudaError_t result = cudaHostRegister(data, length, cudaHostRegisterPortable);

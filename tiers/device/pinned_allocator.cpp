@@ -31,11 +31,9 @@ MmapPinnedAllocator::MmapPinnedAllocator(MmapPinnedAllocatorOptions options)
   }
 }
 
-std::byte* MmapPinnedAllocator::allocate(std::uint64_t bytes) {
+std::byte* map_host_pages(std::uint64_t bytes) {
   STRATA_ASSERT(bytes > 0);
   const std::uint64_t length = round_up(bytes, kPinnedAlignment);
-  // Huge-page backed (the pool's NVMe staging reaches the disk in far fewer requests, see
-  // io/huge_page_memory.hpp), and every page faulted in now, at start-up, not on the first copy.
   std::byte* data = nullptr;
   try {
     data = io::map_huge_page_backed(length);
@@ -43,6 +41,12 @@ std::byte* MmapPinnedAllocator::allocate(std::uint64_t bytes) {
     throw HostAllocationError(ENOMEM, "mmap", length);
   }
   io::populate(data, length);
+  return data;
+}
+
+std::byte* MmapPinnedAllocator::allocate(std::uint64_t bytes) {
+  const std::uint64_t length = round_up(bytes, kPinnedAlignment);
+  std::byte* data = map_host_pages(bytes);
   if (options_.mlock == MlockPolicy::kTry && options_.lock_pages(data, length) != 0) {
     const int error_number = errno;
     mlock_failures_.fetch_add(1);

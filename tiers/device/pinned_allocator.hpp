@@ -35,6 +35,12 @@ class HostAllocationError : public std::system_error {
   HostAllocationError(int error_number, const std::string& operation, std::uint64_t bytes);
 };
 
+// `bytes` rounded up to kPinnedAlignment of anonymous, huge-page backed memory (io/
+// huge_page_memory.hpp: the pool's NVMe staging reaches the disk in far fewer requests), every
+// page faulted in now, at start-up, not on the first copy. Throws HostAllocationError (ENOMEM).
+// Both pinned allocators map their memory here; unmap with io::unmap_huge_page_backed.
+std::byte* map_host_pages(std::uint64_t bytes);
+
 enum class MlockPolicy { kOff, kTry };
 
 struct MmapPinnedAllocatorOptions {
