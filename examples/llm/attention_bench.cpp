@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/llm/cuda_device_array.hpp"
 #include "examples/llm/decoder_cuda_kernels.hpp"
 #include "examples/llm/flash_attention.hpp"
 
@@ -35,36 +36,8 @@ namespace {
 
 namespace cuda = strata::llm::cuda;
 
-void check(cudaError_t result, const char* call) {
-  if (result != cudaSuccess) {
-    throw std::runtime_error(std::string(call) + ": " + cudaGetErrorString(result));
-  }
-}
-
-// Device memory for `count` elements, freed by the destructor.
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(std::size_t count) : count_(count) {
-    check(cudaMalloc(&data_, std::max<std::size_t>(1, count) * sizeof(T)), "cudaMalloc");
-  }
-  ~DeviceArray() { cudaFree(data_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  T* get() const { return data_; }
-  void upload(const std::vector<T>& host) {
-    check(cudaMemcpy(data_, host.data(), count_ * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
-  }
-  std::vector<T> download() const {
-    std::vector<T> host(count_);
-    check(cudaMemcpy(host.data(), data_, count_ * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy");
-    return host;
-  }
-
- private:
-  T* data_ = nullptr;
-  std::size_t count_;
-};
+using cuda::DeviceArray;
+void check(cudaError_t result, const char* call) { cuda::check_cuda(result, call); }
 
 // Two events around a launch sequence on the default stream.
 class Timer {

@@ -16,46 +16,14 @@
 #include <string>
 #include <vector>
 
+#include "examples/llm/cuda_device_array.hpp"
 #include "examples/llm/decoder_cuda_kernels.hpp"
 #include "examples/llm/flash_attention.hpp"
 
 namespace strata::llm::cuda::testing {
 
-inline void check_cuda(cudaError_t result, const char* call) {
-  if (result != cudaSuccess) {
-    throw std::runtime_error(std::string(call) + ": " + cudaGetErrorString(result));
-  }
-}
-
-// `count` elements of device memory, freed by the destructor.
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(std::size_t count) : count_(count) {
-    check_cuda(cudaMalloc(&data_, std::max<std::size_t>(1, count) * sizeof(T)), "cudaMalloc");
-  }
-  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) {
-    check_cuda(cudaMemcpy(data_, host.data(), count_ * sizeof(T), cudaMemcpyHostToDevice),
-               "cudaMemcpy");
-  }
-  ~DeviceArray() { cudaFree(data_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  T* get() const { return data_; }
-  // All bytes 0xff: NaN as floats, so an element a kernel leaves unwritten fails any comparison.
-  void poison() { check_cuda(cudaMemset(data_, 0xff, count_ * sizeof(T)), "cudaMemset"); }
-  std::vector<T> download() const {
-    std::vector<T> host(count_);
-    check_cuda(cudaMemcpy(host.data(), data_, count_ * sizeof(T), cudaMemcpyDeviceToHost),
-               "cudaMemcpy");
-    return host;
-  }
-
- private:
-  T* data_ = nullptr;
-  std::size_t count_;
-};
+using cuda::check_cuda;
+using cuda::DeviceArray;
 
 struct Shape {
   std::size_t sequences, positions, heads, kv_heads, head_dim, window;
