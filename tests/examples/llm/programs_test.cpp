@@ -1,9 +1,10 @@
 // Proves the programs end to end on a tiny Llama folder: strata-finetune --model lowers the
 // validation loss, reports its NVMe traffic as the built-in GPT's run does and exports a folder
 // that an independent reader (hf_folder_reader.py) accepts, with strata's loss; strata-eval --json
-// prints the perplexity the library computes; strata-generate --json prints the prompt's ids and
-// the ids generate() gives;
-// strata plan --model takes the parameter count from config.json; a malformed data line stops
+// prints the perplexity the library computes, and --dump the text's ids and the first window's
+// logits; strata-generate --json prints the prompt's ids and the ids generate() gives;
+// strata plan --model takes the parameter count from config.json and, for a GPU, charges the
+// device for the model's compute; a malformed data line stops
 // strata-finetune with file:line; --steps is the run's total across a resume, and a fresh start
 // over a committed store is refused until --overwrite; under mpirun -np 2 (ZeRO-3 across ranks,
 // each rank half of every micro-batch) the run follows the one-rank run's losses; [checkpoint]
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -148,6 +150,31 @@ TEST_F(Programs, FinetuneExportEvalGenerate) {
   EXPECT_EQ(eval["tokens"].get<std::uint64_t>(), expected.tokens);
   EXPECT_DOUBLE_EQ(eval["mean_nll"].get<double>(), expected.mean_nll);
   EXPECT_DOUBLE_EQ(eval["perplexity"].get<double>(), std::exp(expected.mean_nll));
+  // --dump: the text's ids, and the first window's logits, whose next-token NLL is the first
+  // window's own perplexity figure (what gpu_export_check.py compares transformers against).
+  const std::filesystem::path dump = scratch.path() / "dump";
+  const std::vector<std::int32_t> text_ids = tokenizer.encode(read_text_file(text));
+  const auto [dump_output, dump_status] =
+      run(std::string(STRATA_EVAL) + " --model " + out.string() + " --data " + text.string() +
+          " --seq-len 48 --blas-threads 1 --json --dump " + dump.string());
+  ASSERT_EQ(dump_status, 0) << dump_output;
+  EXPECT_EQ(nlohmann::json::parse(read_text_file(dump / "token_ids.json"))
+                .get<std::vector<std::int32_t>>(),
+            text_ids);
+  const std::string logit_bytes = read_text_file(dump / "first_window_logits.f32");
+  ASSERT_EQ(logit_bytes.size(), 47 * hf.vocab_size * sizeof(float));
+  std::vector<float> logits(47 * hf.vocab_size);
+  std::memcpy(logits.data(), logit_bytes.data(), logit_bytes.size());
+  double nll = 0;
+  for (std::size_t row = 0; row < 47; ++row) {
+    const float* z = logits.data() + row * hf.vocab_size;
+    const double top = *std::max_element(z, z + hf.vocab_size);
+    double sum = 0;
+    for (std::size_t v = 0; v < hf.vocab_size; ++v) sum += std::exp(z[v] - top);
+    nll += top + std::log(sum) - z[text_ids[row + 1]];
+  }
+  const std::vector<std::int32_t> first_window(text_ids.begin(), text_ids.begin() + 48);
+  EXPECT_NEAR(nll / 47, evaluate_perplexity(hf, weights, first_window, 48).mean_nll, 1e-5);
   // Every unit streamed from the folder on every pass: the same figures, bit for bit, and a note.
   const auto [streamed_output, streamed_status] =
       run(std::string(STRATA_EVAL) + " --model " + out.string() + " --data " + text.string() +
