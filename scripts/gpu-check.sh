@@ -107,8 +107,8 @@ strata="$build/runtime/strata"
 finetune="$build/examples/finetune/strata-finetune"
 make_model="$build/examples/llm/strata-make-tiny-model"
 suites=(tests/tiers/strata_tiers_tests tests/runtime/strata_runtime_tests
-        tests/examples/strata_gpt_tests tests/examples/strata_finetune_tests
-        tests/examples/llm/strata_llm_model_tests tests/examples/llm/strata_llm_tests)
+        tests/models/strata_gpt_tests tests/models/strata_finetune_tests
+        tests/models/llm/strata_llm_model_tests tests/models/llm/strata_llm_tests)
 cuda_filter='*Cuda*:*cuda*:*Nccl*'
 # Narrower runs for a short lease: GPU_CHECK_SUITES (paths under the build), GPU_CHECK_FILTER,
 # GPU_CHECK_PLACEMENTS (strata's 1.08 B runs), GPU_CHECK_TORCH (PyTorch's), GPU_CHECK_STEPS.
@@ -351,11 +351,11 @@ if wanted sanitizer; then
   # The optimizer's large sizes (millions of elements x 324 cases) would take most of the time
   # under memcheck; its small sizes run every kernel, aligned and not, with guards around arrays.
   sanitize memcheck tests/tiers/strata_tiers_tests "$cuda_filter-*LargeSizes*"
-  sanitize memcheck tests/examples/llm/strata_llm_model_tests '*DecoderCuda*:*FlashAttentionCuda*'
-  sanitize memcheck tests/examples/strata_gpt_tests "$cuda_filter"
+  sanitize memcheck tests/models/llm/strata_llm_model_tests '*DecoderCuda*:*FlashAttentionCuda*'
+  sanitize memcheck tests/models/strata_gpt_tests "$cuda_filter"
   sanitize racecheck tests/tiers/strata_tiers_tests \
     'Backends/DeviceCastTest.*/cuda:Backends/DeviceTest.*Accumulate*/cuda:CudaOptimizer/OptimizerMatrix.*int8*grad_bf16_out_bf16:Backends/DeviceSumOfSquaresTest.*/cuda'
-  sanitize racecheck tests/examples/llm/strata_llm_model_tests '*DecoderCuda*.Fp32*:*FlashAttentionCuda*'
+  sanitize racecheck tests/models/llm/strata_llm_model_tests '*DecoderCuda*.Fp32*:*FlashAttentionCuda*'
 fi
 
 stamp done

@@ -151,7 +151,7 @@ class NvmeStore {
 
   // Drops the extent's write since the last commit (waiting for it first): its newest bytes are
   // the committed ones again, and the next write goes to the same free slot. What undoes a
-  // speculative optimizer update (runtime/speculation.hpp) exactly; a no-op without a write.
+  // speculative optimizer update (runtime/engine/speculation.hpp) exactly; a no-op without a write.
   void discard(ExtentId extent);
 
   // Makes every write since the last commit the committed state of `step`. On failure (a write

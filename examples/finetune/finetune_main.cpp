@@ -22,19 +22,19 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "examples/finetune/gpt_trainer.hpp"
+#include "models/training/gpt_trainer.hpp"
 #include "examples/finetune/hf_finetune.hpp"
-#include "examples/finetune/training_run.hpp"
+#include "models/training/training_run.hpp"
 #include "base/units.hpp"
-#include "examples/gpt/gpt_cuda.hpp"
-#include "examples/gpt/gpt_model.hpp"
-#include "examples/gpt/gpt_spec.hpp"
-#include "runtime/byte_size.hpp"
+#include "models/gpt/gpt_cuda.hpp"
+#include "models/gpt/gpt_model.hpp"
+#include "models/gpt/gpt_spec.hpp"
+#include "runtime/config/byte_size.hpp"
 #include "runtime/comm/communicator.hpp"
-#include "runtime/config.hpp"
-#include "runtime/memory_plan.hpp"
-#include "runtime/periodic_checkpoints.hpp"
-#include "runtime/rank_placement.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/plan/memory_plan.hpp"
+#include "runtime/checkpoint/periodic_checkpoints.hpp"
+#include "runtime/plan/rank_placement.hpp"
 #include "tiers/device/device.hpp"
 
 namespace {

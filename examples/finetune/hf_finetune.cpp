@@ -7,13 +7,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "examples/finetune/training_run.hpp"
-#include "examples/llm/llm_trainer.hpp"
-#include "examples/llm/model_plan.hpp"
-#include "runtime/byte_size.hpp"
+#include "models/training/training_run.hpp"
+#include "models/training/llm_trainer.hpp"
+#include "models/decoder/model_plan.hpp"
+#include "runtime/config/byte_size.hpp"
 #include "runtime/comm/communicator.hpp"
-#include "runtime/memory_plan.hpp"
-#include "runtime/trace.hpp"
+#include "runtime/plan/memory_plan.hpp"
+#include "runtime/engine/trace.hpp"
 #include "tiers/device/device.hpp"
 
 namespace strata::examples {

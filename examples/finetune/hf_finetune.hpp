@@ -1,5 +1,5 @@
 // `strata-finetune --model HF_DIR`: fine-tunes a Hugging Face model folder through the ZeRO-3
-// Engine (examples/llm/llm_trainer.hpp) with the TOML's [tiers], [zero], [optimizer] and
+// Engine (models/training/llm_trainer.hpp) with the TOML's [tiers], [zero], [optimizer] and
 // [precision]; sequence length, micro-batch and accumulation from [model] unless the command line
 // gives them. Prints the plan, one progress line per step, validation losses and a summary, then
 // exports a folder transformers loads. [checkpoint] and [trace] as for the built-in GPT
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "examples/llm/decoder_model.hpp"
-#include "runtime/config.hpp"
+#include "models/decoder/decoder_model.hpp"
+#include "runtime/config/config.hpp"
 
 namespace strata::examples {
 

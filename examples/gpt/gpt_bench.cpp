@@ -11,10 +11,10 @@
 #include <ctime>
 #include <vector>
 
-#include "examples/gpt/gpt_model.hpp"
-#include "examples/gpt/kernels.hpp"
-#include "examples/gpt/parameter_store.hpp"
-#include "runtime/config.hpp"
+#include "models/gpt/gpt_model.hpp"
+#include "models/gpt/kernels.hpp"
+#include "models/gpt/parameter_store.hpp"
+#include "runtime/config/config.hpp"
 
 namespace {
 

@@ -28,9 +28,9 @@
 #include <string>
 #include <vector>
 
-#include "examples/llm/cuda_device_array.hpp"
-#include "examples/llm/decoder_cuda_kernels.hpp"
-#include "examples/llm/flash_attention.hpp"
+#include "models/decoder/cuda_device_array.hpp"
+#include "models/decoder/decoder_cuda_kernels.hpp"
+#include "models/decoder/flash_attention.hpp"
 
 namespace {
 

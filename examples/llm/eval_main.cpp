@@ -20,10 +20,10 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "examples/llm/file_io.hpp"
-#include "examples/llm/host_weights.hpp"
-#include "examples/llm/perplexity.hpp"
-#include "examples/llm/tokenizer.hpp"
+#include "models/checkpoint/file_io.hpp"
+#include "models/checkpoint/host_weights.hpp"
+#include "models/inference/perplexity.hpp"
+#include "models/tokenizer/tokenizer.hpp"
 
 namespace {
 

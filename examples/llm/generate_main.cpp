@@ -12,9 +12,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "examples/llm/generation.hpp"
-#include "examples/llm/host_weights.hpp"
-#include "examples/llm/tokenizer.hpp"
+#include "models/inference/generation.hpp"
+#include "models/checkpoint/host_weights.hpp"
+#include "models/tokenizer/tokenizer.hpp"
 
 namespace {
 

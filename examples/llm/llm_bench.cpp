@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "examples/llm/decoder_model.hpp"
-#include "examples/llm/hf_config.hpp"
-#include "runtime/param_init.hpp"
+#include "models/decoder/decoder_model.hpp"
+#include "models/decoder/hf_config.hpp"
+#include "runtime/engine/param_init.hpp"
 
 namespace {
 

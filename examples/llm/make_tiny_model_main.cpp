@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
-#include "examples/llm/decoder_model.hpp"
-#include "examples/llm/tiny_model.hpp"
+#include "models/decoder/decoder_model.hpp"
+#include "models/checkpoint/tiny_model.hpp"
 
 int main(int argc, char** argv) {
   namespace llm = strata::llm;

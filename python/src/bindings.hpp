@@ -1,6 +1,6 @@
 // The pieces of the extension module strata._strata, one function per concept; module.cpp calls
-// them in order. The module is a thin layer over the runtime's public API (runtime/engine.hpp,
-// runtime/config.hpp, runtime/comm/communicator.hpp, the host device): the PyTorch logic lives in
+// them in order. The module is a thin layer over the runtime's public API (runtime/engine/engine.hpp,
+// runtime/config/config.hpp, runtime/comm/communicator.hpp, the host device): the PyTorch logic lives in
 // python/strata/*.py.
 #pragma once
 

@@ -5,7 +5,7 @@
 #include <pybind11/stl/filesystem.h>
 
 #include "python/src/bindings.hpp"
-#include "runtime/config.hpp"
+#include "runtime/config/config.hpp"
 
 namespace py = pybind11;
 using namespace pybind11::literals;

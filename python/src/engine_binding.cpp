@@ -24,7 +24,7 @@
 
 #include "python/src/bindings.hpp"
 #include "runtime/comm/communicator.hpp"
-#include "runtime/engine.hpp"
+#include "runtime/engine/engine.hpp"
 #include "tiers/device/device.hpp"
 
 namespace py = pybind11;

@@ -18,7 +18,7 @@ Param groups: each group's lr, betas, eps and weight_decay are its parameters' u
 the Engine (Engine.set_unit_hyperparams), handed over again whenever they change, checked at every
 step(): LR schedulers (StepLR, LambdaLR, ...) and code that edits group values work as with
 torch.optim.AdamW. A config that sets [optimizer] warmup_steps or a decaying schedule scales every
-group's lr by the same warm-up and decay (runtime/unit_hyperparams.hpp). last_step["lr"] is the
+group's lr by the same warm-up and decay (runtime/config/unit_hyperparams.hpp). last_step["lr"] is the
 first group's rate. The overrides are not part of strata checkpoints: they come from
 param_groups, which load_state_dict() restores and the constructor sets on resume.
 """

@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "runtime/byte_size.hpp"
+#include "runtime/config/byte_size.hpp"
 #include "runtime/cli/commands.hpp"
 #include "runtime/comm/communicator.hpp"
 

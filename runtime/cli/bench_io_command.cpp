@@ -18,7 +18,7 @@
 #include "io/io_error.hpp"
 #include "io/make_engine.hpp"
 #include "io/striped_file.hpp"
-#include "runtime/byte_size.hpp"
+#include "runtime/config/byte_size.hpp"
 #include "runtime/cli/commands.hpp"
 #include "runtime/tune/io_probe.hpp"
 

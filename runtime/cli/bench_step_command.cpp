@@ -22,14 +22,14 @@
 #include <nlohmann/json.hpp>
 
 #include "cpu_adam/optimizer.hpp"
-#include "runtime/byte_size.hpp"
+#include "runtime/config/byte_size.hpp"
 #include "runtime/cli/commands.hpp"
 #include "runtime/cli/step_runner.hpp"
 #include "runtime/comm/communicator.hpp"
-#include "runtime/config.hpp"
-#include "runtime/engine.hpp"
-#include "runtime/rank_placement.hpp"
-#include "runtime/step_overlap.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/engine/engine.hpp"
+#include "runtime/plan/rank_placement.hpp"
+#include "runtime/engine/step_overlap.hpp"
 #include "tiers/device/device.hpp"
 
 namespace strata::cli {

@@ -10,7 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json_fwd.hpp>
 
-#include "runtime/config.hpp"
+#include "runtime/config/config.hpp"
 
 namespace strata::cli {
 
@@ -25,7 +25,7 @@ std::optional<runtime::Config> load_config_or_report(const std::string& path,
 // A whole count written as a number ("7.5e9", "1000000") between 1 and `max`; nullopt otherwise.
 std::optional<std::uint64_t> parse_whole_count(const std::string& text, double max);
 
-// [model] from a Hugging Face folder's config.json (examples/llm), described for the output; on a
+// [model] from a Hugging Face folder's config.json (models/decoder), described for the output; on a
 // bad folder prints "<command>: --model: <why>" and returns false.
 bool apply_hf_model(const std::string& model_dir, runtime::Config& config,
                     nlohmann::json& described, std::string_view command);

@@ -2,7 +2,7 @@
 // `strata plan [CONFIG] --model DIR`: the same for a Hugging Face model folder, its units from
 // config.json and, when it would compute on a GPU (--device cuda, or [tiers.device] kind "cuda",
 // or "auto" with a usable GPU), the device memory of its compute at --seq-len x --micro-batch
-// (examples/llm; the program links strata_llm_model, the runtime library does not).
+// (models/decoder; the program links strata_decoder, the runtime library does not).
 #include <filesystem>
 #include <optional>
 #include <iostream>
@@ -11,10 +11,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "examples/llm/model_plan.hpp"
+#include "models/decoder/model_plan.hpp"
 #include "runtime/cli/commands.hpp"
-#include "runtime/config.hpp"
-#include "runtime/memory_plan.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/plan/memory_plan.hpp"
 #include "tiers/device/device.hpp"
 
 namespace strata::cli {

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "runtime/comm/communicator.hpp"
-#include "runtime/config.hpp"
-#include "runtime/engine.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/engine/engine.hpp"
 #include "tiers/device/device.hpp"
 
 namespace strata::cli {

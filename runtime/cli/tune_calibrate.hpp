@@ -7,7 +7,7 @@
 
 #include <ostream>
 
-#include "runtime/config.hpp"
+#include "runtime/config/config.hpp"
 #include "runtime/tune/machine_profile.hpp"
 
 namespace strata::cli {

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/io_error.hpp"
-#include "runtime/byte_size.hpp"
+#include "runtime/config/byte_size.hpp"
 #include "runtime/cli/commands.hpp"
 #include "runtime/cli/tune_calibrate.hpp"
 #include "runtime/cli/tune_validate.hpp"

@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "runtime/config.hpp"
+#include "runtime/config/config.hpp"
 #include "runtime/tune/machine_profile.hpp"
 
 namespace strata::cli {

@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "runtime/byte_size.hpp"
+#include "runtime/config/byte_size.hpp"
 
 namespace strata::runtime::tune {
 namespace {

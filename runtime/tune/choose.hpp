@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/config.hpp"
-#include "runtime/memory_plan.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/plan/memory_plan.hpp"
 #include "runtime/tune/cost_model.hpp"
 #include "runtime/tune/machine_profile.hpp"
 

@@ -9,7 +9,7 @@
 
 #include "base/assert.hpp"
 #include "cpu_adam/state_dtype.hpp"
-#include "runtime/partition.hpp"
+#include "runtime/plan/partition.hpp"
 
 namespace strata::runtime::tune {
 namespace {

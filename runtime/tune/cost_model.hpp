@@ -1,4 +1,4 @@
-// The cost model of one training step: bytes per tier per step (runtime/memory_plan.hpp, the same
+// The cost model of one training step: bytes per tier per step (runtime/plan/memory_plan.hpp, the same
 // arithmetic `strata plan` prints) over the bandwidths a MachineProfile measured, plus CPU Adam
 // time and a compute estimate. Pure arithmetic: same inputs, same prediction.
 //
@@ -26,8 +26,8 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/config.hpp"
-#include "runtime/memory_plan.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/plan/memory_plan.hpp"
 #include "runtime/tune/machine_profile.hpp"
 
 namespace strata::runtime::tune {

@@ -16,7 +16,7 @@
 #include "base/units.hpp"
 #include "cpu_adam/compressed_step.hpp"
 #include "cpu_adam/optimizer.hpp"
-#include "runtime/buffer_plan.hpp"
+#include "runtime/plan/buffer_plan.hpp"
 #include "runtime/tune/cost_model.hpp"
 #include "runtime/tune/io_probe.hpp"
 #include "tiers/checksum.hpp"

@@ -19,7 +19,7 @@
 #include "base/float16.hpp"
 #include "cpu_adam/compressed_step.hpp"
 #include "cpu_adam/optimizer.hpp"
-#include "runtime/config.hpp"
+#include "runtime/config/config.hpp"
 #include "runtime/tune/machine_profile.hpp"
 
 namespace strata::runtime::tune {

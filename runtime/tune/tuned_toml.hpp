@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/config.hpp"
+#include "runtime/config/config.hpp"
 
 namespace strata::runtime::tune {
 

@@ -5,7 +5,7 @@
 #include <exception>
 #include <string_view>
 
-#include "runtime/config.hpp"
+#include "runtime/config/config.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

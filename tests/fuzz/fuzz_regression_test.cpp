@@ -9,8 +9,8 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
-#include "runtime/config.hpp"
-#include "runtime/safetensors.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/checkpoint/safetensors.hpp"
 #include "tiers/manifest.hpp"
 
 namespace strata {

@@ -1,10 +1,10 @@
-// libFuzzer target: the safetensors header parser (runtime/safetensors.hpp) on arbitrary files.
+// libFuzzer target: the safetensors header parser (runtime/checkpoint/safetensors.hpp) on arbitrary files.
 // Any input must parse or throw SafetensorsError; a parsed file's tensors must all be readable.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
-#include "runtime/safetensors.hpp"
+#include "runtime/checkpoint/safetensors.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {

@@ -1,7 +1,7 @@
 // Proves that the memory plan `strata plan` prints is what the Engine allocates: for several
 // placements and both data paths, the Engine's measured device and host high-water marks equal the
 // plan's tier totals (plan_to_json, as `strata plan --json` prints them) for the same units.
-#include "runtime/buffer_plan.hpp"
+#include "runtime/plan/buffer_plan.hpp"
 
 #include "base/units.hpp"
 
@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/comm/local_comm.hpp"
-#include "runtime/engine.hpp"
-#include "runtime/memory_plan.hpp"
+#include "runtime/engine/engine.hpp"
+#include "runtime/plan/memory_plan.hpp"
 #include "tests/io/io_test_support.hpp"
 #include "tests/runtime/engine_test_config.hpp"
 #include "tests/runtime/engine_test_model.hpp"

@@ -1,6 +1,6 @@
 // Proves that size strings parse to the bytes docs/config.md promises and that bad ones are
 // refused.
-#include "runtime/byte_size.hpp"
+#include "runtime/config/byte_size.hpp"
 
 #include <gtest/gtest.h>
 

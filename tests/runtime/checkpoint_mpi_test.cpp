@@ -15,7 +15,7 @@
 
 #include "base/debug_knobs.hpp"
 #include "runtime/comm/local_comm.hpp"
-#include "runtime/partition.hpp"
+#include "runtime/plan/partition.hpp"
 #include "tests/runtime/comm/mpi_test_main.hpp"
 #include "tests/io/io_test_support.hpp"
 #include "tests/runtime/checkpoint_test_support.hpp"

@@ -1,7 +1,7 @@
 // Proves a checkpoint save crashed at any point never loses the newest complete checkpoint: from
 // every directory state a crash can leave, load picks the newest complete one, and the next save
 // (itself crashed at any point) removes nothing complete before something newer is in place.
-#include "runtime/checkpoint_rotation.hpp"
+#include "runtime/checkpoint/checkpoint_rotation.hpp"
 
 #include <fstream>
 #include <stdexcept>

@@ -11,8 +11,8 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/partition.hpp"
-#include "runtime/safetensors.hpp"
+#include "runtime/plan/partition.hpp"
+#include "runtime/checkpoint/safetensors.hpp"
 #include "tests/io/io_test_support.hpp"
 #include "tests/runtime/checkpoint_test_support.hpp"
 

@@ -3,7 +3,7 @@
 // (a crashed save leaves the previous checkpoint loadable); another model shape, dtype or optimizer
 // and corrupt or truncated files are clear errors that change nothing; safetensors export/import
 // round-trips the master weights.
-#include "runtime/checkpoint.hpp"
+#include "runtime/checkpoint/checkpoint.hpp"
 
 #include <cmath>
 #include <fstream>
@@ -13,7 +13,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "runtime/safetensors.hpp"
+#include "runtime/checkpoint/safetensors.hpp"
 #include "tests/io/io_test_support.hpp"
 #include "tests/runtime/checkpoint_test_support.hpp"
 

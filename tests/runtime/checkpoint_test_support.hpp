@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/comm/local_comm.hpp"
-#include "runtime/engine.hpp"
+#include "runtime/engine/engine.hpp"
 #include "tests/runtime/engine_test_config.hpp"
 #include "tests/runtime/engine_test_model.hpp"
 #include "tiers/device/device.hpp"

@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/config.hpp"
+#include "runtime/config/config.hpp"
 
 namespace strata::runtime {
 namespace {

@@ -1,6 +1,6 @@
 // Proves that the config loader reads every section, keeps documented defaults, and rejects each
 // kind of bad input with a message naming the file, line, column, key path and what is allowed.
-#include "runtime/config.hpp"
+#include "runtime/config/config.hpp"
 
 #include <filesystem>
 #include <string>

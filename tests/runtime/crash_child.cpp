@@ -9,9 +9,9 @@
 #include <string>
 
 #include "runtime/comm/local_comm.hpp"
-#include "runtime/engine.hpp"
+#include "runtime/engine/engine.hpp"
 #include "io/whole_file.hpp"
-#include "runtime/safetensors.hpp"
+#include "runtime/checkpoint/safetensors.hpp"
 #include "tests/runtime/engine_test_config.hpp"
 #include "tests/runtime/engine_test_model.hpp"
 #include "tiers/device/device.hpp"

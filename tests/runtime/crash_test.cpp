@@ -22,7 +22,7 @@
 
 #include "base/debug_knobs.hpp"
 #include "io/whole_file.hpp"
-#include "runtime/safetensors.hpp"
+#include "runtime/checkpoint/safetensors.hpp"
 #include "tests/io/io_test_support.hpp"
 
 extern char** environ;

@@ -18,7 +18,7 @@
 #include <fmt/format.h>
 
 #include "runtime/comm/local_comm.hpp"
-#include "runtime/engine.hpp"
+#include "runtime/engine/engine.hpp"
 #include "tests/io/io_test_support.hpp"
 #include "tests/runtime/engine_test_config.hpp"
 #include "tiers/device/device.hpp"

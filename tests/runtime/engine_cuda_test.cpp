@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/comm/local_comm.hpp"
-#include "runtime/engine.hpp"
+#include "runtime/engine/engine.hpp"
 #include "tests/io/io_test_support.hpp"
 #include "tests/runtime/engine_test_config.hpp"
 #include "tests/runtime/engine_test_model.hpp"

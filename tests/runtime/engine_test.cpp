@@ -4,7 +4,7 @@
 // independent dense fp32 AdamW; and it runs within a host budget far below the model state. Each
 // placement also runs on the staged data path (EngineOptions::DeviceAccess::kStaged: the code CUDA
 // runs, every device access through streams and events) and must match the direct path bitwise.
-#include "runtime/engine.hpp"
+#include "runtime/engine/engine.hpp"
 
 #include <cmath>
 #include <cstdlib>

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/config.hpp"
+#include "runtime/config/config.hpp"
 #include "tiers/device/device.hpp"
 
 namespace strata::runtime::testing {

@@ -12,7 +12,7 @@
 #include <span>
 #include <vector>
 
-#include "runtime/engine.hpp"
+#include "runtime/engine/engine.hpp"
 #include "tiers/device/device.hpp"
 
 namespace strata::runtime::testing {

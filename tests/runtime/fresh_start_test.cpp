@@ -10,9 +10,9 @@
 #include <gtest/gtest.h>
 
 #include "io/whole_file.hpp"
-#include "runtime/checkpoint.hpp"
+#include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/comm/local_comm.hpp"
-#include "runtime/engine.hpp"
+#include "runtime/engine/engine.hpp"
 #include "tests/io/io_test_support.hpp"
 #include "tests/runtime/engine_test_config.hpp"
 #include "tests/runtime/engine_test_model.hpp"

@@ -1,6 +1,6 @@
-// The GatherSender (runtime/gather_sender.hpp) without MPI: fake gathers record which thread sent
+// The GatherSender (runtime/engine/gather_sender.hpp) without MPI: fake gathers record which thread sent
 // their own block and when. Runs under ASan and TSan with the runtime suite.
-#include "runtime/gather_sender.hpp"
+#include "runtime/engine/gather_sender.hpp"
 
 #include <atomic>
 #include <future>

@@ -1,7 +1,7 @@
 // Proves the learning-rate schedule: warm-up, constant, linear and cosine decay give the values
 // their formulas say at warm-up start and end, mid-decay and after the end, and the config loader
 // rejects schedules that cannot work with an error naming the key.
-#include "runtime/lr_schedule.hpp"
+#include "runtime/config/lr_schedule.hpp"
 
 #include <cmath>
 #include <numbers>

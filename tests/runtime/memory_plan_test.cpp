@@ -1,6 +1,6 @@
 // Proves the memory plan's arithmetic: the seeds' ZeRO table, tier totals against budgets, NVMe
 // traffic, communication volume, and suggestions when the plan does not fit.
-#include "runtime/memory_plan.hpp"
+#include "runtime/plan/memory_plan.hpp"
 
 #include <cmath>
 
@@ -103,7 +103,7 @@ TEST(MemoryPlan, StateGoesToItsHomeTier) {
   EXPECT_EQ(plan.tier(Tier::kDevice).state_bytes, 2 * shard);
   EXPECT_EQ(plan.tier(Tier::kHost).state_bytes, 2 * shard);
   EXPECT_EQ(plan.tier(Tier::kNvme).state_bytes, 2 * 12 * shard);  // A/B slots
-  // The buffers are the Engine's (runtime/buffer_plan.hpp), so they carry its rounding: a
+  // The buffers are the Engine's (runtime/plan/buffer_plan.hpp), so they carry its rounding: a
   // sub-group is a whole number of 2048-element granules (1000 -> 2048), a rank's shard of a unit
   // too, and each pinned buffer a whole number of 4 KiB pages.
   // Host staging: buffer_count sub-groups of each kind homed on NVMe (three fp32 arrays).

@@ -15,9 +15,9 @@
 #include <gtest/gtest.h>
 
 #include "runtime/comm/local_comm.hpp"
-#include "runtime/engine.hpp"
-#include "runtime/lr_schedule.hpp"
-#include "runtime/partition.hpp"
+#include "runtime/engine/engine.hpp"
+#include "runtime/config/lr_schedule.hpp"
+#include "runtime/plan/partition.hpp"
 #include "tests/io/io_test_support.hpp"
 #include "tiers/device/device.hpp"
 

@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/partition.hpp"
+#include "runtime/plan/partition.hpp"
 
 namespace strata::runtime {
 namespace {

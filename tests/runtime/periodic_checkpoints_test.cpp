@@ -2,7 +2,7 @@
 // "<dir>/step-N" every interval_steps and keeps exactly the newest `keep`, each loading to bitwise
 // the state of its step; checkpoints past a run's first step are refused (or removed when told to
 // overwrite); crash leftovers of older steps are cleaned; --resume-from's path resolves.
-#include "runtime/periodic_checkpoints.hpp"
+#include "runtime/checkpoint/periodic_checkpoints.hpp"
 
 #include <fstream>
 #include <map>

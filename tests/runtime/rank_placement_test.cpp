@@ -1,6 +1,6 @@
 // Proves select_rank_placement's rules: device kind, the local rank's GPU or the explicit index,
 // NCCL only where the build, the device and the rank count allow it, and a clear error otherwise.
-#include "runtime/rank_placement.hpp"
+#include "runtime/plan/rank_placement.hpp"
 
 #include <string>
 

@@ -1,8 +1,8 @@
 // Proves safetensors export/load round-trips bit-exactly (F32) or to the rounded value (BF16,
 // F16), and that every kind of malformed file is a SafetensorsError naming file and tensor.
-// (Moved with runtime/safetensors.* from examples/gpt.)
+// (The reader and writer of runtime/checkpoint/safetensors.*.)
 #include "io/whole_file.hpp"
-#include "runtime/safetensors.hpp"
+#include "runtime/checkpoint/safetensors.hpp"
 
 #include <gtest/gtest.h>
 

@@ -17,8 +17,8 @@
 
 #include "base/debug_knobs.hpp"
 #include "runtime/comm/local_comm.hpp"
-#include "runtime/engine.hpp"
-#include "runtime/trace.hpp"
+#include "runtime/engine/engine.hpp"
+#include "runtime/engine/trace.hpp"
 #include "tests/io/io_test_support.hpp"
 #include "tests/runtime/engine_test_config.hpp"
 #include "tests/runtime/engine_test_model.hpp"

@@ -1,6 +1,6 @@
 // Proves strata bench step's overlap figures tell a serial step from an overlapped one even when
 // one phase is small (where max(t_io, t_adam) / t_step stays near 1 either way).
-#include "runtime/step_overlap.hpp"
+#include "runtime/engine/step_overlap.hpp"
 
 #include <gtest/gtest.h>
 

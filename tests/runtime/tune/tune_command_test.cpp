@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "base/debug_knobs.hpp"
-#include "runtime/config.hpp"
+#include "runtime/config/config.hpp"
 
 namespace {
 

@@ -1,0 +1,228 @@
+#include "models/training/llm_trainer.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+
+#include "models/checkpoint/hf_checkpoint.hpp"
+#include "models/training/training_data.hpp"
+#include "models/checkpoint/weights_loader.hpp"
+#include "runtime/comm/communicator.hpp"
+#include "tiers/device/device.hpp"
+
+namespace strata::llm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::vector<std::span<const float>> views_of(const runtime::GatheredUnit& unit) {
+  std::vector<std::span<const float>> views;
+  for (std::size_t i = 0; i < unit.tensor_count(); ++i) views.push_back(unit.tensor(i));
+  return views;
+}
+
+std::int32_t eos_of(const HfConfig& config, const Tokenizer& tokenizer) {
+  if (!config.eos_token_ids.empty()) return config.eos_token_ids.front();
+  if (const auto eos = tokenizer.eos_id()) return *eos;
+  throw DataError(config.source.string() +
+                  ": no eos_token_id, and the tokenizer names no eos token: documents cannot "
+                  "be separated");
+}
+
+}  // namespace
+
+LlmTrainer::LlmTrainer(const runtime::Config& config, tiers::Device& device,
+                       runtime::comm::Communicator& comm, const LlmTrainerOptions& options)
+    : config_(config), comm_(&comm), options_(options) {
+  hf_config_ = read_hf_config(options.model_dir / "config.json");
+  tokenizer_.emplace(Tokenizer::load(options.model_dir));
+  const DataSource source{&*tokenizer_, hf_config_.family, eos_of(hf_config_, *tokenizer_)};
+  DecoderOptions decoder_options;
+  decoder_options.seq_len = options.seq_len;
+  decoder_options.micro_batch = options.micro_batch;
+  decoder_options.activation_checkpointing = options.activation_checkpointing;
+  decoder_options.cuda_attention = options.cuda_attention;
+  if (options.document_mask) decoder_options.document_separator = source.eos_id;
+  model_ = std::make_unique<DecoderModel>(hf_config_, decoder_options, &device);
+
+  const TokenStream stream = read_training_data(options.data, source);
+  data_tokens_ = stream.size();
+  if (stream.size() < 2) {
+    throw DataError("the training data holds " + std::to_string(stream.size()) +
+                    " token(s); at least 2 are needed");
+  }
+  data_ = std::make_unique<DataLoader>(
+      pack_windows(stream, std::size_t{options.seq_len} + 1, source.eos_id), options.micro_batch,
+      config.run.seed, static_cast<std::uint32_t>(comm.size()),
+      static_cast<std::uint32_t>(comm.rank()));
+
+  std::optional<HfCheckpoint> checkpoint;
+  if (options.load_weights) {
+    checkpoint.emplace(HfCheckpoint::open(options.model_dir));
+    checkpoint->check(model_->units());  // before anything is allocated
+    gpt2_prefix_stripped_ = checkpoint->gpt2_prefix_stripped();
+  }
+  runtime::EngineOptions engine_options;
+  engine_options.grad_accumulation = options.grad_accumulation;
+  engine_options.resume = options.resume;
+  engine_options.overwrite = options.overwrite;
+  engine_options.tracer = options.tracer;
+  std::size_t largest = 0;
+  for (const UnitSpec& unit : model_->units()) largest = std::max(largest, unit.numel);
+  // The model's device memory (activations above, this gradient) is taken before the Engine
+  // finalizes, so the gathered units it caches fill only what is left of the budget; the memory
+  // plan counts both (model_plan.hpp's plan_inputs).
+  if (device.kind() == tiers::DeviceKind::kCuda) {
+    device_grads_ = device.allocate(largest * sizeof(float));
+    grad_buffer_ = std::span<float>(device_grads_.span().as<float>(), largest);
+    grad_stream_.emplace(device.create_stream());
+  } else {
+    grads_.resize(largest);
+    grad_buffer_ = grads_;
+  }
+  engine_ = std::make_unique<runtime::Engine>(config, device, comm, engine_options);
+  for (const UnitSpec& unit : model_->units()) units_.push_back(engine_->add_unit(engine_unit(unit)));
+  engine_->finalize();
+  // A resumed run continues from the store's weights, not the folder's.
+  if (checkpoint && engine_->step_count() == 0) {
+    load_units(*checkpoint, model_->units(), comm,
+               [this](std::size_t unit, std::span<const float> values) {
+                 engine_->set_master(units_[unit], values);
+               });
+  }
+}
+
+LlmTrainer::~LlmTrainer() = default;
+
+double LlmTrainer::forward(const Batch& batch, LlmStepReport* report) {
+  model_->set_batch(batch.tokens, data_->window_tokens(), batch.weights);
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    const auto wait_start = Clock::now();
+    runtime::GatheredUnit unit = engine_->gather(units_[u]);
+    std::optional<runtime::GatheredUnit> embedding;
+    if (model_->units()[u].reads_embedding) embedding.emplace(engine_->gather(units_[0]));
+    const auto compute_start = Clock::now();
+    if (report != nullptr) report->gather_wait_s += since(wait_start);
+    const std::vector<std::span<const float>> views = views_of(unit);
+    std::vector<std::span<const float>> shared;
+    if (embedding) shared = views_of(*embedding);
+    {
+      runtime::Tracer::Scope scope(options_.tracer, runtime::TraceTrack::kCompute,
+                                   "forward " + model_->units()[u].name);
+      model_->forward_unit(u, views, shared);
+    }
+    if (report != nullptr) report->compute_s += since(compute_start);
+  }
+  return model_->loss();
+}
+
+void LlmTrainer::backward(LlmStepReport& report, float gradient_scale) {
+  for (std::size_t u = units_.size(); u-- > 0;) {
+    const UnitSpec& spec = model_->units()[u];
+    const auto wait_start = Clock::now();
+    runtime::GatheredUnit unit = engine_->gather(units_[u]);
+    std::optional<runtime::GatheredUnit> embedding;
+    if (spec.reads_embedding) embedding.emplace(engine_->gather(units_[0]));
+    const auto compute_start = Clock::now();
+    report.gather_wait_s += since(wait_start);
+    const std::vector<std::span<const float>> views = views_of(unit);
+    std::vector<std::span<const float>> shared;
+    if (embedding) shared = views_of(*embedding);
+    const std::span<float> grads = grad_buffer_.first(spec.numel);
+    {
+      runtime::Tracer::Scope scope(options_.tracer, runtime::TraceTrack::kCompute,
+                                   "backward " + spec.name);
+      const std::vector<std::span<float>> grad_views = split_unit(spec, grads);
+      model_->backward_unit(u, views, grad_views, shared);
+      if (gradient_scale != 1.0f) {
+        if (grad_stream_) {
+          grad_stream_->scale({reinterpret_cast<std::byte*>(grads.data()), grads.size_bytes()},
+                              gradient_scale);
+          grad_stream_->synchronize();
+        } else {
+          for (float& g : grads) g *= gradient_scale;
+        }
+      }
+    }
+    report.compute_s += since(compute_start);
+    embedding.reset();
+    const auto grads_start = Clock::now();
+    engine_->reduce_grads(units_[u], grads);
+    report.grads_s += since(grads_start);
+  }
+}
+
+LlmStepReport LlmTrainer::train_step() {
+  const auto start = Clock::now();
+  LlmStepReport report;
+  const std::uint32_t micro_batches = options_.grad_accumulation;
+  // Summed over micro-batches: 1/micro_batches gives the mean; the loss scale (fp16) is divided
+  // out again by the Engine.
+  const float scale = static_cast<float>(engine_->loss_scale() / micro_batches);
+  const std::uint64_t first_index = engine_->step_count() * micro_batches;
+  for (std::uint32_t m = 0; m < micro_batches; ++m) {
+    data_->train_batch(first_index + m, batch_);
+    report.loss += forward(batch_, &report) / micro_batches;
+    backward(report, scale);
+    report.tokens += batch_.sequences * (data_->window_tokens() - 1);
+  }
+  // Each rank's loss covers its part of the global batch: the line printed is the mean over ranks.
+  if (comm_->size() > 1) {
+    report.loss =
+        comm_->all_reduce_f32(static_cast<float>(report.loss), runtime::comm::ReduceOp::kAvg);
+  }
+  {
+    runtime::Tracer::Scope scope(options_.tracer, runtime::TraceTrack::kOptimizer, "step");
+    report.optimizer = engine_->step();
+  }
+  report.step = report.optimizer.step;
+  report.total_s = since(start);
+  return report;
+}
+
+double LlmTrainer::validation_loss() {
+  const std::size_t batches =
+      std::min<std::size_t>(std::max<std::uint32_t>(1, options_.eval_batches),
+                            data_->validation_batch_count());
+  double loss_sum = 0;
+  double weight_sum = 0;
+  for (std::size_t b = 0; b < batches; ++b) {
+    data_->validation_batch(b, batch_);
+    forward(batch_, nullptr);
+    loss_sum += model_->loss_sum();
+    weight_sum += model_->loss_weight();
+  }
+  return weight_sum > 0 ? loss_sum / weight_sum : 0.0;
+}
+
+void LlmTrainer::export_hf(const std::filesystem::path& out_dir, const ExportOptions& options) {
+  ExportOptions resolved = options;
+  resolved.gpt2_prefix_stripped = gpt2_prefix_stripped_;
+  std::optional<HfExportWriter> writer;
+  std::exception_ptr failure;
+  if (comm_->rank() == 0) {
+    try {
+      prepare_export_folder(options_.model_dir, out_dir);
+      writer.emplace(out_dir, model_->units(), resolved);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  // Every rank learns of rank 0's failure before the collective gathers, instead of waiting in them.
+  if (comm_->any_rank(failure != nullptr)) {
+    if (failure) std::rethrow_exception(failure);
+    throw CheckpointError("export to " + out_dir.string() + " failed on rank 0");
+  }
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    const std::vector<float> values = engine_->gather_master(units_[u]);
+    if (writer) writer->write_unit(u, values);
+  }
+  if (writer) writer->finish();
+  comm_->barrier();
+}
+
+}  // namespace strata::llm
