@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs every Debian 12 package that strata's build, tests, examples and benchmarks need, then
 # the npm packages of the tokenizer tests' reference (scripts/install-npm-test-deps.sh).
-# (pybind11-dev, python3-dev: the Python module; python3-torch: the model and Python tests'
-# reference; PCRE2, ICU, sentencepiece: the tokenizers; nodejs: the tokenizer reference.)
+# (ccache: a rebuild compiles only what changed, in every preset; pybind11-dev, python3-dev: the
+# Python module; python3-torch: the model and Python tests' reference; PCRE2, ICU, sentencepiece:
+# the tokenizers; nodejs: the tokenizer reference.)
 # Idempotent: installs only what is missing, and runs `apt-get update` at most once.
 set -euo pipefail
 
@@ -12,7 +13,7 @@ packages=(
   libspdlog-dev libfmt-dev nlohmann-json3-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin libopenblas-dev
-  fio clang libclang-rt-14-dev
+  fio clang libclang-rt-14-dev ccache
   python3-torch pybind11-dev python3-dev
   libpcre2-dev libicu-dev libsentencepiece-dev nodejs
 )
