@@ -112,7 +112,7 @@ EngineState::~EngineState() {
       } catch (...) {  // a failed prefetch nobody used
       }
     }
-    if (unit.gathered.queued) unit.gathered.ready->wait();  // its copy and cast read the buffers
+    if (unit.gathered.state() == GatherState::kQueued) unit.gathered.ready->wait();  // its copy and cast read the buffers
   }
   // Gathers started ahead and never used complete before their buffers go: every rank sent its
   // block when it started them, or its sender does once the reads (all in now) are, so this

@@ -47,6 +47,7 @@
 #include "runtime/comm/communicator.hpp"
 #include "runtime/engine/engine.hpp"
 #include "runtime/engine/gather_sender.hpp"
+#include "runtime/engine/gathered_copy.hpp"
 #include "runtime/plan/partition.hpp"
 #include "runtime/engine/shard_home.hpp"
 #include "runtime/engine/speculation.hpp"
@@ -60,55 +61,6 @@ namespace strata::runtime::detail {
 
 // A unit's deferred update ([zero] defer_update; deferred_update.cpp).
 enum class DeferredState : std::uint8_t { kNone, kDue, kRunning, kFailed };
-
-// The full copy of a unit gathered on the device for compute (gather.cpp).
-struct GatheredCopy {
-  tiers::DeviceBuffer full16;  // padded numel in the parameter dtype (absent for fp32 params)
-  tiers::DeviceBuffer full32;  // padded numel fp32: what GatheredUnit views
-  std::vector<tiers::StoreRead> reads;  // NVMe parameter reads in flight
-  // Staged device memory with parameters on NVMe: pinned memory the reads land in, copied to the
-  // device by wait_load. A lease of the parameter read slab, or (more loads in flight than the
-  // slab holds, when the schedule changes) a one-off buffer.
-  tiers::PinnedLease param_lease;
-  tiers::PinnedBuffer param_buffer;
-  std::uint32_t live_handles = 0;  // GatheredUnit handles not yet destroyed
-  // A load started during the step for a unit the step has yet to update, its parameters on NVMe
-  // (optimizer_step.cpp): no reads; the step copies each sub-group's new parameters to
-  // `fresh_dest` (where the reads would have landed) as it updates it, and the load is complete
-  // once none is due.
-  std::size_t fresh_groups_due = 0;
-  std::byte* fresh_dest = nullptr;
-  // The staged path with one rank (gather.cpp, queue_gather): the h2d copy and the cast are
-  // queued on the device streams as soon as the shard is in memory, ahead of use; with several
-  // ranks, once a gather started ahead has all its blocks in (queue_gathered_copy). `copied` and
-  // `ready` order them (created at the unit's first queued gather, reused), and wait_load waits
-  // for `ready`. `queued`: that work is on the streams and nobody has waited for it yet.
-  std::optional<tiers::Event> copied;
-  std::optional<tiers::Event> ready;
-  bool queued = false;
-  // Several ranks on the staged path, a device home: the own shard's d2h into the gather's slot
-  // done (start_gather_of_final_shard); the GatherSender sends the block after it.
-  std::optional<tiers::Event> own_copied;
-  // Several ranks, in place (gather.cpp, start_pending_gather): the all-gather started at the
-  // load, this rank's shard sent with it (in memory) or by the GatherSender's job `send_job`
-  // once its NVMe reads are in (0: none); wait_load waits for the rest.
-  std::unique_ptr<comm::PendingAllGather> pending;
-  // The staged path: the pinned slot it receives into (gather_slab_), copied h2d once all blocks
-  // are in (queue_gathered_copy, or wait_load); released at wait_load or evict.
-  tiers::PinnedLease gather_lease;
-  std::uint64_t send_job = 0;
-  // Its deferred update's worker sends the own block once the update has handed the parameters
-  // over (deferred_update.cpp, send_after_update). Set and cleared by the owner thread.
-  bool send_after_update = false;
-
-  std::byte* param_staging() const {
-    return param_lease ? param_lease.data() : param_buffer.data();
-  }
-  void release_param_staging() {
-    param_lease.reset();
-    param_buffer.reset();
-  }
-};
 
 // What an optimizer update reads and what it writes, per sub-group.
 inline constexpr std::array<Kind, 5> kUpdateReadKinds = {
@@ -292,10 +244,7 @@ class EngineState final : public tiers::ResidencyClient {
   // holds the new parameters, or they were handed to its gathered buffer): its gather starts
   // now (queued on the streams, or all-gathered ahead) instead of at use.
   void start_gather_once_updated(UnitId unit);
-  // The own block is sent now (in memory), by the GatherSender once the reads are in (NVMe) or
-  // its d2h copy is done (staged device home), or by the update worker once the deferred update
-  // is done.
-  enum class OwnSend : std::uint8_t { kNow, kAfterReads, kAfterCopy, kAfterUpdate };
+  // `own`: how the own block is sent (gathered_copy.hpp).
   void start_pending_gather(UnitState& unit, OwnSend own = OwnSend::kNow);
   void start_gather_of_final_shard(UnitState& unit, bool after_h2d = false);
   // Several ranks, a communicator with PendingAllGather, not switched off: the Engine may start

@@ -8,6 +8,8 @@
 // step has updated it; each gather() tests those in flight (advance_gathers_ahead) and, on the
 // staged path, queues the copy and cast of those complete.
 // A GatheredUnit handle counts as a use (live_handles); step() refuses to run while one is alive.
+// Where each unit's gather stands is its GatheredCopy's state (gathered_copy.hpp; the transitions
+// and which function here performs each: docs/design.md, "The gather as a state machine").
 #include <cstring>
 #include <stdexcept>
 
@@ -33,6 +35,7 @@ const float* EngineState::gather(UnitId id) {
   }
   acquiring_.reset();
   GatheredCopy& gathered = units_[id].gathered;
+  STRATA_ASSERT(gathered.state() == GatherState::kReady, "a unit handed out before its gather");
   ++gathered.live_handles;
   return reinterpret_cast<const float*>(gathered.full32.data());
 }
@@ -52,10 +55,10 @@ void EngineState::start_load(tiers::UnitId id) {
   GatheredCopy& gathered = unit.gathered;
   const std::uint64_t padded = unit.layout.padded_numel;
   const DType param_dtype = this->param_dtype();
-  gathered.full32 = device_->allocate(padded * 4);
-  if (param_dtype != DType::kFp32) {
-    gathered.full16 = device_->allocate(padded * dtype_bytes(param_dtype));
-  }
+  tiers::DeviceBuffer full32 = device_->allocate(padded * 4);
+  tiers::DeviceBuffer full16;
+  if (param_dtype != DType::kFp32) full16 = device_->allocate(padded * dtype_bytes(param_dtype));
+  gathered.begin_load(std::move(full32), std::move(full16));
   const bool deferred = deferred_pending(id);
   if (unit.home(Kind::kParam).residence() != Residence::kNvme) {
     if (deferred) {
@@ -78,8 +81,7 @@ void EngineState::start_load(tiers::UnitId id) {
   // The step updates this unit after this load starts (in step(), or deferred to now): its new
   // parameters come from the update (hand_fresh_params), not from a read of what it replaces.
   if (deferred || due) {
-    gathered.fresh_groups_due = unit.groups.size();
-    gathered.fresh_dest = shard;
+    gathered.await_update(unit.groups.size(), shard);
     if (deferred) {  // [zero] defer_update: the update runs now
       if (sends_after_update(id)) start_pending_gather(unit, OwnSend::kAfterUpdate);
       start_deferred(id);
@@ -110,29 +112,37 @@ std::byte* EngineState::own_shard_destination(UnitState& unit) {
 
 void EngineState::read_param_shard(UnitState& unit, std::byte* shard) {
   const ShardHome& param = unit.home(Kind::kParam);
-  const std::lock_guard lock(store_mutex_);
-  for (std::size_t g = 0; g < unit.groups.size(); ++g) {
-    const SubGroup& sub = unit.groups[g];
-    unit.gathered.reads.push_back(store_->read(
-        param.extents[g],
-        std::span(shard + sub.begin * param.element_bytes(), sub.numel * param.element_bytes())));
+  STRATA_ASSERT(param.residence() == Residence::kNvme && shard != nullptr,
+                "parameter reads of a shard not on NVMe, or into nowhere");
+  unit.gathered.begin_reads();
+  {
+    const std::lock_guard lock(store_mutex_);
+    for (std::size_t g = 0; g < unit.groups.size(); ++g) {
+      const SubGroup& sub = unit.groups[g];
+      unit.gathered.reads.push_back(store_->read(
+          param.extents[g],
+          std::span(shard + sub.begin * param.element_bytes(), sub.numel * param.element_bytes())));
+    }
   }
+  STRATA_ASSERT(unit.gathered.reads.size() == unit.groups.size(), "one read per sub-group");
 }
 
 void EngineState::hand_fresh_params(UnitId id, std::size_t group, const std::byte* params) {
   UnitState& unit = units_[id];
   GatheredCopy& gathered = unit.gathered;
-  if (params == nullptr || gathered.fresh_groups_due == 0) return;
+  // (On the update worker's thread for a deferred update: only the own-shard hand-over is read.)
+  if (params == nullptr || !gathered.awaiting_update()) return;
+  STRATA_ASSERT(group < unit.groups.size(), "a hand-over of a sub-group the unit does not have");
   const std::uint64_t element_bytes = unit.home(Kind::kParam).element_bytes();
   const SubGroup& sub = unit.groups[group];
-  std::memcpy(gathered.fresh_dest + sub.begin * element_bytes, params, sub.numel * element_bytes);
+  std::memcpy(gathered.fresh_dest() + sub.begin * element_bytes, params, sub.numel * element_bytes);
   fresh_param_bytes_ += sub.numel * element_bytes;
-  --gathered.fresh_groups_due;
+  gathered.hand_over_group();
 }
 
 bool EngineState::load_complete(tiers::UnitId id) {
   UnitState& unit = units_[id];
-  if (deferred_pending(id) || unit.gathered.fresh_groups_due > 0) return false;
+  if (deferred_pending(id) || unit.gathered.awaiting_update()) return false;
   for (const tiers::StoreRead& read : unit.gathered.reads) {
     if (!read.poll()) return false;
   }
@@ -140,34 +150,49 @@ bool EngineState::load_complete(tiers::UnitId id) {
   // (A read that fails its checksum is still reported by wait_load before the unit is used.)
   if (may_queue_gather(id)) queue_gather(unit);
   if (unit.gathered.send_job != 0 && !sender_->done(unit.gathered.send_job)) return false;
-  if (unit.gathered.pending) return unit.gathered.pending->test();
+  if (unit.gathered.state() == GatherState::kAllGathering) return unit.gathered.pending->test();
   return true;
 }
 
 void EngineState::wait_load(tiers::UnitId id) {
   UnitState& unit = units_[id];
+  GatheredCopy& gathered = unit.gathered;
+  STRATA_ASSERT(gathered.state() != GatherState::kEvicted, "waiting for a load that did not start");
+  if (gathered.state() == GatherState::kReady) {
+    // Waited for before, and the commit of the step's deferred updates threw: only that again.
+    commit_if_deferred_done();
+    return;
+  }
   if (deferred_pending(id)) wait_deferred(id);
-  if (unit.gathered.fresh_groups_due > 0) {
+  if (gathered.awaiting_update()) {
     // The step that was to hand the parameters over failed before it did: read what the store
     // holds, as any gather after a failed step does.
-    unit.gathered.fresh_groups_due = 0;
-    read_param_shard(unit, unit.gathered.fresh_dest);
+    read_param_shard(unit, gathered.fresh_dest());
   }
-  for (tiers::StoreRead& read : unit.gathered.reads) wait_timed(read);
-  unit.gathered.reads.clear();
+  if (gathered.own() == OwnShard::kReading) {
+    for (tiers::StoreRead& read : gathered.reads) wait_timed(read);
+    gathered.finish_reads();
+  }
   {
     Tracer::Scope scope(options_.tracer, TraceTrack::kCopies, "gather " + unit.spec.name);
-    if (unit.gathered.pending) {
-      finish_pending_gather(unit);
-    } else if (unit.gathered.queued) {  // (queue_gather, or queue_gathered_copy)
-      wait_queued_gather(unit);
-    } else if (gathers_ahead()) {
-      queue_gather(unit);
-      wait_queued_gather(unit);
-    } else {
-      finish_gather(unit);
+    switch (gathered.state()) {
+      case GatherState::kAllGathering:
+        finish_pending_gather(unit);
+        break;
+      case GatherState::kQueued:  // (queue_gather, or queue_gathered_copy)
+        wait_queued_gather(unit);
+        break;
+      default:  // kLoading, or kGathered left by a stream error: the gather runs at use
+        if (gathers_ahead()) {
+          queue_gather(unit);
+          wait_queued_gather(unit);
+        } else {
+          finish_gather(unit);
+          gathered.mark_ready();
+        }
     }
   }
+  STRATA_ASSERT(gathered.state() == GatherState::kReady, "a load waited for and not ready");
   commit_if_deferred_done();
 }
 
@@ -177,7 +202,8 @@ void EngineState::write_back(tiers::UnitId) {
 
 void EngineState::evict(tiers::UnitId id) {
   GatheredCopy& gathered = units_[id].gathered;
-  if (deferred_pending(id) && (gathered.fresh_dest != nullptr || gathered.send_after_update)) {
+  STRATA_ASSERT(gathered.live_handles == 0, "evicting a unit in use");
+  if (deferred_pending(id) && (gathered.fresh_dest() != nullptr || gathered.sends_after_update())) {
     // Its update is writing into the buffers about to go, or is to send from them.
     try {
       wait_deferred(id);
@@ -191,8 +217,10 @@ void EngineState::evict(tiers::UnitId id) {
     }
   }
   gathered.reads.clear();
-  if (gathered.queued) wait_queued_gather(units_[id]);  // the streams still read and write it
-  if (gathered.pending) {
+  if (gathered.state() == GatherState::kQueued) {
+    wait_queued_gather(units_[id]);  // the streams still read and write it
+  }
+  if (gathered.state() == GatherState::kAllGathering) {
     // Unused (every rank evicts it here: rank-independent decisions), but its transfers read
     // and write the buffer about to go. Every rank sent its shard when it started the gather, or
     // its sender does once the shard's reads (waited above) are in.
@@ -201,15 +229,9 @@ void EngineState::evict(tiers::UnitId id) {
       gathered.pending->wait();
     } catch (...) {  // withdrawn; the communicator is poisoned and reports it at its next call
     }
-    gathered.pending.reset();
-    gathered.send_after_update = false;
   }
-  gathered.gather_lease.reset();
-  gathered.fresh_groups_due = 0;
-  gathered.fresh_dest = nullptr;
-  gathered.release_param_staging();
-  gathered.full16.reset();
-  gathered.full32.reset();
+  gathered.evict();
+  STRATA_ASSERT(!gathered.full32 && !gathered.pending, "an evicted unit keeps its buffers");
 }
 
 void EngineState::finish_gather(UnitState& unit) {
@@ -328,7 +350,10 @@ void EngineState::start_gather_once_updated(UnitId id) {
   update_due_[id] = 0;
   UnitState& unit = units_[id];
   GatheredCopy& gathered = unit.gathered;
-  if (!gathered.full32 || gathered.fresh_groups_due > 0) return;  // not loaded under the step
+  // Not loaded under the step (evicted since, or its parameters still to be handed over).
+  if (gathered.state() == GatherState::kEvicted || gathered.awaiting_update()) return;
+  STRATA_ASSERT(gathered.state() == GatherState::kLoading,
+                "a unit the step had yet to update gathered before its update");
   if (may_queue_gather(id)) {
     queue_gather(unit);
   } else if (may_start_pending_gather(id) && (device_addressable_ || gathered.gather_lease)) {
@@ -339,14 +364,19 @@ void EngineState::start_gather_once_updated(UnitId id) {
 void EngineState::start_pending_gather(UnitState& unit, OwnSend own) {
   const UnitId id = unit_index(unit);
   GatheredCopy& gathered = unit.gathered;
+  STRATA_ASSERT(gathered.state() == GatherState::kLoading && pending_key_base_.has_value(),
+                "an all-gather started ahead for a unit not loading, or without its key");
+  STRATA_ASSERT(own == OwnSend::kNow || own == OwnSend::kAfterUpdate || sender_ != nullptr,
+                "an own block for the GatherSender without one");
   if (own == OwnSend::kNow) place_own_shard(unit);
-  gathered.pending = comm_->start_all_gather(
+  std::unique_ptr<comm::PendingAllGather> gather = comm_->start_all_gather(
       comm::MutableBuffer{gather_target(gathered), unit.layout.padded_numel, param_dtype()},
       unit.layout.shard_numel, *pending_key_base_ + static_cast<std::uint32_t>(id),
       own == OwnSend::kNow ? comm::Communicator::OwnBlock::kNow
                            : comm::Communicator::OwnBlock::kLater);
+  std::uint64_t job = 0;  // the sender's, once it sends the own block
   if (own == OwnSend::kAfterCopy) {
-    gathered.send_job = sender_->submit(
+    job = sender_->submit(
         [copied = &*gathered.own_copied] {
           try {
             copied->wait();
@@ -355,9 +385,9 @@ void EngineState::start_pending_gather(UnitState& unit, OwnSend own) {
           }
           return true;
         },
-        *gathered.pending);
+        *gather);
   } else if (own == OwnSend::kAfterReads) {
-    gathered.send_job = sender_->submit(
+    job = sender_->submit(
         [reads = gathered.reads]() mutable {
           bool in = true;
           for (tiers::StoreRead& read : reads) {
@@ -369,9 +399,9 @@ void EngineState::start_pending_gather(UnitState& unit, OwnSend own) {
           }
           return in;
         },
-        *gathered.pending);
+        *gather);
   }
-  gathered.send_after_update = own == OwnSend::kAfterUpdate;
+  gathered.begin_all_gather(std::move(gather), own, job);
   if (acquiring_ != id) ++gathers_queued_ahead_;
 }
 
@@ -389,7 +419,7 @@ void EngineState::send_after_update(UnitId id) {
   UnitState& unit = units_[id];
   // Every sub-group's parameters handed over (NVMe home): otherwise wait_load reads the shard
   // again, and nothing may have been sent.
-  if (!unit.gathered.send_after_update || unit.gathered.fresh_groups_due > 0) return;
+  if (!unit.gathered.sends_after_update() || unit.gathered.awaiting_update()) return;
   place_own_shard(unit);
   try {
     unit.gathered.pending->send_own();
@@ -409,9 +439,9 @@ void EngineState::advance_gathers_ahead() {
   if (!pending_key_base_) return;
   for (UnitState& unit : units_) {
     GatheredCopy& gathered = unit.gathered;
-    if (!gathered.pending) continue;
+    if (gathered.state() != GatherState::kAllGathering) continue;
     // Until the own block is posted, a test that says complete speaks of the receives alone.
-    if (gathered.send_after_update ||
+    if (gathered.sends_after_update() ||
         (gathered.send_job != 0 && !sender_->done(gathered.send_job))) {
       gathered.pending->test();
       continue;
@@ -422,27 +452,29 @@ void EngineState::advance_gathers_ahead() {
     for (int tries = 0; tries < 4 && !complete; ++tries) complete = gathered.pending->test();
     if (!complete || device_addressable_) continue;  // (in place, wait_load casts it)
     finish_send_job(gathered);
-    gathered.pending.reset();
+    gathered.finish_all_gather();
     queue_gathered_copy(unit);
   }
 }
 
 void EngineState::finish_send_job(GatheredCopy& gathered) {
   if (gathered.send_job == 0) return;
+  STRATA_ASSERT(sender_ != nullptr && gathered.pending, "a sender job without its gather");
   sender_->wait(gathered.send_job);
   gathered.send_job = 0;
 }
 
 void EngineState::finish_pending_gather(UnitState& unit) {
-  finish_send_job(unit.gathered);
-  unit.gathered.pending->wait();
-  unit.gathered.pending.reset();
-  unit.gathered.send_after_update = false;
+  GatheredCopy& gathered = unit.gathered;
+  finish_send_job(gathered);
+  gathered.pending->wait();
+  gathered.finish_all_gather();
   if (device_addressable_) {
     cast_gathered_to_fp32(unit);
   } else {
-    finish_staged_copy(unit, unit.gathered.gather_lease.data());
+    finish_staged_copy(unit, gathered.gather_lease.data());
   }
+  gathered.mark_ready();
 }
 
 // Staged, several ranks (one rank queues its gathers ahead: queue_gather): the own shard comes
@@ -510,22 +542,23 @@ void EngineState::finish_staged_copy(UnitState& unit, const std::byte* host_full
   lane.compute.record(lane.compute_done);
   lane.compute_done.wait();
   // The h2d copy that read them is done (compute waited for it).
-  copy.release_param_staging();
-  copy.gather_lease.reset();
+  copy.release_staging();
 }
 
 // Not when a step running now has yet to update the unit's home (a prefetch of the next
 // iteration under the step's updates, [zero] overlap_optimizer): start_gather_once_updated queues
 // it then.
 bool EngineState::may_queue_gather(UnitId id) const {
-  return gathers_ahead() && !units_[id].gathered.queued && !update_due(id);
+  return gathers_ahead() && units_[id].gathered.state() == GatherState::kLoading &&
+         !update_due(id);
 }
 
 // The staged path with one rank, queued ahead of use: the own shard (the whole unit) to the
 // device (h2d from pinned memory, or a device copy from a device home), then the cast on the
 // compute stream, each unit with its own events so several can be in flight; nothing waits here.
 void EngineState::queue_gather(UnitState& unit) {
-  STRATA_ASSERT(gathers_ahead() && !unit.gathered.queued, "gather queued twice");
+  STRATA_ASSERT(gathers_ahead() && unit.gathered.state() == GatherState::kLoading,
+                "gather queued twice, or not loading");
   const ShardHome& param = unit.home(Kind::kParam);
   const UnitLayout& layout = unit.layout;
   GatheredCopy& copy = unit.gathered;
@@ -548,6 +581,8 @@ void EngineState::queue_gather(UnitState& unit) {
 // (advance_gathers_ahead): the whole unit h2d, then the cast, queued; wait_load waits for `ready`.
 void EngineState::queue_gathered_copy(UnitState& unit) {
   GatheredCopy& copy = unit.gathered;
+  STRATA_ASSERT(copy.state() == GatherState::kGathered && copy.gather_lease,
+                "a gathered copy queued without its blocks in the pinned slot");
   const std::uint64_t padded_bytes = unit.layout.padded_numel * dtype_bytes(param_dtype());
   lanes_->h2d.copy_to_device(gathered_params(copy).span(0, padded_bytes), copy.gather_lease.data());
   queue_cast(unit);
@@ -571,7 +606,7 @@ void EngineState::queue_cast(UnitState& unit) {
                       param_dtype);
   }
   lane.compute.record(*copy.ready);
-  copy.queued = true;
+  copy.queue_copy();
   if (options_.tracer != nullptr) {
     const auto now = Tracer::Clock::now();
     options_.tracer->record(TraceTrack::kCopies, "queue gather " + unit.spec.name, now, now);
@@ -580,10 +615,9 @@ void EngineState::queue_cast(UnitState& unit) {
 
 void EngineState::wait_queued_gather(UnitState& unit) {
   GatheredCopy& copy = unit.gathered;
+  STRATA_ASSERT(copy.state() == GatherState::kQueued, "waiting for a gather not queued");
   copy.ready->wait();  // after the cast, which waited for the copy: both are done
-  copy.queued = false;
-  copy.release_param_staging();
-  copy.gather_lease.reset();
+  copy.finish_queued();
 }
 
 std::vector<float> EngineState::gather_master(UnitId id) {
