@@ -200,7 +200,7 @@ void EngineState::allocate() {
   if (plan_.shard_staging_bytes > 0) shard_staging_ = host_pool_->allocate(plan_.shard_staging_bytes);
   if (plan_.full_staging_bytes > 0) full_staging_ = host_pool_->allocate(plan_.full_staging_bytes);
   if (plan_.grad_move_slot_bytes > 0) {
-    for (auto& slot : grad_moves_) slot = host_pool_->allocate(plan_.grad_move_slot_bytes);
+    grad_moves_.allocate(*host_pool_, plan_.grad_move_slot_bytes);
   }
   if (plan_.norm_readback_bytes > 0) norm_readback_ = host_pool_->allocate(plan_.norm_readback_bytes);
   if (plan_.param_read_slots > 0) {

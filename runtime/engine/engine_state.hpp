@@ -27,7 +27,6 @@
 #include <mutex>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <span>
@@ -48,6 +47,7 @@
 #include "runtime/engine/engine.hpp"
 #include "runtime/engine/gather_sender.hpp"
 #include "runtime/engine/gathered_copy.hpp"
+#include "runtime/engine/grad_moves.hpp"
 #include "runtime/plan/partition.hpp"
 #include "runtime/engine/shard_home.hpp"
 #include "runtime/engine/speculation.hpp"
@@ -105,7 +105,7 @@ struct DeviceLanes {
   // The optimizer's two staging slots: d2h into a slot done / h2d out of it done.
   std::array<tiers::Event, 2> staged_in;
   std::array<tiers::Event, 2> staged_out;
-  // A gradient's d2h copy into grad_moves_[slot] done (reduce_grads.cpp).
+  // A gradient's d2h copy into grad_moves_.slot(slot) done (reduce_grads.cpp).
   std::array<tiers::Event, 2> grad_moved;
 };
 
@@ -296,10 +296,9 @@ class EngineState final : public tiers::ResidencyClient {
   bool queues_grad_moves(const UnitState& unit) const;
   void queue_grad_move(UnitState& unit, std::span<const float> full_grads, bool accumulate,
                        bool last);
-  struct GradMove;
   tiers::DeviceSpan copy_to_grad_scratch(const UnitLayout& layout,
                                          std::span<const float> full_grads);
-  void push_grad_move(tiers::DeviceSpan source, const GradMove& move);
+  void push_grad_move(tiers::DeviceSpan source, const GradMoves::Move& move);
   void finish_grad_moves(std::size_t keep = 0);  // all but the last `keep` queued, in call order
   void discard_grad_moves() noexcept;            // waits for their copies, stores nothing
 
@@ -499,17 +498,8 @@ class EngineState final : public tiers::ResidencyClient {
   tiers::DeviceBuffer norm_device_sum_;
   tiers::DeviceBuffer norm_device_scratch_;
   tiers::PinnedBuffer norm_readback_;
-  // The staged path's gradient moves in flight (queue_grad_move): at most two, in call order.
-  struct GradMove {
-    UnitId unit = 0;
-    std::size_t slot = 0;  // grad_moves_[slot], lanes_->grad_moved[slot]
-    bool accumulate = false;
-    bool last = false;
-  };
-  std::deque<GradMove> grad_moves_pending_;
-  std::array<tiers::PinnedBuffer, 2> grad_moves_;
-  std::size_t next_grad_move_ = 0;
-  std::uint64_t grad_moves_queued_ = 0;  // since the last step
+  // The staged path's gradient moves in flight (queue_grad_move; grad_moves.hpp).
+  GradMoves grad_moves_;
 
   // Gathering's (gather.cpp): a copy of this rank's parameter shard for the all-gather's send
   // side; pinned slots the NVMe parameter reads land in on the staged path.

@@ -475,7 +475,7 @@ void EngineState::skip_step(StepStats& stats) {
   }
   progress_.clean_steps = 0;
   stats.gathers_queued_ahead = std::exchange(gathers_queued_ahead_, 0);
-  stats.grad_moves_queued = std::exchange(grad_moves_queued_, 0);
+  stats.grad_moves_queued = grad_moves_.take_queued_count();
   stats.step = progress_.step;
   stats.loss_scale = progress_.loss_scale;
 }
@@ -637,7 +637,7 @@ void EngineState::finish_step(StepStats& stats, const StepMarks& marks) {
   }
   stats.fresh_param_bytes = fresh_param_bytes_.exchange(0);
   stats.gathers_queued_ahead = std::exchange(gathers_queued_ahead_, 0);
-  stats.grad_moves_queued = std::exchange(grad_moves_queued_, 0);
+  stats.grad_moves_queued = grad_moves_.take_queued_count();
   stats.device_updated_groups = std::exchange(device_updated_groups_, 0);
   stats.comm_bytes = comm_->stats().total_payload_bytes();
   comm_->reset_stats();
