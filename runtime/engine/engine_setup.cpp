@@ -118,7 +118,7 @@ EngineState::~EngineState() {
   // block when it started them, or its sender does once the reads (all in now) are, so this
   // needs no Engine call of the peers (whose Engine may end at another moment, e.g. when Python
   // collects it).
-  sender_.reset();  // runs what was submitted
+  ahead_.stop_sender();  // runs what was submitted
   for (UnitState& unit : units_) {
     if (!unit.gathered.pending) continue;
     try {

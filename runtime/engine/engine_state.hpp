@@ -45,7 +45,7 @@
 #include "runtime/plan/buffer_plan.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/engine/engine.hpp"
-#include "runtime/engine/gather_sender.hpp"
+#include "runtime/engine/gather_ahead.hpp"
 #include "runtime/engine/gathered_copy.hpp"
 #include "runtime/engine/grad_moves.hpp"
 #include "runtime/plan/partition.hpp"
@@ -248,7 +248,7 @@ class EngineState final : public tiers::ResidencyClient {
   void start_pending_gather(UnitState& unit, OwnSend own = OwnSend::kNow);
   void start_gather_of_final_shard(UnitState& unit, bool after_h2d = false);
   // Several ranks, a communicator with PendingAllGather, not switched off: the Engine may start
-  // gathers ahead (it does when pending_key_base_ is set at finalize).
+  // gathers ahead (it does when finalize reserves their keys: ahead_.across_ranks()).
   bool gathers_ahead_across_ranks() const {
     return ranks_ > 1 && options_.gathers_ahead_across_ranks && !gathers_at_use_knob() &&
            comm_->has_pending_all_gathers();
@@ -264,7 +264,7 @@ class EngineState final : public tiers::ResidencyClient {
   void finish_staged_copy(UnitState& unit, const std::byte* host_full);
   // Gathers whose own block another thread sends (MPI at MPI_THREAD_MULTIPLE).
   bool sends_from_threads() const {
-    return pending_key_base_.has_value() && comm_->sends_from_any_thread();
+    return ahead_.across_ranks() && comm_->sends_from_any_thread();
   }
   bool sends_after_update(UnitId unit);  // a gather may start whose update sends the own block
   void send_after_update(UnitId unit);   // on the update worker's thread
@@ -439,12 +439,6 @@ class EngineState final : public tiers::ResidencyClient {
   // The data path (EngineOptions::DeviceAccess): whether the CPU addresses device memory, and
   // whether collectives of device data take device memory directly.
   bool device_addressable_ = true;
-  // This Engine's keys of gathers started ahead (Communicator::reserve_pending_keys at finalize):
-  // unit u's is base + u. Unset: every all-gather runs at wait_load.
-  std::optional<std::uint32_t> pending_key_base_;
-  // Sends the own blocks of those whose shard is read from NVMe (gather_sender.hpp); null when
-  // the communicator cannot send from another thread, or no parameter shard is on NVMe.
-  std::unique_ptr<GatherSender> sender_;
   bool comm_on_device_ = true;
   // The gradient reduce-scatter's dtype (gradient_reduce_dtype; fp32 with NcclComm).
   DType reduce_dtype_ = DType::kFp32;
@@ -480,9 +474,7 @@ class EngineState final : public tiers::ResidencyClient {
   std::vector<PreRead> deferred_pre_reads_;
   bool pre_reads_tried_ = false;    // this step's backward has decided on them
   std::size_t pre_read_groups_ = 0;  // adopted by the running step
-  std::uint64_t gathers_queued_ahead_ = 0;  // since the last step (gather.cpp)
   std::uint64_t device_updated_groups_ = 0;  // this step's (update_on_device)
-  std::optional<UnitId> acquiring_;  // the unit gather() is acquiring (gather.cpp)
 
   // Gradient reduction's (reduce_grads.cpp): the padded fp32 gradient of one unit and this rank's
   // reduced shard (device memory); NVMe write staging, two so one drains while the next fills.
@@ -505,9 +497,10 @@ class EngineState final : public tiers::ResidencyClient {
   // side; pinned slots the NVMe parameter reads land in on the staged path.
   tiers::DeviceBuffer gather_send_scratch_;
   std::optional<tiers::PinnedSlab> param_read_slab_;
-  // Several ranks, collectives on the host, the staged path: the slots gathers started ahead
-  // receive into (BufferPlan::gather_slots).
-  std::optional<tiers::PinnedSlab> gather_slab_;
+  // Gathers started ahead of use: their keys, the GatherSender, the staged path's slots they
+  // receive into (BufferPlan::gather_slots), the unit gather() is acquiring, the count
+  // (gather_ahead.hpp). After host_pool_, whose memory the slots are.
+  GatherAhead ahead_;
 
   // The staged path's (device_lanes.cpp): streams and events; pinned staging of device-homed
   // sub-groups (two slots), of one gradient shard in fp32 and of one padded unit in fp32.

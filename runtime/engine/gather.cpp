@@ -26,14 +26,14 @@ const float* EngineState::gather(UnitId id) {
   STRATA_ASSERT(finalized_, "gather before finalize");
   unit(id);  // throws std::out_of_range naming an unknown id
   advance_gathers_ahead();
-  acquiring_ = id;  // a load start_load begins for another unit now is a prefetch
+  ahead_.begin_acquire(id);  // a load start_load begins for another unit now is a prefetch
   try {
     residency_->acquire(id);
   } catch (...) {
-    acquiring_.reset();
+    ahead_.end_acquire();
     throw;
   }
-  acquiring_.reset();
+  ahead_.end_acquire();
   GatheredCopy& gathered = units_[id].gathered;
   STRATA_ASSERT(gathered.state() == GatherState::kReady, "a unit handed out before its gather");
   ++gathered.live_handles;
@@ -75,7 +75,7 @@ void EngineState::start_load(tiers::UnitId id) {
   // running step has handed its new parameters over: claimed first, so that on the staged path
   // the reads or the parameters land in the gather's slot.
   const bool due = update_due(id);
-  const bool ahead = !deferred && (due || sender_ != nullptr) && may_start_pending_gather(id) &&
+  const bool ahead = !deferred && (due || ahead_.has_sender()) && may_start_pending_gather(id) &&
                      claim_gather_slot(unit);
   std::byte* shard = own_shard_destination(unit);
   // The step updates this unit after this load starts (in step(), or deferred to now): its new
@@ -149,7 +149,7 @@ bool EngineState::load_complete(tiers::UnitId id) {
   // Its NVMe reads (or the step's hand-over) are in: the copy and cast can go on the streams.
   // (A read that fails its checksum is still reported by wait_load before the unit is used.)
   if (may_queue_gather(id)) queue_gather(unit);
-  if (unit.gathered.send_job != 0 && !sender_->done(unit.gathered.send_job)) return false;
+  if (unit.gathered.send_job != 0 && !ahead_.sender().done(unit.gathered.send_job)) return false;
   if (unit.gathered.state() == GatherState::kAllGathering) return unit.gathered.pending->test();
   return true;
 }
@@ -268,7 +268,7 @@ std::byte* EngineState::gather_target(GatheredCopy& copy) const {
 
 bool EngineState::claim_gather_slot(UnitState& unit) {
   if (device_addressable_) return true;
-  std::optional<tiers::PinnedLease> lease = gather_slab_->try_acquire();
+  std::optional<tiers::PinnedLease> lease = ahead_.try_claim_slot();
   if (!lease) return false;
   unit.gathered.gather_lease = std::move(*lease);
   return true;
@@ -297,7 +297,7 @@ void EngineState::cast_gathered_to_fp32(UnitState& unit) {
 // starts its all-gather at start_load, and the peers' blocks are received straight into the
 // gathered buffer (in place) or the unit's pinned slot (staged path). A shard in memory the CPU
 // addresses is copied to its place and sent at once; a shard read from NVMe (when the
-// communicator sends from any thread: sender_) is sent by the GatherSender as soon as its reads
+// communicator sends from any thread: a GatherSender) is sent by the GatherSender as soon as its reads
 // are in, and (idem) a staged device home's shard once its d2h copy is done; a shard a deferred
 // update is producing (idem) is sent by the update worker when the update is done
 // (send_after_update). Every rank starts the same gathers in the same order (rank-independent
@@ -308,9 +308,9 @@ void EngineState::cast_gathered_to_fp32(UnitState& unit) {
 // running step has yet to update starts its gather once the step has updated it.
 bool EngineState::may_start_pending_gather(UnitId id) const {
   // On the staged path a device-homed shard is copied d2h first, and the GatherSender sends it.
-  return pending_key_base_.has_value() &&
+  return ahead_.across_ranks() &&
          (units_[id].home(Kind::kParam).residence() != Residence::kStagedDevice ||
-          sender_ != nullptr);
+          ahead_.has_sender());
 }
 
 // A shard in memory that nothing will update before its use: host memory (or device memory the
@@ -364,19 +364,19 @@ void EngineState::start_gather_once_updated(UnitId id) {
 void EngineState::start_pending_gather(UnitState& unit, OwnSend own) {
   const UnitId id = unit_index(unit);
   GatheredCopy& gathered = unit.gathered;
-  STRATA_ASSERT(gathered.state() == GatherState::kLoading && pending_key_base_.has_value(),
+  STRATA_ASSERT(gathered.state() == GatherState::kLoading && ahead_.across_ranks(),
                 "an all-gather started ahead for a unit not loading, or without its key");
-  STRATA_ASSERT(own == OwnSend::kNow || own == OwnSend::kAfterUpdate || sender_ != nullptr,
+  STRATA_ASSERT(own == OwnSend::kNow || own == OwnSend::kAfterUpdate || ahead_.has_sender(),
                 "an own block for the GatherSender without one");
   if (own == OwnSend::kNow) place_own_shard(unit);
   std::unique_ptr<comm::PendingAllGather> gather = comm_->start_all_gather(
       comm::MutableBuffer{gather_target(gathered), unit.layout.padded_numel, param_dtype()},
-      unit.layout.shard_numel, *pending_key_base_ + static_cast<std::uint32_t>(id),
+      unit.layout.shard_numel, ahead_.key_of(id),
       own == OwnSend::kNow ? comm::Communicator::OwnBlock::kNow
                            : comm::Communicator::OwnBlock::kLater);
   std::uint64_t job = 0;  // the sender's, once it sends the own block
   if (own == OwnSend::kAfterCopy) {
-    job = sender_->submit(
+    job = ahead_.sender().submit(
         [copied = &*gathered.own_copied] {
           try {
             copied->wait();
@@ -387,7 +387,7 @@ void EngineState::start_pending_gather(UnitState& unit, OwnSend own) {
         },
         *gather);
   } else if (own == OwnSend::kAfterReads) {
-    job = sender_->submit(
+    job = ahead_.sender().submit(
         [reads = gathered.reads]() mutable {
           bool in = true;
           for (tiers::StoreRead& read : reads) {
@@ -402,7 +402,7 @@ void EngineState::start_pending_gather(UnitState& unit, OwnSend own) {
         *gather);
   }
   gathered.begin_all_gather(std::move(gather), own, job);
-  if (acquiring_ != id) ++gathers_queued_ahead_;
+  ahead_.count_started(id);
 }
 
 // The deferred update of a unit whose gather started at its load has handed its parameters over:
@@ -436,13 +436,13 @@ void EngineState::send_after_update(UnitId id) {
 // send (the GatherSender's job, a deferred update's worker) is only tested: its test may say
 // complete before that send is posted.
 void EngineState::advance_gathers_ahead() {
-  if (!pending_key_base_) return;
+  if (!ahead_.across_ranks()) return;
   for (UnitState& unit : units_) {
     GatheredCopy& gathered = unit.gathered;
     if (gathered.state() != GatherState::kAllGathering) continue;
     // Until the own block is posted, a test that says complete speaks of the receives alone.
     if (gathered.sends_after_update() ||
-        (gathered.send_job != 0 && !sender_->done(gathered.send_job))) {
+        (gathered.send_job != 0 && !ahead_.sender().done(gathered.send_job))) {
       gathered.pending->test();
       continue;
     }
@@ -459,8 +459,8 @@ void EngineState::advance_gathers_ahead() {
 
 void EngineState::finish_send_job(GatheredCopy& gathered) {
   if (gathered.send_job == 0) return;
-  STRATA_ASSERT(sender_ != nullptr && gathered.pending, "a sender job without its gather");
-  sender_->wait(gathered.send_job);
+  STRATA_ASSERT(gathered.pending != nullptr, "a sender job without its gather");
+  ahead_.sender().wait(gathered.send_job);
   gathered.send_job = 0;
 }
 
@@ -574,7 +574,7 @@ void EngineState::queue_gather(UnitState& unit) {
     lane.h2d.copy_on_device(own, param.device_span(0, layout.shard_numel));
   }
   queue_cast(unit);
-  if (acquiring_ != unit_index(unit)) ++gathers_queued_ahead_;
+  ahead_.count_started(static_cast<UnitId>(unit_index(unit)));
 }
 
 // Several ranks on the staged path, a gather started ahead whose blocks are all in its pinned slot

@@ -236,7 +236,7 @@ class GatheredCopy {
   // kAllGathering: the collective, and the GatherSender's job sending its own block (0: none).
   std::unique_ptr<comm::PendingAllGather> pending;
   std::uint64_t send_job = 0;
-  // The staged path, a gather started ahead: the pinned slot it receives into (gather_slab_),
+  // The staged path, a gather started ahead: the pinned slot it receives into (GatherAhead),
   // copied h2d once all blocks are in; released once the gather is on the device, or at evict.
   tiers::PinnedLease gather_lease;
 
