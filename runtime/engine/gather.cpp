@@ -12,6 +12,7 @@
 // and which function here performs each: docs/design.md, "The gather as a state machine").
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -53,6 +54,7 @@ void EngineState::start_load(tiers::UnitId id) {
   cancel_speculation(id);
   UnitState& unit = units_[id];
   GatheredCopy& gathered = unit.gathered;
+  STRATA_ASSERT(gathered.state() == GatherState::kEvicted, "a load started for a loaded unit");
   const std::uint64_t padded = unit.layout.padded_numel;
   const DType param_dtype = this->param_dtype();
   tiers::DeviceBuffer full32 = device_->allocate(padded * 4);
@@ -98,6 +100,8 @@ void EngineState::start_load(tiers::UnitId id) {
 std::byte* EngineState::own_shard_destination(UnitState& unit) {
   GatheredCopy& gathered = unit.gathered;
   const ShardHome& param = unit.home(Kind::kParam);
+  STRATA_ASSERT(gathered.state() == GatherState::kLoading && !gathered.param_staging(),
+                "a destination for the own shard of a unit not loading, or twice");
   if (device_addressable_ || gathered.gather_lease) {
     return gather_target(gathered) + unit.layout.shard_begin(rank_) * param.element_bytes();
   }
@@ -107,6 +111,7 @@ std::byte* EngineState::own_shard_destination(UnitState& unit) {
     gathered.param_buffer = host_pool_->allocate(
         round_up(unit.layout.shard_numel * param.element_bytes(), kDirectIoAlignment));
   }
+  STRATA_ASSERT(gathered.param_staging() != nullptr, "no staging for the own shard's reads");
   return gathered.param_staging();
 }
 
@@ -235,6 +240,9 @@ void EngineState::evict(tiers::UnitId id) {
 }
 
 void EngineState::finish_gather(UnitState& unit) {
+  STRATA_ASSERT(unit.gathered.state() == GatherState::kLoading ||
+                    unit.gathered.state() == GatherState::kGathered,
+                "a gather at use of a unit with its gather under way");
   if (device_addressable_) {
     finish_gather_in_place(unit);
   } else {
@@ -245,6 +253,7 @@ void EngineState::finish_gather(UnitState& unit) {
 // Device memory the CPU addresses: own shard copied into its place (NVMe reads landed there
 // already), all-gathered in place, cast to fp32 on the CPU.
 void EngineState::finish_gather_in_place(UnitState& unit) {
+  STRATA_ASSERT(device_addressable_, "an in-place gather on the staged path");
   const UnitLayout& layout = unit.layout;
   const DType wire = param_dtype();
   const std::byte* own = place_own_shard(unit);
@@ -259,18 +268,24 @@ void EngineState::finish_gather_in_place(UnitState& unit) {
 }
 
 tiers::DeviceBuffer& EngineState::gathered_params(GatheredCopy& copy) const {
-  return param_dtype() == DType::kFp32 ? copy.full32 : copy.full16;
+  tiers::DeviceBuffer& params = param_dtype() == DType::kFp32 ? copy.full32 : copy.full16;
+  STRATA_ASSERT(params, "the gathered parameters of a unit not loaded");
+  return params;
 }
 
 std::byte* EngineState::gather_target(GatheredCopy& copy) const {
-  return device_addressable_ ? gathered_params(copy).data() : copy.gather_lease.data();
+  std::byte* target = device_addressable_ ? gathered_params(copy).data() : copy.gather_lease.data();
+  STRATA_ASSERT(target != nullptr, "a gather ahead without its buffer or slot");
+  return target;
 }
 
 bool EngineState::claim_gather_slot(UnitState& unit) {
   if (device_addressable_) return true;
+  STRATA_ASSERT(!unit.gathered.gather_lease, "a gather slot claimed twice");
   std::optional<tiers::PinnedLease> lease = ahead_.try_claim_slot();
   if (!lease) return false;
   unit.gathered.gather_lease = std::move(*lease);
+  STRATA_ASSERT(unit.gathered.gather_lease, "a claimed slot not held");
   return true;
 }
 
@@ -279,12 +294,14 @@ std::byte* EngineState::place_own_shard(UnitState& unit) {
   std::byte* own =
       gather_target(unit.gathered) + unit.layout.shard_begin(rank_) * param.element_bytes();
   if (param.residence() != Residence::kNvme) {
+    STRATA_ASSERT(param.memory != nullptr, "an own shard in memory without its memory");
     std::memcpy(own, param.memory, unit.layout.shard_numel * param.element_bytes());
   }
   return own;
 }
 
 void EngineState::cast_gathered_to_fp32(UnitState& unit) {
+  STRATA_ASSERT(device_addressable_ && unit.gathered.full32, "a CPU cast of device memory");
   const DType param_dtype = this->param_dtype();
   if (param_dtype == DType::kFp32) return;
   const std::uint64_t padded = unit.layout.padded_numel;
@@ -319,6 +336,8 @@ bool EngineState::may_start_pending_gather(UnitId id) const {
 // the step has just queued its new parameters there: `after_h2d`), and the GatherSender sends it
 // once that copy is done.
 void EngineState::start_gather_of_final_shard(UnitState& unit, bool after_h2d) {
+  STRATA_ASSERT(!update_due(static_cast<UnitId>(unit_index(unit))),
+                "a gather ahead of a shard the step has yet to update");
   const ShardHome& param = unit.home(Kind::kParam);
   if (param.residence() != Residence::kStagedDevice) {
     start_pending_gather(unit);
@@ -336,6 +355,7 @@ void EngineState::start_gather_of_final_shard(UnitState& unit, bool after_h2d) {
       param.device_span(0, unit.layout.shard_numel));
   lane.d2h.record(*copy.own_copied);
   start_pending_gather(unit, OwnSend::kAfterCopy);
+  STRATA_ASSERT(copy.state() == GatherState::kAllGathering, "the gather ahead did not start");
 }
 
 // [zero] overlap_optimizer: the step prefetches the next iteration's first units before its
@@ -402,6 +422,7 @@ void EngineState::start_pending_gather(UnitState& unit, OwnSend own) {
         *gather);
   }
   gathered.begin_all_gather(std::move(gather), own, job);
+  STRATA_ASSERT(gathered.state() == GatherState::kAllGathering, "the gather ahead did not start");
   ahead_.count_started(id);
 }
 
@@ -420,6 +441,7 @@ void EngineState::send_after_update(UnitId id) {
   // Every sub-group's parameters handed over (NVMe home): otherwise wait_load reads the shard
   // again, and nothing may have been sent.
   if (!unit.gathered.sends_after_update() || unit.gathered.awaiting_update()) return;
+  STRATA_ASSERT(unit.gathered.pending != nullptr, "an own block to send without its gather");
   place_own_shard(unit);
   try {
     unit.gathered.pending->send_own();
@@ -460,12 +482,14 @@ void EngineState::advance_gathers_ahead() {
 void EngineState::finish_send_job(GatheredCopy& gathered) {
   if (gathered.send_job == 0) return;
   STRATA_ASSERT(gathered.pending != nullptr, "a sender job without its gather");
-  ahead_.sender().wait(gathered.send_job);
-  gathered.send_job = 0;
+  const std::uint64_t job = std::exchange(gathered.send_job, 0);
+  ahead_.sender().wait(job);
+  STRATA_ASSERT(ahead_.sender().done(job), "a send job waited for and not run");
 }
 
 void EngineState::finish_pending_gather(UnitState& unit) {
   GatheredCopy& gathered = unit.gathered;
+  STRATA_ASSERT(gathered.state() == GatherState::kAllGathering, "no all-gather to finish");
   finish_send_job(gathered);
   gathered.pending->wait();
   gathered.finish_all_gather();
@@ -526,6 +550,7 @@ void EngineState::finish_gather_staged(UnitState& unit) {
 
 void EngineState::finish_staged_copy(UnitState& unit, const std::byte* host_full) {
   GatheredCopy& copy = unit.gathered;
+  STRATA_ASSERT(!device_addressable_ && copy.full32, "a staged copy without streams or buffers");
   const UnitLayout& layout = unit.layout;
   const DType param_dtype = this->param_dtype();
   const std::uint64_t padded_bytes = layout.padded_numel * dtype_bytes(param_dtype);
@@ -543,6 +568,7 @@ void EngineState::finish_staged_copy(UnitState& unit, const std::byte* host_full
   lane.compute_done.wait();
   // The h2d copy that read them is done (compute waited for it).
   copy.release_staging();
+  STRATA_ASSERT(!copy.gather_lease && copy.param_staging() == nullptr, "staging kept");
 }
 
 // Not when a step running now has yet to update the unit's home (a prefetch of the next
@@ -574,6 +600,7 @@ void EngineState::queue_gather(UnitState& unit) {
     lane.h2d.copy_on_device(own, param.device_span(0, layout.shard_numel));
   }
   queue_cast(unit);
+  STRATA_ASSERT(copy.state() == GatherState::kQueued, "a gather queued and not on the streams");
   ahead_.count_started(static_cast<UnitId>(unit_index(unit)));
 }
 
@@ -586,6 +613,7 @@ void EngineState::queue_gathered_copy(UnitState& unit) {
   const std::uint64_t padded_bytes = unit.layout.padded_numel * dtype_bytes(param_dtype());
   lanes_->h2d.copy_to_device(gathered_params(copy).span(0, padded_bytes), copy.gather_lease.data());
   queue_cast(unit);
+  STRATA_ASSERT(copy.state() == GatherState::kQueued, "a gather queued and not on the streams");
 }
 
 // The end of a queued gather: once the h2d stream's copy is done (`copied`), the cast on the
@@ -631,6 +659,7 @@ std::vector<float> EngineState::gather_master(UnitId id) {
     full = std::move(shard);
   }
   full.resize(layout.numel);
+  STRATA_ASSERT(full.size() == layout.numel, "a gathered master of the wrong size");
   return full;
 }
 
