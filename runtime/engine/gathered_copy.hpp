@@ -29,14 +29,19 @@ namespace strata::runtime::detail {
 
 // What the gather has done (gather.cpp).
 //
-//   kEvicted --begin_load--> kLoading --queue_copy--------------------------> kQueued
-//                               |  \                                             |
-//                               |   begin_all_gather --> kAllGathering           | finish_queued
-//                               |                             | finish_all_gather v
-//                               |                             v                kReady
-//                               |                         kGathered --queue_copy--> kQueued
-//                               +--------mark_ready----------(or mark_ready)-----> kReady
-//   any state --evict--> kEvicted (nothing may be left in flight: reads, collective, streams)
+//   kEvicted --begin_load--> kLoading --begin_all_gather--> kAllGathering
+//                             |    |                             |
+//                             |    |                     finish_all_gather
+//                             |    |                             v
+//                             |    +--queue_copy--+         kGathered --mark_ready--+
+//                             |                   v              |                  |
+//                             |                kQueued <--queue_copy                |
+//                             |                   |                                 |
+//                             |             finish_queued                           |
+//                             |                   v                                 |
+//                             +--mark_ready--> kReady <-----------------------------+
+//
+//   any state --evict--> kEvicted (the caller has waited for everything in flight)
 enum class GatherState : std::uint8_t {
   // Not resident: no device buffers, nothing in flight.
   kEvicted,
