@@ -112,7 +112,8 @@ EngineState::~EngineState() {
       } catch (...) {  // a failed prefetch nobody used
       }
     }
-    if (unit.gathered.state() == GatherState::kQueued) unit.gathered.ready->wait();  // its copy and cast read the buffers
+    // A gather queued and never waited for: its copy and cast read the buffers.
+    if (unit.gathered.state() == GatherState::kQueued) unit.gathered.ready->wait();
   }
   // Gathers started ahead and never used complete before their buffers go: every rank sent its
   // block when it started them, or its sender does once the reads (all in now) are, so this

@@ -314,9 +314,9 @@ void EngineState::cast_gathered_to_fp32(UnitState& unit) {
 // starts its all-gather at start_load, and the peers' blocks are received straight into the
 // gathered buffer (in place) or the unit's pinned slot (staged path). A shard in memory the CPU
 // addresses is copied to its place and sent at once; a shard read from NVMe (when the
-// communicator sends from any thread: a GatherSender) is sent by the GatherSender as soon as its reads
-// are in, and (idem) a staged device home's shard once its d2h copy is done; a shard a deferred
-// update is producing (idem) is sent by the update worker when the update is done
+// communicator sends from any thread: a GatherSender) is sent by the GatherSender as soon as its
+// reads are in, and (idem) a staged device home's shard once its d2h copy is done; a shard a
+// deferred update is producing (idem) is sent by the update worker when the update is done
 // (send_after_update). Every rank starts the same gathers in the same order (rank-independent
 // residency decisions), and each rank's block leaves without a later Engine call of that rank,
 // so a gather waited for anywhere (wait_load, evict, the Engine's end, one rank's later than
@@ -575,8 +575,7 @@ void EngineState::finish_staged_copy(UnitState& unit, const std::byte* host_full
 // iteration under the step's updates, [zero] overlap_optimizer): start_gather_once_updated queues
 // it then.
 bool EngineState::may_queue_gather(UnitId id) const {
-  return gathers_ahead() && units_[id].gathered.state() == GatherState::kLoading &&
-         !update_due(id);
+  return gathers_ahead() && units_[id].gathered.state() == GatherState::kLoading && !update_due(id);
 }
 
 // The staged path with one rank, queued ahead of use: the own shard (the whole unit) to the

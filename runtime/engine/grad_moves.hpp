@@ -78,7 +78,7 @@ class GradMoves {
   std::array<Move, kSlots> moves_{};
   std::size_t head_ = 0;
   std::size_t count_ = 0;
-  std::size_t next_ = 0;  // the slot the next move uses
+  std::size_t next_ = 0;      // the slot the next move uses
   std::uint64_t queued_ = 0;  // since the last step
 };
 

@@ -41,7 +41,8 @@ std::byte* EngineState::window(UnitState& unit, Kind kind, std::size_t group,
 }
 
 void EngineState::fill(UnitState& unit, Kind kind, std::size_t group, std::byte* window) {
-  STRATA_ASSERT(group < unit.groups.size() && window != nullptr, "a fill of no sub-group or window");
+  STRATA_ASSERT(group < unit.groups.size() && window != nullptr,
+                "a fill of no sub-group or window");
   ShardHome& home = unit.home(kind);
   const SubGroup& sub = unit.groups[group];
   switch (home.residence()) {
