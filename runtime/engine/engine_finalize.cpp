@@ -200,14 +200,14 @@ void EngineState::allocate() {
   if (plan_.shard_staging_bytes > 0) shard_staging_ = host_pool_->allocate(plan_.shard_staging_bytes);
   if (plan_.full_staging_bytes > 0) full_staging_ = host_pool_->allocate(plan_.full_staging_bytes);
   if (plan_.grad_move_slot_bytes > 0) {
-    for (auto& slot : grad_moves_) slot = host_pool_->allocate(plan_.grad_move_slot_bytes);
+    grad_moves_.allocate(*host_pool_, plan_.grad_move_slot_bytes);
   }
   if (plan_.norm_readback_bytes > 0) norm_readback_ = host_pool_->allocate(plan_.norm_readback_bytes);
   if (plan_.param_read_slots > 0) {
     param_read_slab_ = host_pool_->allocate_slab(plan_.param_read_slots, plan_.param_read_slot_bytes);
   }
   if (plan_.gather_slots > 0) {
-    gather_slab_ = host_pool_->allocate_slab(plan_.gather_slots, plan_.gather_slot_bytes);
+    ahead_.allocate_slots(*host_pool_, plan_.gather_slots, plan_.gather_slot_bytes);
   }
 }
 
@@ -342,7 +342,7 @@ void EngineState::build_residency() {
   // order, so the ranges agree.
   // Collectives on the host: received into pinned slots (staged path), when the plan found room.
   if (gathers_ahead_across_ranks() && (device_addressable_ || plan_.gather_slots > 0)) {
-    pending_key_base_ = comm_->reserve_pending_keys(static_cast<std::uint32_t>(units_.size()));
+    ahead_.set_key_base(comm_->reserve_pending_keys(static_cast<std::uint32_t>(units_.size())));
   }
   // Shards read from NVMe, and on the staged path shards copied d2h from a device home, are sent
   // by the GatherSender once they are in host memory.
@@ -350,8 +350,8 @@ void EngineState::build_residency() {
     const Residence residence = unit.home(Kind::kParam).residence();
     return residence == Residence::kNvme || residence == Residence::kStagedDevice;
   });
-  if (pending_key_base_ && sends_later && comm_->sends_from_any_thread()) {
-    sender_ = std::make_unique<GatherSender>();
+  if (ahead_.across_ranks() && sends_later && comm_->sends_from_any_thread()) {
+    ahead_.start_sender();
   }
   residency_ = std::make_unique<tiers::ResidencyManager>(*this, residency_options,
                                                          plan_.gathered_unit_bytes, "device");

@@ -112,13 +112,14 @@ EngineState::~EngineState() {
       } catch (...) {  // a failed prefetch nobody used
       }
     }
-    if (unit.gathered.queued) unit.gathered.ready->wait();  // its copy and cast read the buffers
+    // A gather queued and never waited for: its copy and cast read the buffers.
+    if (unit.gathered.state() == GatherState::kQueued) unit.gathered.ready->wait();
   }
   // Gathers started ahead and never used complete before their buffers go: every rank sent its
   // block when it started them, or its sender does once the reads (all in now) are, so this
   // needs no Engine call of the peers (whose Engine may end at another moment, e.g. when Python
   // collects it).
-  sender_.reset();  // runs what was submitted
+  ahead_.stop_sender();  // runs what was submitted
   for (UnitState& unit : units_) {
     if (!unit.gathered.pending) continue;
     try {

@@ -27,7 +27,6 @@
 #include <mutex>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <span>
@@ -46,7 +45,9 @@
 #include "runtime/plan/buffer_plan.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/engine/engine.hpp"
-#include "runtime/engine/gather_sender.hpp"
+#include "runtime/engine/gather_ahead.hpp"
+#include "runtime/engine/gathered_copy.hpp"
+#include "runtime/engine/grad_moves.hpp"
 #include "runtime/plan/partition.hpp"
 #include "runtime/engine/shard_home.hpp"
 #include "runtime/engine/speculation.hpp"
@@ -60,55 +61,6 @@ namespace strata::runtime::detail {
 
 // A unit's deferred update ([zero] defer_update; deferred_update.cpp).
 enum class DeferredState : std::uint8_t { kNone, kDue, kRunning, kFailed };
-
-// The full copy of a unit gathered on the device for compute (gather.cpp).
-struct GatheredCopy {
-  tiers::DeviceBuffer full16;  // padded numel in the parameter dtype (absent for fp32 params)
-  tiers::DeviceBuffer full32;  // padded numel fp32: what GatheredUnit views
-  std::vector<tiers::StoreRead> reads;  // NVMe parameter reads in flight
-  // Staged device memory with parameters on NVMe: pinned memory the reads land in, copied to the
-  // device by wait_load. A lease of the parameter read slab, or (more loads in flight than the
-  // slab holds, when the schedule changes) a one-off buffer.
-  tiers::PinnedLease param_lease;
-  tiers::PinnedBuffer param_buffer;
-  std::uint32_t live_handles = 0;  // GatheredUnit handles not yet destroyed
-  // A load started during the step for a unit the step has yet to update, its parameters on NVMe
-  // (optimizer_step.cpp): no reads; the step copies each sub-group's new parameters to
-  // `fresh_dest` (where the reads would have landed) as it updates it, and the load is complete
-  // once none is due.
-  std::size_t fresh_groups_due = 0;
-  std::byte* fresh_dest = nullptr;
-  // The staged path with one rank (gather.cpp, queue_gather): the h2d copy and the cast are
-  // queued on the device streams as soon as the shard is in memory, ahead of use; with several
-  // ranks, once a gather started ahead has all its blocks in (queue_gathered_copy). `copied` and
-  // `ready` order them (created at the unit's first queued gather, reused), and wait_load waits
-  // for `ready`. `queued`: that work is on the streams and nobody has waited for it yet.
-  std::optional<tiers::Event> copied;
-  std::optional<tiers::Event> ready;
-  bool queued = false;
-  // Several ranks on the staged path, a device home: the own shard's d2h into the gather's slot
-  // done (start_gather_of_final_shard); the GatherSender sends the block after it.
-  std::optional<tiers::Event> own_copied;
-  // Several ranks, in place (gather.cpp, start_pending_gather): the all-gather started at the
-  // load, this rank's shard sent with it (in memory) or by the GatherSender's job `send_job`
-  // once its NVMe reads are in (0: none); wait_load waits for the rest.
-  std::unique_ptr<comm::PendingAllGather> pending;
-  // The staged path: the pinned slot it receives into (gather_slab_), copied h2d once all blocks
-  // are in (queue_gathered_copy, or wait_load); released at wait_load or evict.
-  tiers::PinnedLease gather_lease;
-  std::uint64_t send_job = 0;
-  // Its deferred update's worker sends the own block once the update has handed the parameters
-  // over (deferred_update.cpp, send_after_update). Set and cleared by the owner thread.
-  bool send_after_update = false;
-
-  std::byte* param_staging() const {
-    return param_lease ? param_lease.data() : param_buffer.data();
-  }
-  void release_param_staging() {
-    param_lease.reset();
-    param_buffer.reset();
-  }
-};
 
 // What an optimizer update reads and what it writes, per sub-group.
 inline constexpr std::array<Kind, 5> kUpdateReadKinds = {
@@ -153,7 +105,7 @@ struct DeviceLanes {
   // The optimizer's two staging slots: d2h into a slot done / h2d out of it done.
   std::array<tiers::Event, 2> staged_in;
   std::array<tiers::Event, 2> staged_out;
-  // A gradient's d2h copy into grad_moves_[slot] done (reduce_grads.cpp).
+  // A gradient's d2h copy into grad_moves_.slot(slot) done (reduce_grads.cpp).
   std::array<tiers::Event, 2> grad_moved;
 };
 
@@ -292,14 +244,11 @@ class EngineState final : public tiers::ResidencyClient {
   // holds the new parameters, or they were handed to its gathered buffer): its gather starts
   // now (queued on the streams, or all-gathered ahead) instead of at use.
   void start_gather_once_updated(UnitId unit);
-  // The own block is sent now (in memory), by the GatherSender once the reads are in (NVMe) or
-  // its d2h copy is done (staged device home), or by the update worker once the deferred update
-  // is done.
-  enum class OwnSend : std::uint8_t { kNow, kAfterReads, kAfterCopy, kAfterUpdate };
+  // `own`: how the own block is sent (gathered_copy.hpp).
   void start_pending_gather(UnitState& unit, OwnSend own = OwnSend::kNow);
   void start_gather_of_final_shard(UnitState& unit, bool after_h2d = false);
   // Several ranks, a communicator with PendingAllGather, not switched off: the Engine may start
-  // gathers ahead (it does when pending_key_base_ is set at finalize).
+  // gathers ahead (it does when finalize reserves their keys: ahead_.across_ranks()).
   bool gathers_ahead_across_ranks() const {
     return ranks_ > 1 && options_.gathers_ahead_across_ranks && !gathers_at_use_knob() &&
            comm_->has_pending_all_gathers();
@@ -315,7 +264,7 @@ class EngineState final : public tiers::ResidencyClient {
   void finish_staged_copy(UnitState& unit, const std::byte* host_full);
   // Gathers whose own block another thread sends (MPI at MPI_THREAD_MULTIPLE).
   bool sends_from_threads() const {
-    return pending_key_base_.has_value() && comm_->sends_from_any_thread();
+    return ahead_.across_ranks() && comm_->sends_from_any_thread();
   }
   bool sends_after_update(UnitId unit);  // a gather may start whose update sends the own block
   void send_after_update(UnitId unit);   // on the update worker's thread
@@ -347,10 +296,9 @@ class EngineState final : public tiers::ResidencyClient {
   bool queues_grad_moves(const UnitState& unit) const;
   void queue_grad_move(UnitState& unit, std::span<const float> full_grads, bool accumulate,
                        bool last);
-  struct GradMove;
   tiers::DeviceSpan copy_to_grad_scratch(const UnitLayout& layout,
                                          std::span<const float> full_grads);
-  void push_grad_move(tiers::DeviceSpan source, const GradMove& move);
+  void push_grad_move(tiers::DeviceSpan source, const GradMoves::Move& move);
   void finish_grad_moves(std::size_t keep = 0);  // all but the last `keep` queued, in call order
   void discard_grad_moves() noexcept;            // waits for their copies, stores nothing
 
@@ -491,12 +439,6 @@ class EngineState final : public tiers::ResidencyClient {
   // The data path (EngineOptions::DeviceAccess): whether the CPU addresses device memory, and
   // whether collectives of device data take device memory directly.
   bool device_addressable_ = true;
-  // This Engine's keys of gathers started ahead (Communicator::reserve_pending_keys at finalize):
-  // unit u's is base + u. Unset: every all-gather runs at wait_load.
-  std::optional<std::uint32_t> pending_key_base_;
-  // Sends the own blocks of those whose shard is read from NVMe (gather_sender.hpp); null when
-  // the communicator cannot send from another thread, or no parameter shard is on NVMe.
-  std::unique_ptr<GatherSender> sender_;
   bool comm_on_device_ = true;
   // The gradient reduce-scatter's dtype (gradient_reduce_dtype; fp32 with NcclComm).
   DType reduce_dtype_ = DType::kFp32;
@@ -532,9 +474,7 @@ class EngineState final : public tiers::ResidencyClient {
   std::vector<PreRead> deferred_pre_reads_;
   bool pre_reads_tried_ = false;    // this step's backward has decided on them
   std::size_t pre_read_groups_ = 0;  // adopted by the running step
-  std::uint64_t gathers_queued_ahead_ = 0;  // since the last step (gather.cpp)
   std::uint64_t device_updated_groups_ = 0;  // this step's (update_on_device)
-  std::optional<UnitId> acquiring_;  // the unit gather() is acquiring (gather.cpp)
 
   // Gradient reduction's (reduce_grads.cpp): the padded fp32 gradient of one unit and this rank's
   // reduced shard (device memory); NVMe write staging, two so one drains while the next fills.
@@ -550,25 +490,17 @@ class EngineState final : public tiers::ResidencyClient {
   tiers::DeviceBuffer norm_device_sum_;
   tiers::DeviceBuffer norm_device_scratch_;
   tiers::PinnedBuffer norm_readback_;
-  // The staged path's gradient moves in flight (queue_grad_move): at most two, in call order.
-  struct GradMove {
-    UnitId unit = 0;
-    std::size_t slot = 0;  // grad_moves_[slot], lanes_->grad_moved[slot]
-    bool accumulate = false;
-    bool last = false;
-  };
-  std::deque<GradMove> grad_moves_pending_;
-  std::array<tiers::PinnedBuffer, 2> grad_moves_;
-  std::size_t next_grad_move_ = 0;
-  std::uint64_t grad_moves_queued_ = 0;  // since the last step
+  // The staged path's gradient moves in flight (queue_grad_move; grad_moves.hpp).
+  GradMoves grad_moves_;
 
   // Gathering's (gather.cpp): a copy of this rank's parameter shard for the all-gather's send
   // side; pinned slots the NVMe parameter reads land in on the staged path.
   tiers::DeviceBuffer gather_send_scratch_;
   std::optional<tiers::PinnedSlab> param_read_slab_;
-  // Several ranks, collectives on the host, the staged path: the slots gathers started ahead
-  // receive into (BufferPlan::gather_slots).
-  std::optional<tiers::PinnedSlab> gather_slab_;
+  // Gathers started ahead of use: their keys, the GatherSender, the staged path's slots they
+  // receive into (BufferPlan::gather_slots), the unit gather() is acquiring, the count
+  // (gather_ahead.hpp). After host_pool_, whose memory the slots are.
+  GatherAhead ahead_;
 
   // The staged path's (device_lanes.cpp): streams and events; pinned staging of device-homed
   // sub-groups (two slots), of one gradient shard in fp32 and of one padded unit in fp32.

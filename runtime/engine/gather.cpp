@@ -8,8 +8,11 @@
 // step has updated it; each gather() tests those in flight (advance_gathers_ahead) and, on the
 // staged path, queues the copy and cast of those complete.
 // A GatheredUnit handle counts as a use (live_handles); step() refuses to run while one is alive.
+// Where each unit's gather stands is its GatheredCopy's state (gathered_copy.hpp; the transitions
+// and which function here performs each: docs/design.md, "The gather as a state machine").
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -24,15 +27,16 @@ const float* EngineState::gather(UnitId id) {
   STRATA_ASSERT(finalized_, "gather before finalize");
   unit(id);  // throws std::out_of_range naming an unknown id
   advance_gathers_ahead();
-  acquiring_ = id;  // a load start_load begins for another unit now is a prefetch
+  ahead_.begin_acquire(id);  // a load start_load begins for another unit now is a prefetch
   try {
     residency_->acquire(id);
   } catch (...) {
-    acquiring_.reset();
+    ahead_.end_acquire();
     throw;
   }
-  acquiring_.reset();
+  ahead_.end_acquire();
   GatheredCopy& gathered = units_[id].gathered;
+  STRATA_ASSERT(gathered.state() == GatherState::kReady, "a unit handed out before its gather");
   ++gathered.live_handles;
   return reinterpret_cast<const float*>(gathered.full32.data());
 }
@@ -50,12 +54,13 @@ void EngineState::start_load(tiers::UnitId id) {
   cancel_speculation(id);
   UnitState& unit = units_[id];
   GatheredCopy& gathered = unit.gathered;
+  STRATA_ASSERT(gathered.state() == GatherState::kEvicted, "a load started for a loaded unit");
   const std::uint64_t padded = unit.layout.padded_numel;
   const DType param_dtype = this->param_dtype();
-  gathered.full32 = device_->allocate(padded * 4);
-  if (param_dtype != DType::kFp32) {
-    gathered.full16 = device_->allocate(padded * dtype_bytes(param_dtype));
-  }
+  tiers::DeviceBuffer full32 = device_->allocate(padded * 4);
+  tiers::DeviceBuffer full16;
+  if (param_dtype != DType::kFp32) full16 = device_->allocate(padded * dtype_bytes(param_dtype));
+  gathered.begin_load(std::move(full32), std::move(full16));
   const bool deferred = deferred_pending(id);
   if (unit.home(Kind::kParam).residence() != Residence::kNvme) {
     if (deferred) {
@@ -72,14 +77,13 @@ void EngineState::start_load(tiers::UnitId id) {
   // running step has handed its new parameters over: claimed first, so that on the staged path
   // the reads or the parameters land in the gather's slot.
   const bool due = update_due(id);
-  const bool ahead = !deferred && (due || sender_ != nullptr) && may_start_pending_gather(id) &&
+  const bool ahead = !deferred && (due || ahead_.has_sender()) && may_start_pending_gather(id) &&
                      claim_gather_slot(unit);
   std::byte* shard = own_shard_destination(unit);
   // The step updates this unit after this load starts (in step(), or deferred to now): its new
   // parameters come from the update (hand_fresh_params), not from a read of what it replaces.
   if (deferred || due) {
-    gathered.fresh_groups_due = unit.groups.size();
-    gathered.fresh_dest = shard;
+    gathered.await_update(unit.groups.size(), shard);
     if (deferred) {  // [zero] defer_update: the update runs now
       if (sends_after_update(id)) start_pending_gather(unit, OwnSend::kAfterUpdate);
       start_deferred(id);
@@ -96,6 +100,8 @@ void EngineState::start_load(tiers::UnitId id) {
 std::byte* EngineState::own_shard_destination(UnitState& unit) {
   GatheredCopy& gathered = unit.gathered;
   const ShardHome& param = unit.home(Kind::kParam);
+  STRATA_ASSERT(gathered.state() == GatherState::kLoading && !gathered.param_staging(),
+                "a destination for the own shard of a unit not loading, or twice");
   if (device_addressable_ || gathered.gather_lease) {
     return gather_target(gathered) + unit.layout.shard_begin(rank_) * param.element_bytes();
   }
@@ -105,69 +111,93 @@ std::byte* EngineState::own_shard_destination(UnitState& unit) {
     gathered.param_buffer = host_pool_->allocate(
         round_up(unit.layout.shard_numel * param.element_bytes(), kDirectIoAlignment));
   }
+  STRATA_ASSERT(gathered.param_staging() != nullptr, "no staging for the own shard's reads");
   return gathered.param_staging();
 }
 
 void EngineState::read_param_shard(UnitState& unit, std::byte* shard) {
   const ShardHome& param = unit.home(Kind::kParam);
-  const std::lock_guard lock(store_mutex_);
-  for (std::size_t g = 0; g < unit.groups.size(); ++g) {
-    const SubGroup& sub = unit.groups[g];
-    unit.gathered.reads.push_back(store_->read(
-        param.extents[g],
-        std::span(shard + sub.begin * param.element_bytes(), sub.numel * param.element_bytes())));
+  STRATA_ASSERT(param.residence() == Residence::kNvme && shard != nullptr,
+                "parameter reads of a shard not on NVMe, or into nowhere");
+  unit.gathered.begin_reads();
+  {
+    const std::lock_guard lock(store_mutex_);
+    for (std::size_t g = 0; g < unit.groups.size(); ++g) {
+      const SubGroup& sub = unit.groups[g];
+      unit.gathered.reads.push_back(store_->read(
+          param.extents[g],
+          std::span(shard + sub.begin * param.element_bytes(), sub.numel * param.element_bytes())));
+    }
   }
+  STRATA_ASSERT(unit.gathered.reads.size() == unit.groups.size(), "one read per sub-group");
 }
 
 void EngineState::hand_fresh_params(UnitId id, std::size_t group, const std::byte* params) {
   UnitState& unit = units_[id];
   GatheredCopy& gathered = unit.gathered;
-  if (params == nullptr || gathered.fresh_groups_due == 0) return;
+  // (On the update worker's thread for a deferred update: only the own-shard hand-over is read.)
+  if (params == nullptr || !gathered.awaiting_update()) return;
+  STRATA_ASSERT(group < unit.groups.size(), "a hand-over of a sub-group the unit does not have");
   const std::uint64_t element_bytes = unit.home(Kind::kParam).element_bytes();
   const SubGroup& sub = unit.groups[group];
-  std::memcpy(gathered.fresh_dest + sub.begin * element_bytes, params, sub.numel * element_bytes);
+  std::memcpy(gathered.fresh_dest() + sub.begin * element_bytes, params, sub.numel * element_bytes);
   fresh_param_bytes_ += sub.numel * element_bytes;
-  --gathered.fresh_groups_due;
+  gathered.hand_over_group();
 }
 
 bool EngineState::load_complete(tiers::UnitId id) {
   UnitState& unit = units_[id];
-  if (deferred_pending(id) || unit.gathered.fresh_groups_due > 0) return false;
+  if (deferred_pending(id) || unit.gathered.awaiting_update()) return false;
   for (const tiers::StoreRead& read : unit.gathered.reads) {
     if (!read.poll()) return false;
   }
   // Its NVMe reads (or the step's hand-over) are in: the copy and cast can go on the streams.
   // (A read that fails its checksum is still reported by wait_load before the unit is used.)
   if (may_queue_gather(id)) queue_gather(unit);
-  if (unit.gathered.send_job != 0 && !sender_->done(unit.gathered.send_job)) return false;
-  if (unit.gathered.pending) return unit.gathered.pending->test();
+  if (unit.gathered.send_job != 0 && !ahead_.sender().done(unit.gathered.send_job)) return false;
+  if (unit.gathered.state() == GatherState::kAllGathering) return unit.gathered.pending->test();
   return true;
 }
 
 void EngineState::wait_load(tiers::UnitId id) {
   UnitState& unit = units_[id];
+  GatheredCopy& gathered = unit.gathered;
+  STRATA_ASSERT(gathered.state() != GatherState::kEvicted, "waiting for a load that did not start");
+  if (gathered.state() == GatherState::kReady) {
+    // Waited for before, and the commit of the step's deferred updates threw: only that again.
+    commit_if_deferred_done();
+    return;
+  }
   if (deferred_pending(id)) wait_deferred(id);
-  if (unit.gathered.fresh_groups_due > 0) {
+  if (gathered.awaiting_update()) {
     // The step that was to hand the parameters over failed before it did: read what the store
     // holds, as any gather after a failed step does.
-    unit.gathered.fresh_groups_due = 0;
-    read_param_shard(unit, unit.gathered.fresh_dest);
+    read_param_shard(unit, gathered.fresh_dest());
   }
-  for (tiers::StoreRead& read : unit.gathered.reads) wait_timed(read);
-  unit.gathered.reads.clear();
+  if (gathered.own() == OwnShard::kReading) {
+    for (tiers::StoreRead& read : gathered.reads) wait_timed(read);
+    gathered.finish_reads();
+  }
   {
     Tracer::Scope scope(options_.tracer, TraceTrack::kCopies, "gather " + unit.spec.name);
-    if (unit.gathered.pending) {
-      finish_pending_gather(unit);
-    } else if (unit.gathered.queued) {  // (queue_gather, or queue_gathered_copy)
-      wait_queued_gather(unit);
-    } else if (gathers_ahead()) {
-      queue_gather(unit);
-      wait_queued_gather(unit);
-    } else {
-      finish_gather(unit);
+    switch (gathered.state()) {
+      case GatherState::kAllGathering:
+        finish_pending_gather(unit);
+        break;
+      case GatherState::kQueued:  // (queue_gather, or queue_gathered_copy)
+        wait_queued_gather(unit);
+        break;
+      default:  // kLoading, or kGathered left by a stream error: the gather runs at use
+        if (gathers_ahead()) {
+          queue_gather(unit);
+          wait_queued_gather(unit);
+        } else {
+          finish_gather(unit);
+          gathered.mark_ready();
+        }
     }
   }
+  STRATA_ASSERT(gathered.state() == GatherState::kReady, "a load waited for and not ready");
   commit_if_deferred_done();
 }
 
@@ -177,7 +207,8 @@ void EngineState::write_back(tiers::UnitId) {
 
 void EngineState::evict(tiers::UnitId id) {
   GatheredCopy& gathered = units_[id].gathered;
-  if (deferred_pending(id) && (gathered.fresh_dest != nullptr || gathered.send_after_update)) {
+  STRATA_ASSERT(gathered.live_handles == 0, "evicting a unit in use");
+  if (deferred_pending(id) && (gathered.fresh_dest() != nullptr || gathered.sends_after_update())) {
     // Its update is writing into the buffers about to go, or is to send from them.
     try {
       wait_deferred(id);
@@ -191,8 +222,10 @@ void EngineState::evict(tiers::UnitId id) {
     }
   }
   gathered.reads.clear();
-  if (gathered.queued) wait_queued_gather(units_[id]);  // the streams still read and write it
-  if (gathered.pending) {
+  if (gathered.state() == GatherState::kQueued) {
+    wait_queued_gather(units_[id]);  // the streams still read and write it
+  }
+  if (gathered.state() == GatherState::kAllGathering) {
     // Unused (every rank evicts it here: rank-independent decisions), but its transfers read
     // and write the buffer about to go. Every rank sent its shard when it started the gather, or
     // its sender does once the shard's reads (waited above) are in.
@@ -201,18 +234,15 @@ void EngineState::evict(tiers::UnitId id) {
       gathered.pending->wait();
     } catch (...) {  // withdrawn; the communicator is poisoned and reports it at its next call
     }
-    gathered.pending.reset();
-    gathered.send_after_update = false;
   }
-  gathered.gather_lease.reset();
-  gathered.fresh_groups_due = 0;
-  gathered.fresh_dest = nullptr;
-  gathered.release_param_staging();
-  gathered.full16.reset();
-  gathered.full32.reset();
+  gathered.evict();
+  STRATA_ASSERT(!gathered.full32 && !gathered.pending, "an evicted unit keeps its buffers");
 }
 
 void EngineState::finish_gather(UnitState& unit) {
+  STRATA_ASSERT(unit.gathered.state() == GatherState::kLoading ||
+                    unit.gathered.state() == GatherState::kGathered,
+                "a gather at use of a unit with its gather under way");
   if (device_addressable_) {
     finish_gather_in_place(unit);
   } else {
@@ -223,6 +253,7 @@ void EngineState::finish_gather(UnitState& unit) {
 // Device memory the CPU addresses: own shard copied into its place (NVMe reads landed there
 // already), all-gathered in place, cast to fp32 on the CPU.
 void EngineState::finish_gather_in_place(UnitState& unit) {
+  STRATA_ASSERT(device_addressable_, "an in-place gather on the staged path");
   const UnitLayout& layout = unit.layout;
   const DType wire = param_dtype();
   const std::byte* own = place_own_shard(unit);
@@ -237,18 +268,24 @@ void EngineState::finish_gather_in_place(UnitState& unit) {
 }
 
 tiers::DeviceBuffer& EngineState::gathered_params(GatheredCopy& copy) const {
-  return param_dtype() == DType::kFp32 ? copy.full32 : copy.full16;
+  tiers::DeviceBuffer& params = param_dtype() == DType::kFp32 ? copy.full32 : copy.full16;
+  STRATA_ASSERT(params, "the gathered parameters of a unit not loaded");
+  return params;
 }
 
 std::byte* EngineState::gather_target(GatheredCopy& copy) const {
-  return device_addressable_ ? gathered_params(copy).data() : copy.gather_lease.data();
+  std::byte* target = device_addressable_ ? gathered_params(copy).data() : copy.gather_lease.data();
+  STRATA_ASSERT(target != nullptr, "a gather ahead without its buffer or slot");
+  return target;
 }
 
 bool EngineState::claim_gather_slot(UnitState& unit) {
   if (device_addressable_) return true;
-  std::optional<tiers::PinnedLease> lease = gather_slab_->try_acquire();
+  STRATA_ASSERT(!unit.gathered.gather_lease, "a gather slot claimed twice");
+  std::optional<tiers::PinnedLease> lease = ahead_.try_claim_slot();
   if (!lease) return false;
   unit.gathered.gather_lease = std::move(*lease);
+  STRATA_ASSERT(unit.gathered.gather_lease, "a claimed slot not held");
   return true;
 }
 
@@ -257,12 +294,14 @@ std::byte* EngineState::place_own_shard(UnitState& unit) {
   std::byte* own =
       gather_target(unit.gathered) + unit.layout.shard_begin(rank_) * param.element_bytes();
   if (param.residence() != Residence::kNvme) {
+    STRATA_ASSERT(param.memory != nullptr, "an own shard in memory without its memory");
     std::memcpy(own, param.memory, unit.layout.shard_numel * param.element_bytes());
   }
   return own;
 }
 
 void EngineState::cast_gathered_to_fp32(UnitState& unit) {
+  STRATA_ASSERT(device_addressable_ && unit.gathered.full32, "a CPU cast of device memory");
   const DType param_dtype = this->param_dtype();
   if (param_dtype == DType::kFp32) return;
   const std::uint64_t padded = unit.layout.padded_numel;
@@ -275,9 +314,9 @@ void EngineState::cast_gathered_to_fp32(UnitState& unit) {
 // starts its all-gather at start_load, and the peers' blocks are received straight into the
 // gathered buffer (in place) or the unit's pinned slot (staged path). A shard in memory the CPU
 // addresses is copied to its place and sent at once; a shard read from NVMe (when the
-// communicator sends from any thread: sender_) is sent by the GatherSender as soon as its reads
-// are in, and (idem) a staged device home's shard once its d2h copy is done; a shard a deferred
-// update is producing (idem) is sent by the update worker when the update is done
+// communicator sends from any thread: a GatherSender) is sent by the GatherSender as soon as its
+// reads are in, and (idem) a staged device home's shard once its d2h copy is done; a shard a
+// deferred update is producing (idem) is sent by the update worker when the update is done
 // (send_after_update). Every rank starts the same gathers in the same order (rank-independent
 // residency decisions), and each rank's block leaves without a later Engine call of that rank,
 // so a gather waited for anywhere (wait_load, evict, the Engine's end, one rank's later than
@@ -286,9 +325,9 @@ void EngineState::cast_gathered_to_fp32(UnitState& unit) {
 // running step has yet to update starts its gather once the step has updated it.
 bool EngineState::may_start_pending_gather(UnitId id) const {
   // On the staged path a device-homed shard is copied d2h first, and the GatherSender sends it.
-  return pending_key_base_.has_value() &&
+  return ahead_.across_ranks() &&
          (units_[id].home(Kind::kParam).residence() != Residence::kStagedDevice ||
-          sender_ != nullptr);
+          ahead_.has_sender());
 }
 
 // A shard in memory that nothing will update before its use: host memory (or device memory the
@@ -297,6 +336,8 @@ bool EngineState::may_start_pending_gather(UnitId id) const {
 // the step has just queued its new parameters there: `after_h2d`), and the GatherSender sends it
 // once that copy is done.
 void EngineState::start_gather_of_final_shard(UnitState& unit, bool after_h2d) {
+  STRATA_ASSERT(!update_due(static_cast<UnitId>(unit_index(unit))),
+                "a gather ahead of a shard the step has yet to update");
   const ShardHome& param = unit.home(Kind::kParam);
   if (param.residence() != Residence::kStagedDevice) {
     start_pending_gather(unit);
@@ -314,6 +355,7 @@ void EngineState::start_gather_of_final_shard(UnitState& unit, bool after_h2d) {
       param.device_span(0, unit.layout.shard_numel));
   lane.d2h.record(*copy.own_copied);
   start_pending_gather(unit, OwnSend::kAfterCopy);
+  STRATA_ASSERT(copy.state() == GatherState::kAllGathering, "the gather ahead did not start");
 }
 
 // [zero] overlap_optimizer: the step prefetches the next iteration's first units before its
@@ -328,7 +370,10 @@ void EngineState::start_gather_once_updated(UnitId id) {
   update_due_[id] = 0;
   UnitState& unit = units_[id];
   GatheredCopy& gathered = unit.gathered;
-  if (!gathered.full32 || gathered.fresh_groups_due > 0) return;  // not loaded under the step
+  // Not loaded under the step (evicted since, or its parameters still to be handed over).
+  if (gathered.state() == GatherState::kEvicted || gathered.awaiting_update()) return;
+  STRATA_ASSERT(gathered.state() == GatherState::kLoading,
+                "a unit the step had yet to update gathered before its update");
   if (may_queue_gather(id)) {
     queue_gather(unit);
   } else if (may_start_pending_gather(id) && (device_addressable_ || gathered.gather_lease)) {
@@ -339,14 +384,19 @@ void EngineState::start_gather_once_updated(UnitId id) {
 void EngineState::start_pending_gather(UnitState& unit, OwnSend own) {
   const UnitId id = unit_index(unit);
   GatheredCopy& gathered = unit.gathered;
+  STRATA_ASSERT(gathered.state() == GatherState::kLoading && ahead_.across_ranks(),
+                "an all-gather started ahead for a unit not loading, or without its key");
+  STRATA_ASSERT(own == OwnSend::kNow || own == OwnSend::kAfterUpdate || ahead_.has_sender(),
+                "an own block for the GatherSender without one");
   if (own == OwnSend::kNow) place_own_shard(unit);
-  gathered.pending = comm_->start_all_gather(
+  std::unique_ptr<comm::PendingAllGather> gather = comm_->start_all_gather(
       comm::MutableBuffer{gather_target(gathered), unit.layout.padded_numel, param_dtype()},
-      unit.layout.shard_numel, *pending_key_base_ + static_cast<std::uint32_t>(id),
+      unit.layout.shard_numel, ahead_.key_of(id),
       own == OwnSend::kNow ? comm::Communicator::OwnBlock::kNow
                            : comm::Communicator::OwnBlock::kLater);
+  std::uint64_t job = 0;  // the sender's, once it sends the own block
   if (own == OwnSend::kAfterCopy) {
-    gathered.send_job = sender_->submit(
+    job = ahead_.sender().submit(
         [copied = &*gathered.own_copied] {
           try {
             copied->wait();
@@ -355,9 +405,9 @@ void EngineState::start_pending_gather(UnitState& unit, OwnSend own) {
           }
           return true;
         },
-        *gathered.pending);
+        *gather);
   } else if (own == OwnSend::kAfterReads) {
-    gathered.send_job = sender_->submit(
+    job = ahead_.sender().submit(
         [reads = gathered.reads]() mutable {
           bool in = true;
           for (tiers::StoreRead& read : reads) {
@@ -369,10 +419,11 @@ void EngineState::start_pending_gather(UnitState& unit, OwnSend own) {
           }
           return in;
         },
-        *gathered.pending);
+        *gather);
   }
-  gathered.send_after_update = own == OwnSend::kAfterUpdate;
-  if (acquiring_ != id) ++gathers_queued_ahead_;
+  gathered.begin_all_gather(std::move(gather), own, job);
+  STRATA_ASSERT(gathered.state() == GatherState::kAllGathering, "the gather ahead did not start");
+  ahead_.count_started(id);
 }
 
 // The deferred update of a unit whose gather started at its load has handed its parameters over:
@@ -389,7 +440,8 @@ void EngineState::send_after_update(UnitId id) {
   UnitState& unit = units_[id];
   // Every sub-group's parameters handed over (NVMe home): otherwise wait_load reads the shard
   // again, and nothing may have been sent.
-  if (!unit.gathered.send_after_update || unit.gathered.fresh_groups_due > 0) return;
+  if (!unit.gathered.sends_after_update() || unit.gathered.awaiting_update()) return;
+  STRATA_ASSERT(unit.gathered.pending != nullptr, "an own block to send without its gather");
   place_own_shard(unit);
   try {
     unit.gathered.pending->send_own();
@@ -406,13 +458,13 @@ void EngineState::send_after_update(UnitId id) {
 // send (the GatherSender's job, a deferred update's worker) is only tested: its test may say
 // complete before that send is posted.
 void EngineState::advance_gathers_ahead() {
-  if (!pending_key_base_) return;
+  if (!ahead_.across_ranks()) return;
   for (UnitState& unit : units_) {
     GatheredCopy& gathered = unit.gathered;
-    if (!gathered.pending) continue;
+    if (gathered.state() != GatherState::kAllGathering) continue;
     // Until the own block is posted, a test that says complete speaks of the receives alone.
-    if (gathered.send_after_update ||
-        (gathered.send_job != 0 && !sender_->done(gathered.send_job))) {
+    if (gathered.sends_after_update() ||
+        (gathered.send_job != 0 && !ahead_.sender().done(gathered.send_job))) {
       gathered.pending->test();
       continue;
     }
@@ -422,27 +474,31 @@ void EngineState::advance_gathers_ahead() {
     for (int tries = 0; tries < 4 && !complete; ++tries) complete = gathered.pending->test();
     if (!complete || device_addressable_) continue;  // (in place, wait_load casts it)
     finish_send_job(gathered);
-    gathered.pending.reset();
+    gathered.finish_all_gather();
     queue_gathered_copy(unit);
   }
 }
 
 void EngineState::finish_send_job(GatheredCopy& gathered) {
   if (gathered.send_job == 0) return;
-  sender_->wait(gathered.send_job);
-  gathered.send_job = 0;
+  STRATA_ASSERT(gathered.pending != nullptr, "a sender job without its gather");
+  const std::uint64_t job = std::exchange(gathered.send_job, 0);
+  ahead_.sender().wait(job);
+  STRATA_ASSERT(ahead_.sender().done(job), "a send job waited for and not run");
 }
 
 void EngineState::finish_pending_gather(UnitState& unit) {
-  finish_send_job(unit.gathered);
-  unit.gathered.pending->wait();
-  unit.gathered.pending.reset();
-  unit.gathered.send_after_update = false;
+  GatheredCopy& gathered = unit.gathered;
+  STRATA_ASSERT(gathered.state() == GatherState::kAllGathering, "no all-gather to finish");
+  finish_send_job(gathered);
+  gathered.pending->wait();
+  gathered.finish_all_gather();
   if (device_addressable_) {
     cast_gathered_to_fp32(unit);
   } else {
-    finish_staged_copy(unit, unit.gathered.gather_lease.data());
+    finish_staged_copy(unit, gathered.gather_lease.data());
   }
+  gathered.mark_ready();
 }
 
 // Staged, several ranks (one rank queues its gathers ahead: queue_gather): the own shard comes
@@ -494,6 +550,7 @@ void EngineState::finish_gather_staged(UnitState& unit) {
 
 void EngineState::finish_staged_copy(UnitState& unit, const std::byte* host_full) {
   GatheredCopy& copy = unit.gathered;
+  STRATA_ASSERT(!device_addressable_ && copy.full32, "a staged copy without streams or buffers");
   const UnitLayout& layout = unit.layout;
   const DType param_dtype = this->param_dtype();
   const std::uint64_t padded_bytes = layout.padded_numel * dtype_bytes(param_dtype);
@@ -510,22 +567,23 @@ void EngineState::finish_staged_copy(UnitState& unit, const std::byte* host_full
   lane.compute.record(lane.compute_done);
   lane.compute_done.wait();
   // The h2d copy that read them is done (compute waited for it).
-  copy.release_param_staging();
-  copy.gather_lease.reset();
+  copy.release_staging();
+  STRATA_ASSERT(!copy.gather_lease && copy.param_staging() == nullptr, "staging kept");
 }
 
 // Not when a step running now has yet to update the unit's home (a prefetch of the next
 // iteration under the step's updates, [zero] overlap_optimizer): start_gather_once_updated queues
 // it then.
 bool EngineState::may_queue_gather(UnitId id) const {
-  return gathers_ahead() && !units_[id].gathered.queued && !update_due(id);
+  return gathers_ahead() && units_[id].gathered.state() == GatherState::kLoading && !update_due(id);
 }
 
 // The staged path with one rank, queued ahead of use: the own shard (the whole unit) to the
 // device (h2d from pinned memory, or a device copy from a device home), then the cast on the
 // compute stream, each unit with its own events so several can be in flight; nothing waits here.
 void EngineState::queue_gather(UnitState& unit) {
-  STRATA_ASSERT(gathers_ahead() && !unit.gathered.queued, "gather queued twice");
+  STRATA_ASSERT(gathers_ahead() && unit.gathered.state() == GatherState::kLoading,
+                "gather queued twice, or not loading");
   const ShardHome& param = unit.home(Kind::kParam);
   const UnitLayout& layout = unit.layout;
   GatheredCopy& copy = unit.gathered;
@@ -541,16 +599,20 @@ void EngineState::queue_gather(UnitState& unit) {
     lane.h2d.copy_on_device(own, param.device_span(0, layout.shard_numel));
   }
   queue_cast(unit);
-  if (acquiring_ != unit_index(unit)) ++gathers_queued_ahead_;
+  STRATA_ASSERT(copy.state() == GatherState::kQueued, "a gather queued and not on the streams");
+  ahead_.count_started(static_cast<UnitId>(unit_index(unit)));
 }
 
 // Several ranks on the staged path, a gather started ahead whose blocks are all in its pinned slot
 // (advance_gathers_ahead): the whole unit h2d, then the cast, queued; wait_load waits for `ready`.
 void EngineState::queue_gathered_copy(UnitState& unit) {
   GatheredCopy& copy = unit.gathered;
+  STRATA_ASSERT(copy.state() == GatherState::kGathered && copy.gather_lease,
+                "a gathered copy queued without its blocks in the pinned slot");
   const std::uint64_t padded_bytes = unit.layout.padded_numel * dtype_bytes(param_dtype());
   lanes_->h2d.copy_to_device(gathered_params(copy).span(0, padded_bytes), copy.gather_lease.data());
   queue_cast(unit);
+  STRATA_ASSERT(copy.state() == GatherState::kQueued, "a gather queued and not on the streams");
 }
 
 // The end of a queued gather: once the h2d stream's copy is done (`copied`), the cast on the
@@ -571,7 +633,7 @@ void EngineState::queue_cast(UnitState& unit) {
                       param_dtype);
   }
   lane.compute.record(*copy.ready);
-  copy.queued = true;
+  copy.queue_copy();
   if (options_.tracer != nullptr) {
     const auto now = Tracer::Clock::now();
     options_.tracer->record(TraceTrack::kCopies, "queue gather " + unit.spec.name, now, now);
@@ -580,10 +642,9 @@ void EngineState::queue_cast(UnitState& unit) {
 
 void EngineState::wait_queued_gather(UnitState& unit) {
   GatheredCopy& copy = unit.gathered;
+  STRATA_ASSERT(copy.state() == GatherState::kQueued, "waiting for a gather not queued");
   copy.ready->wait();  // after the cast, which waited for the copy: both are done
-  copy.queued = false;
-  copy.release_param_staging();
-  copy.gather_lease.reset();
+  copy.finish_queued();
 }
 
 std::vector<float> EngineState::gather_master(UnitId id) {
@@ -597,6 +658,7 @@ std::vector<float> EngineState::gather_master(UnitId id) {
     full = std::move(shard);
   }
   full.resize(layout.numel);
+  STRATA_ASSERT(full.size() == layout.numel, "a gathered master of the wrong size");
   return full;
 }
 

@@ -474,8 +474,8 @@ void EngineState::skip_step(StepStats& stats) {
     progress_.loss_scale = std::max(progress_.loss_scale / 2, config_.precision.min_loss_scale);
   }
   progress_.clean_steps = 0;
-  stats.gathers_queued_ahead = std::exchange(gathers_queued_ahead_, 0);
-  stats.grad_moves_queued = std::exchange(grad_moves_queued_, 0);
+  stats.gathers_queued_ahead = ahead_.take_started_count();
+  stats.grad_moves_queued = grad_moves_.take_queued_count();
   stats.step = progress_.step;
   stats.loss_scale = progress_.loss_scale;
 }
@@ -636,8 +636,8 @@ void EngineState::finish_step(StepStats& stats, const StepMarks& marks) {
     nvme_written_mark_ = store_->bytes_written();
   }
   stats.fresh_param_bytes = fresh_param_bytes_.exchange(0);
-  stats.gathers_queued_ahead = std::exchange(gathers_queued_ahead_, 0);
-  stats.grad_moves_queued = std::exchange(grad_moves_queued_, 0);
+  stats.gathers_queued_ahead = ahead_.take_started_count();
+  stats.grad_moves_queued = grad_moves_.take_queued_count();
   stats.device_updated_groups = std::exchange(device_updated_groups_, 0);
   stats.comm_bytes = comm_->stats().total_payload_bytes();
   comm_->reset_stats();

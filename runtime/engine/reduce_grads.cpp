@@ -134,7 +134,7 @@ void EngineState::reduce_grads(UnitId id, std::span<const float> full_grads) {
 
 // Homed on the device, nothing leaves it: the norm is summed there (store_grad_on_device).
 bool EngineState::queues_grad_moves(const UnitState& unit) const {
-  return grad_moves_[0] && unit.home(Kind::kGrad).residence() != Residence::kStagedDevice;
+  return grad_moves_.enabled() && unit.home(Kind::kGrad).residence() != Residence::kStagedDevice;
 }
 
 // The caller's gradient into the device scratch (padded with zeros), then a copy of the whole
@@ -145,13 +145,15 @@ void EngineState::queue_grad_move(UnitState& unit, std::span<const float> full_g
                                   bool accumulate, bool last) {
   DeviceLanes& lane = *lanes_;
   const UnitLayout& layout = unit.layout;
-  const std::size_t slot = next_grad_move_;
+  const std::size_t slot = grad_moves_.next_slot();
   // The scratch is free once the move queued before this one has copied it out.
-  if (!grad_moves_pending_.empty()) lane.compute.wait(lane.grad_moved[1 - slot]);
+  if (!grad_moves_.empty()) lane.compute.wait(lane.grad_moved[1 - slot]);
   const tiers::DeviceSpan full = copy_to_grad_scratch(layout, full_grads);
-  push_grad_move(full, GradMove{static_cast<UnitId>(unit_index(unit)), slot, accumulate, last});
+  push_grad_move(full,
+                 GradMoves::Move{static_cast<UnitId>(unit_index(unit)), slot, accumulate, last});
   lane.compute_done.wait();  // out of the caller's buffer
   finish_grad_moves(/*keep=*/1);
+  STRATA_ASSERT(grad_moves_.in_flight() == 1, "the move just queued is the one left in flight");
 }
 
 // The caller's gradient into the padded device scratch (padding zero) on the compute stream,
@@ -171,26 +173,23 @@ tiers::DeviceSpan EngineState::copy_to_grad_scratch(const UnitLayout& layout,
 }
 
 // A d2h of `source` (after the compute stream's work so far) into the move's slot, queued.
-void EngineState::push_grad_move(tiers::DeviceSpan source, const GradMove& move) {
+void EngineState::push_grad_move(tiers::DeviceSpan source, const GradMoves::Move& move) {
   DeviceLanes& lane = *lanes_;
-  STRATA_ASSERT(move.slot == next_grad_move_ && grad_moves_pending_.size() < 2,
+  STRATA_ASSERT(move.slot == grad_moves_.next_slot() && grad_moves_.in_flight() < GradMoves::kSlots,
                 "a gradient slot still in use");
   lane.d2h.wait(lane.compute_done);
-  lane.d2h.copy_to_host(grad_moves_[move.slot].data(), source);
+  lane.d2h.copy_to_host(grad_moves_.slot(move.slot), source);
   lane.d2h.record(lane.grad_moved[move.slot]);
-  grad_moves_pending_.push_back(move);
-  next_grad_move_ = 1 - move.slot;
-  ++grad_moves_queued_;
+  grad_moves_.push(move);
 }
 
 void EngineState::finish_grad_moves(std::size_t keep) {
-  while (grad_moves_pending_.size() > keep) {
-    const GradMove move = grad_moves_pending_.front();
-    grad_moves_pending_.pop_front();  // a move that fails is reported once, not retried
+  while (grad_moves_.in_flight() > keep) {
+    const GradMoves::Move move = grad_moves_.pop_oldest();  // one that fails is not retried
     UnitState& unit = units_[move.unit];
     Tracer::Scope scope(options_.tracer, TraceTrack::kCopies, "gradient to host " + unit.spec.name);
     lanes_->grad_moved[move.slot].wait();
-    std::byte* moved = grad_moves_[move.slot].data();
+    std::byte* moved = grad_moves_.slot(move.slot);
     const float* shard = reinterpret_cast<const float*>(moved);
     if (ranks_ > 1) {
       reduce_scatter_on_host(unit.layout, moved, shard_staging_.data());
@@ -202,13 +201,12 @@ void EngineState::finish_grad_moves(std::size_t keep) {
 }
 
 void EngineState::discard_grad_moves() noexcept {
-  for (const GradMove& move : grad_moves_pending_) {
+  grad_moves_.drop_all([&](const GradMoves::Move& move) {
     try {
       lanes_->grad_moved[move.slot].wait();
     } catch (...) {  // the copy failed; nothing is stored either way
     }
-  }
-  grad_moves_pending_.clear();
+  });
 }
 
 // The reduced fp32 shard: returned when it is in host memory, else left in `device_shard`.

@@ -25,6 +25,7 @@ cpu_adam::MomentKind moment_of(Kind kind) {
 
 std::byte* EngineState::window(UnitState& unit, Kind kind, std::size_t group,
                                const GroupStaging& staging) {
+  STRATA_ASSERT(group < unit.groups.size() && unit.has(kind), "a window on no sub-group");
   const ShardHome& home = unit.home(kind);
   switch (home.residence()) {
     case Residence::kAddressable:
@@ -40,6 +41,8 @@ std::byte* EngineState::window(UnitState& unit, Kind kind, std::size_t group,
 }
 
 void EngineState::fill(UnitState& unit, Kind kind, std::size_t group, std::byte* window) {
+  STRATA_ASSERT(group < unit.groups.size() && window != nullptr,
+                "a fill of no sub-group or window");
   ShardHome& home = unit.home(kind);
   const SubGroup& sub = unit.groups[group];
   switch (home.residence()) {
@@ -61,6 +64,8 @@ void EngineState::fill(UnitState& unit, Kind kind, std::size_t group, std::byte*
 }
 
 void EngineState::flush(UnitState& unit, Kind kind, std::size_t group, const std::byte* window) {
+  STRATA_ASSERT(group < unit.groups.size() && window != nullptr,
+                "a flush of no sub-group or window");
   ShardHome& home = unit.home(kind);
   const SubGroup& sub = unit.groups[group];
   switch (home.residence()) {
@@ -96,6 +101,7 @@ void EngineState::read_group(UnitState& unit, Kind kind, std::size_t group,
   STRATA_ASSERT(out.size() == unit.home(kind).bytes(unit.groups[group].numel),
                 "group size mismatch");
   std::byte* bytes = window(unit, kind, group, staging_outside_step(kind));
+  STRATA_ASSERT(bytes != nullptr, "no window for the sub-group");
   fill(unit, kind, group, bytes);
   std::memcpy(out.data(), bytes, out.size());
 }
@@ -105,6 +111,7 @@ void EngineState::write_group(UnitState& unit, Kind kind, std::size_t group,
   STRATA_ASSERT(data.size() == unit.home(kind).bytes(unit.groups[group].numel),
                 "group size mismatch");
   std::byte* bytes = window(unit, kind, group, staging_outside_step(kind));
+  STRATA_ASSERT(bytes != nullptr, "no window for the sub-group");
   std::memcpy(bytes, data.data(), data.size());
   flush(unit, kind, group, bytes);
 }
@@ -114,6 +121,7 @@ std::vector<float> EngineState::read_shard_fp32(UnitId id, Kind kind) {
   std::vector<float> out(unit.home(kind).numel);
   for (std::size_t g = 0; g < unit.groups.size(); ++g) {
     const SubGroup& sub = unit.groups[g];
+    STRATA_ASSERT(sub.begin + sub.numel <= out.size(), "a sub-group past its shard");
     read_group_fp32(id, kind, g, std::span<float>(out).subspan(sub.begin, sub.numel));
   }
   return out;
@@ -125,6 +133,7 @@ void EngineState::write_shard(UnitId id, Kind kind, std::span<const float> value
   STRATA_ASSERT(values.size() == unit.layout.shard_numel, "shard size mismatch");
   for (std::size_t g = 0; g < unit.groups.size(); ++g) {
     const SubGroup& sub = unit.groups[g];
+    STRATA_ASSERT(sub.begin + sub.numel <= values.size(), "a sub-group past its shard");
     write_group_fp32(id, kind, g, values.subspan(sub.begin, sub.numel));
   }
 }
@@ -197,6 +206,7 @@ void EngineState::wait_timed(tiers::StoreRead& read) {
     read.wait();
   }
   read.wait();  // verifies the checksum (once)
+  STRATA_ASSERT(read.poll(), "a read waited for and still in flight");
   io_wait_s_ += seconds_since(start);
 }
 
@@ -207,6 +217,7 @@ void EngineState::wait_timed(const io::Ticket& ticket) {
     ticket.wait();
   }
   ticket.get();
+  STRATA_ASSERT(ticket.poll(), "a write waited for and still in flight");
   io_wait_s_ += seconds_since(start);
 }
 
