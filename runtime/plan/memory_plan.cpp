@@ -451,14 +451,11 @@ MemoryPlan make_memory_plan_unsuggested(const Config& config, const PlanInputs& 
   return compute(config, inputs);
 }
 
-std::string render_plan_text(const MemoryPlan& plan, const Config& config) {
-  std::string out;
+namespace {
+
+// render_plan_text, one function per section of the report; each appends its lines to out.
+void render_state_section(const MemoryPlan& plan, std::string& out) {
   auto line = [&out](const std::string& text) { out += text + "\n"; };
-  line(fmt::format("strata plan: {}", config.source));
-  line(fmt::format("model: {} parameters ({:.3g}), {} rank{}, ZeRO stage {}, optimizer {}",
-                   plan.params, static_cast<double>(plan.params), plan.ranks,
-                   plan.ranks == 1 ? "" : "s", plan.stage, to_string(config.optimizer.type)));
-  line("");
   line(fmt::format("{:<10} {:<46} {:>7} {:>8} {:>7} {:>14}", "state", "layout", "B/param",
                    "sharded", "home", "per rank"));
   for (const StateRow& state : plan.states) {
@@ -478,6 +475,10 @@ std::string render_plan_text(const MemoryPlan& plan, const Config& config) {
                        format_binary_bytes(buffer.bytes), buffer.purpose));
     }
   }
+}
+
+void render_tier_section(const MemoryPlan& plan, std::string& out) {
+  auto line = [&out](const std::string& text) { out += text + "\n"; };
   line("");
   line(fmt::format("{:<7} {:>12} {:>12} {:>12} {:>12}  {}", "tier", "state", "buffers", "total",
                    "budget", "status"));
@@ -491,6 +492,10 @@ std::string render_plan_text(const MemoryPlan& plan, const Config& config) {
                      format_binary_bytes(row.total_bytes()), format_binary_bytes(row.budget_bytes),
                      status));
   }
+}
+
+void render_traffic_section(const MemoryPlan& plan, std::string& out) {
+  auto line = [&out](const std::string& text) { out += text + "\n"; };
   line("");
   line(fmt::format("NVMe per optimizer step: read {}, write {}",
                    format_decimal_bytes(static_cast<double>(plan.nvme_read_bytes_per_step)),
@@ -508,6 +513,10 @@ std::string render_plan_text(const MemoryPlan& plan, const Config& config) {
   } else {
     line("communication per rank per step: none (one rank)");
   }
+}
+
+void render_verdict_section(const MemoryPlan& plan, std::string& out) {
+  auto line = [&out](const std::string& text) { out += text + "\n"; };
   line("");
   if (plan.fits()) {
     line("the plan fits every tier");
@@ -520,6 +529,22 @@ std::string render_plan_text(const MemoryPlan& plan, const Config& config) {
     }
     for (const std::string& suggestion : plan.suggestions) line("  " + suggestion);
   }
+}
+
+}  // namespace
+
+std::string render_plan_text(const MemoryPlan& plan, const Config& config) {
+  std::string out;
+  auto line = [&out](const std::string& text) { out += text + "\n"; };
+  line(fmt::format("strata plan: {}", config.source));
+  line(fmt::format("model: {} parameters ({:.3g}), {} rank{}, ZeRO stage {}, optimizer {}",
+                   plan.params, static_cast<double>(plan.params), plan.ranks,
+                   plan.ranks == 1 ? "" : "s", plan.stage, to_string(config.optimizer.type)));
+  line("");
+  render_state_section(plan, out);
+  render_tier_section(plan, out);
+  render_traffic_section(plan, out);
+  render_verdict_section(plan, out);
   return out;
 }
 
