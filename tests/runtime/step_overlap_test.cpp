@@ -8,7 +8,7 @@ namespace strata::runtime {
 namespace {
 
 TEST(StepOverlap, ASerialStepHidesNothingThoughItsRatioLooksHigh) {
-  // README's 1e9-parameter row: t_io 19.35 s, t_adam 1.19 s, t_step 21.19 s.
+  // docs/benchmarks.md's serial 1e9-parameter row: t_io 19.35 s, t_adam 1.19 s, t_step 21.19 s.
   const StepOverlap overlap = step_overlap(19.35, 1.19, 21.19);
   EXPECT_NEAR(overlap.ratio, 0.913, 1e-3);
   EXPECT_EQ(overlap.hidden_fraction, 0.0);
