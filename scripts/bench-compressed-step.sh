@@ -3,7 +3,7 @@
 # moments + a bf16 master ([optimizer] state_dtype = "int8", master_dtype = "bf16"), params, grads
 # and optimizer on NVMe, alternated ROUNDS times in one session so both see the same machine
 # noise. Prints each run, then the medians and the ratios (compressed / fp32) of step time, the
-# I/O-only step, Adam alone (the fused compressed update) and NVMe bytes per step. README's
+# I/O-only step, Adam alone (the fused compressed update) and NVMe bytes per step. docs/benchmarks.md's
 # throughput section quotes its output.
 #   STRATA=build/nocuda/runtime/strata PARAMS=3e7 STEPS=3 ROUNDS=3 scripts/bench-compressed-step.sh
 set -euo pipefail
@@ -22,7 +22,7 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work" "$NVME_DIR"' EXIT
 
-# The placement of README's `strata bench step` rows; only [optimizer]'s formats differ.
+# The placement of the `strata bench step` rows of docs/benchmarks.md; only [optimizer]'s formats differ.
 write_config() {  # name, extra [optimizer] lines
   cat >"$work/$1.toml" <<EOF
 [tiers.device]
