@@ -47,6 +47,59 @@ double measure_gemm_gflops(std::size_t rows, std::size_t d) {
   return 2.0 * static_cast<double>(rows * d * 4 * d) * kRepeats / seconds_since(start) / 1e9;
 }
 
+// The best forward and forward + backward seconds over the timed steps, and their sums.
+struct StepTimes {
+  double forward_best = 1e30;
+  double step_best = 1e30;
+  double step_total = 0.0;
+  double step_cpu_total = 0.0;
+};
+
+// `steps` rounds of one forward pass, then one forward + backward step, each timed.
+StepTimes time_steps(strata::gpt::GptModel& model, const strata::gpt::ParameterStore& params,
+                     strata::gpt::ParameterStore& grads, const std::vector<std::int32_t>& tokens,
+                     std::uint32_t steps) {
+  StepTimes t;
+  for (std::uint32_t step = 0; step < steps; ++step) {
+    Clock::time_point start = Clock::now();
+    strata::gpt::forward_loss(model, params, tokens);
+    t.forward_best = std::min(t.forward_best, seconds_since(start));
+    start = Clock::now();
+    const double cpu_start = process_cpu_seconds();
+    strata::gpt::forward_backward(model, params, grads, tokens);
+    const double step_seconds = seconds_since(start);
+    t.step_cpu_total += process_cpu_seconds() - cpu_start;
+    t.step_best = std::min(t.step_best, step_seconds);
+    t.step_total += step_seconds;
+  }
+  return t;
+}
+
+// The step times, the model's flop rate and the sgemm rate that bounds it.
+void print_rates(const strata::runtime::ModelConfig& model_config, std::size_t rows,
+                 std::uint32_t steps, const StepTimes& t) {
+  const double step_mean = t.step_total / steps;
+  // Matrix products: 6 flops per parameter per token (2 forward, 4 backward), embeddings aside,
+  // plus attention's 4 products of seq × seq × head_dim per head forward, 8 backward (full
+  // square: the causal half is computed, then masked).
+  const double d = model_config.d_model;
+  const double matrix_params = model_config.layers * 12.0 * d * d + model_config.vocab * d;
+  const double attention_flops = model_config.layers * 12.0 * rows * model_config.seq_len * d;
+  const double flops = 6.0 * matrix_params * rows + attention_flops;
+  const double gemm_gflops = measure_gemm_gflops(rows, model_config.d_model);
+  fmt::print("forward:            {:8.1f} ms (best of {})\n", t.forward_best * 1e3, steps);
+  fmt::print("forward + backward: {:8.1f} ms best, {:.1f} ms mean\n", t.step_best * 1e3,
+             step_mean * 1e3);
+  fmt::print("CPU time per step:  {:8.1f} ms (all threads; includes OpenBLAS spin-waits)\n",
+             t.step_cpu_total / steps * 1e3);
+  fmt::print("tokens/s:           {:8.0f} (best step)\n", static_cast<double>(rows) / t.step_best);
+  fmt::print("model GFLOP/s:      {:8.1f} ({:.1f} GFLOP per step)\n", flops / t.step_best / 1e9,
+             flops / 1e9);
+  fmt::print("bound: sgemm {}x{}x{}: {:.1f} GFLOP/s -> {:.1f} ms per step at that rate\n", rows,
+             4 * model_config.d_model, model_config.d_model, gemm_gflops,
+             flops / gemm_gflops / 1e6);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -96,41 +149,7 @@ int main(int argc, char** argv) {
       static_cast<double>(model.activation_bytes()) / (1 << 20), strata::gpt::blas_threads());
 
   strata::gpt::forward_backward(model, params, grads, tokens);  // warm-up: page in activations
-  double forward_best = 1e30;
-  double step_best = 1e30;
-  double step_total = 0.0;
-  double step_cpu_total = 0.0;
-  for (std::uint32_t step = 0; step < steps; ++step) {
-    Clock::time_point start = Clock::now();
-    strata::gpt::forward_loss(model, params, tokens);
-    forward_best = std::min(forward_best, seconds_since(start));
-    start = Clock::now();
-    const double cpu_start = process_cpu_seconds();
-    strata::gpt::forward_backward(model, params, grads, tokens);
-    const double step_seconds = seconds_since(start);
-    step_cpu_total += process_cpu_seconds() - cpu_start;
-    step_best = std::min(step_best, step_seconds);
-    step_total += step_seconds;
-  }
-  const double step_mean = step_total / steps;
-  // Matrix products: 6 flops per parameter per token (2 forward, 4 backward), embeddings aside,
-  // plus attention's 4 products of seq × seq × head_dim per head forward, 8 backward (full
-  // square: the causal half is computed, then masked).
-  const double d = model_config.d_model;
-  const double matrix_params = model_config.layers * 12.0 * d * d + model_config.vocab * d;
-  const double attention_flops = model_config.layers * 12.0 * rows * model_config.seq_len * d;
-  const double flops = 6.0 * matrix_params * rows + attention_flops;
-  const double gemm_gflops = measure_gemm_gflops(rows, model_config.d_model);
-  fmt::print("forward:            {:8.1f} ms (best of {})\n", forward_best * 1e3, steps);
-  fmt::print("forward + backward: {:8.1f} ms best, {:.1f} ms mean\n", step_best * 1e3,
-             step_mean * 1e3);
-  fmt::print("CPU time per step:  {:8.1f} ms (all threads; includes OpenBLAS spin-waits)\n",
-             step_cpu_total / steps * 1e3);
-  fmt::print("tokens/s:           {:8.0f} (best step)\n", static_cast<double>(rows) / step_best);
-  fmt::print("model GFLOP/s:      {:8.1f} ({:.1f} GFLOP per step)\n", flops / step_best / 1e9,
-             flops / 1e9);
-  fmt::print("bound: sgemm {}x{}x{}: {:.1f} GFLOP/s -> {:.1f} ms per step at that rate\n", rows,
-             4 * model_config.d_model, model_config.d_model, gemm_gflops,
-             flops / gemm_gflops / 1e6);
+  const StepTimes times = time_steps(model, params, grads, tokens, steps);
+  print_rates(model_config, rows, steps, times);
   return 0;
 }

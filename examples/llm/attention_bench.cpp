@@ -106,7 +106,103 @@ double relative_error(const std::vector<float>& a, const std::vector<float>& b, 
   return std::sqrt(diff / norm);
 }
 
-int run(const Options& o) {
+// One benchmark shape on the device and the six launches under test. q | k | v are the decoder's
+// fused rows (ld floats apart), filled with seeded normal noise like the output gradient; the bf16
+// kernels read bf16 copies of both. The fp32 launches write out / lse / delta / dqkv, the bf16
+// backward reads out16, which the caller fills with round_out_to_bf16().
+struct AttentionProblem {
+  explicit AttentionProblem(const Options& o);
+
+  void forward_fp32() const {
+    check(cuda::attention_forward(dims, q, k, v, ld, out.get(), q_width, lse.get(), nullptr),
+          "attention_forward");
+  }
+  void forward_flash() const {
+    check(cuda::flash_attention_forward(dims, q, k, v, ld, out.get(), q_width, lse.get(),
+                                        scratch.get(), nullptr),
+          "flash_attention_forward");
+  }
+  void forward_flash_bf16() const {
+    check(cuda::flash_attention_forward(dims, q16, k16, v16, {out.get(), q_width}, lse.get(),
+                                        nullptr),
+          "flash_attention_forward (bf16)");
+  }
+  void backward_fp32() const {
+    check(cuda::attention_backward(dims, dout.get(), q_width, out.get(), q, k, v, ld, lse.get(),
+                                   delta.get(), dq, dk, dv, nullptr),
+          "attention_backward");
+  }
+  void backward_flash() const {
+    check(
+        cuda::flash_attention_backward(dims, dout.get(), q_width, out.get(), q, k, v, ld, lse.get(),
+                                       delta.get(), dq, dk, dv, scratch.get(), nullptr),
+        "flash_attention_backward");
+  }
+  void backward_flash_bf16() const {
+    check(cuda::flash_attention_backward(dims, {dout16.get(), q_width}, {out16.get(), q_width}, q16,
+                                         k16, v16, lse.get(), delta.get(), {dq, ld}, {dk, ld},
+                                         {dv, ld}, nullptr),
+          "flash_attention_backward (bf16)");
+  }
+  void round_out_to_bf16() const {
+    check(cuda::cast_to_bf16(out.get(), q_width, out16.get(), q_width, rows, q_width, nullptr),
+          "cast_to_bf16");
+  }
+
+  const std::size_t rows, q_width, kv_width;
+  const std::size_t ld;  // the decoder's fused q | k | v rows
+  DeviceArray<float> qkv, dout, out, lse, delta, dqkv;
+  DeviceArray<std::uint32_t> first_key;
+  const cuda::AttentionDims dims;
+  DeviceArray<__nv_bfloat16> scratch, qkv16, dout16, out16;
+  // Views into the fused rows: q | k | v of qkv and qkv16, dq | dk | dv of dqkv.
+  const float *q, *k, *v;
+  float *dq, *dk, *dv;
+  const cuda::Bf16Rows q16, k16, v16;
+};
+
+AttentionProblem::AttentionProblem(const Options& o)
+    : rows(o.sequences * o.positions),
+      q_width(o.heads * o.head_dim),
+      kv_width(o.kv_heads * o.head_dim),
+      ld(q_width + 2 * kv_width),
+      qkv(rows * ld),
+      dout(rows * q_width),
+      out(rows * q_width),
+      lse(o.sequences * o.heads * o.positions),
+      delta(o.sequences * o.heads * o.positions),
+      dqkv(rows * ld),
+      first_key(rows),
+      dims{o.sequences, o.positions, o.heads, o.kv_heads, o.head_dim, o.window, first_key.get()},
+      scratch(cuda::flash_attention_scratch_elements(dims)),
+      qkv16(rows * ld),
+      dout16(rows * q_width),
+      out16(rows * q_width),
+      q(qkv.get()),
+      k(q + q_width),
+      v(k + kv_width),
+      dq(dqkv.get()),
+      dk(dq + q_width),
+      dv(dk + kv_width),
+      q16{qkv16.get(), ld},
+      k16{qkv16.get() + q_width, ld},
+      v16{qkv16.get() + q_width + kv_width, ld} {
+  std::vector<float> host_qkv(rows * ld), host_dout(rows * q_width);
+  std::mt19937_64 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& x : host_qkv) x = normal(rng);
+  for (float& x : host_dout) x = normal(rng);
+  qkv.upload(host_qkv);
+  dout.upload(host_dout);
+  first_key.upload(std::vector<std::uint32_t>(rows, 0));  // one document per sequence
+  check(cuda::cast_to_bf16(qkv.get(), ld, qkv16.get(), ld, rows, ld, nullptr), "cast_to_bf16");
+  check(cuda::cast_to_bf16(dout.get(), q_width, dout16.get(), q_width, rows, q_width, nullptr),
+        "cast_to_bf16");
+}
+
+// The current device's properties, once it is known to run the tensor-core attention at
+// o.head_dim.
+cudaDeviceProp checked_device(const Options& o) {
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   cudaDeviceProp prop{};
@@ -115,71 +211,13 @@ int run(const Options& o) {
     throw std::runtime_error("the tensor-core attention does not take head_dim " +
                              std::to_string(o.head_dim) + " on this GPU");
   }
-  const std::size_t rows = o.sequences * o.positions;
-  const std::size_t q_width = o.heads * o.head_dim, kv_width = o.kv_heads * o.head_dim;
-  const std::size_t ld = q_width + 2 * kv_width;  // the decoder's fused q | k | v rows
-  const std::size_t lse_floats = o.sequences * o.heads * o.positions;
+  return prop;
+}
 
-  std::vector<float> host_qkv(rows * ld), host_dout(rows * q_width);
-  std::mt19937_64 rng(1);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (float& x : host_qkv) x = normal(rng);
-  for (float& x : host_dout) x = normal(rng);
-  std::vector<std::uint32_t> host_first_key(rows, 0);  // one document per sequence
-
-  DeviceArray<float> qkv(rows * ld), dout(rows * q_width), out(rows * q_width);
-  DeviceArray<float> lse(lse_floats), delta(lse_floats), dqkv(rows * ld);
-  DeviceArray<std::uint32_t> first_key(rows);
-  qkv.upload(host_qkv);
-  dout.upload(host_dout);
-  first_key.upload(host_first_key);
-  const cuda::AttentionDims dims{o.sequences, o.positions, o.heads,        o.kv_heads,
-                                 o.head_dim,  o.window,    first_key.get()};
-  DeviceArray<__nv_bfloat16> scratch(cuda::flash_attention_scratch_elements(dims));
-  DeviceArray<__nv_bfloat16> qkv16(rows * ld), dout16(rows * q_width), out16(rows * q_width);
-  check(cuda::cast_to_bf16(qkv.get(), ld, qkv16.get(), ld, rows, ld, nullptr), "cast_to_bf16");
-  check(cuda::cast_to_bf16(dout.get(), q_width, dout16.get(), q_width, rows, q_width, nullptr),
-        "cast_to_bf16");
-
-  const float* q = qkv.get();
-  const float* k = q + q_width;
-  const float* v = k + kv_width;
-  float* dq = dqkv.get();
-  float* dk = dq + q_width;
-  float* dv = dk + kv_width;
-  const cuda::Bf16Rows q16{qkv16.get(), ld}, k16{qkv16.get() + q_width, ld},
-      v16{qkv16.get() + q_width + kv_width, ld};
-  const auto forward_fp32 = [&] {
-    check(cuda::attention_forward(dims, q, k, v, ld, out.get(), q_width, lse.get(), nullptr),
-          "attention_forward");
-  };
-  const auto forward_flash = [&] {
-    check(cuda::flash_attention_forward(dims, q, k, v, ld, out.get(), q_width, lse.get(),
-                                        scratch.get(), nullptr),
-          "flash_attention_forward");
-  };
-  const auto forward_flash_bf16 = [&] {
-    check(cuda::flash_attention_forward(dims, q16, k16, v16, {out.get(), q_width}, lse.get(),
-                                        nullptr),
-          "flash_attention_forward (bf16)");
-  };
-  const auto backward_fp32 = [&] {
-    check(cuda::attention_backward(dims, dout.get(), q_width, out.get(), q, k, v, ld, lse.get(),
-                                   delta.get(), dq, dk, dv, nullptr),
-          "attention_backward");
-  };
-  const auto backward_flash = [&] {
-    check(
-        cuda::flash_attention_backward(dims, dout.get(), q_width, out.get(), q, k, v, ld, lse.get(),
-                                       delta.get(), dq, dk, dv, scratch.get(), nullptr),
-        "flash_attention_backward");
-  };
-  const auto backward_flash_bf16 = [&] {
-    check(cuda::flash_attention_backward(dims, {dout16.get(), q_width}, {out16.get(), q_width}, q16,
-                                         k16, v16, lse.get(), delta.get(), {dq, ld}, {dk, ld},
-                                         {dv, ld}, nullptr),
-          "flash_attention_backward (bf16)");
-  };
+int run(const Options& o) {
+  const cudaDeviceProp prop = checked_device(o);
+  const AttentionProblem p(o);
+  const std::size_t q_width = p.q_width, kv_width = p.kv_width, ld = p.ld;
 
   const double forward_flops =
       4.0 * static_cast<double>(o.sequences * o.heads * o.head_dim) * visible_pairs(o);
@@ -198,21 +236,24 @@ int run(const Options& o) {
                flops / (ms * 1e-3) / 1e12);
     return ms;
   };
-  const double fp32_forward = report("forward", "fp32_tiled", forward_flops, forward_fp32);
-  const std::vector<float> reference_out = out.download();
-  const double flash_forward = report("forward", "flash_fp32io", forward_flops, forward_flash);
-  report("forward", "flash_bf16", forward_flops, forward_flash_bf16);
-  check(cuda::cast_to_bf16(out.get(), q_width, out16.get(), q_width, rows, q_width, nullptr),
-        "cast_to_bf16");
-  const std::vector<float> flash_out = out.download();
+  const double fp32_forward =
+      report("forward", "fp32_tiled", forward_flops, [&] { p.forward_fp32(); });
+  const std::vector<float> reference_out = p.out.download();
+  const double flash_forward =
+      report("forward", "flash_fp32io", forward_flops, [&] { p.forward_flash(); });
+  report("forward", "flash_bf16", forward_flops, [&] { p.forward_flash_bf16(); });
+  p.round_out_to_bf16();
+  const std::vector<float> flash_out = p.out.download();
 
-  forward_fp32();  // the reference's lse for its backward
-  const double fp32_backward = report("backward", "fp32_tiled", backward_flops, backward_fp32);
-  const std::vector<float> reference_grads = dqkv.download();
-  forward_flash();
-  const double flash_backward = report("backward", "flash_fp32io", backward_flops, backward_flash);
-  const std::vector<float> flash_grads = dqkv.download();
-  report("backward", "flash_bf16", backward_flops, backward_flash_bf16);
+  p.forward_fp32();  // the reference's lse for its backward
+  const double fp32_backward =
+      report("backward", "fp32_tiled", backward_flops, [&] { p.backward_fp32(); });
+  const std::vector<float> reference_grads = p.dqkv.download();
+  p.forward_flash();
+  const double flash_backward =
+      report("backward", "flash_fp32io", backward_flops, [&] { p.backward_flash(); });
+  const std::vector<float> flash_grads = p.dqkv.download();
+  report("backward", "flash_bf16", backward_flops, [&] { p.backward_flash_bf16(); });
 
   fmt::print(
       "attention-bench: speedup flash_fp32io over fp32_tiled: forward {:.1f}x, backward "

@@ -114,75 +114,10 @@ class CudaDecoderFp32 final : public CudaDecoderBase {
   // On entry d_resid holds dL/d(layer output); on exit dL/d(layer input).
   void backward_layer(std::size_t layer, UnitParams p, UnitGrads g) override {
     set_device();
-    const LayerLayout& l = layout_;
-    const std::size_t d = dims_.hidden;
-    const std::size_t inner = dims_.inner;
-    const std::size_t n = rows_;
     Layer& a = layer_buffers(layer);
-    const View dout{d_resid_, d};
-    const View norm2{a.norm2, d};
-    const cuda::ActivationCode act = activation_code(dims_.activation);
-
-    // MLP: d_norm = dL/d(norm2 output).
-    if (dims_.gpt2) {
-      linear_backward(Layout::kInOut, dout, {a.act, inner}, tensor(p, l.proj_weight),
-                      {d_act_, inner}, tensor(g, l.proj_weight), tensor(g, l.proj_bias), n, inner,
-                      d, Accumulate::kNo);
-      check(cuda::plain_backward(act, d_act_, a.pre, d_pre_, n * inner, stream_),
-            "plain_backward");
-      linear_backward(Layout::kInOut, {d_pre_, inner}, norm2, tensor(p, l.fc_weight), {d_norm_, d},
-                      tensor(g, l.fc_weight), tensor(g, l.fc_bias), n, d, inner, Accumulate::kNo);
-    } else {
-      const std::size_t ld = dims_.pre_width;
-      linear_backward(Layout::kOutIn, dout, {a.act, inner}, tensor(p, l.down_weight),
-                      {d_act_, inner}, tensor(g, l.down_weight), nullptr, n, inner, d,
-                      Accumulate::kNo);
-      check(cuda::gated_backward(act, d_act_, a.pre, d_pre_, n, inner, stream_),
-            "gated_backward");
-      linear_backward(Layout::kOutIn, {d_pre_, ld}, norm2, tensor(p, l.gate_weight), {d_norm_, d},
-                      tensor(g, l.gate_weight), nullptr, n, d, inner, Accumulate::kNo);
-      linear_backward(Layout::kOutIn, {d_pre_ + inner, ld}, norm2, tensor(p, l.up_weight),
-                      {d_norm_, d}, tensor(g, l.up_weight), nullptr, n, d, inner,
-                      Accumulate::kYes);
-    }
-    norm_backward(tensor(p, l.norm2_weight), d_norm_, a.mid, a.norm2_mean, a.norm2_rstd, d_resid_,
-                  tensor(g, l.norm2_weight), tensor(g, l.norm2_bias));
-
-    // Attention output projection: d_att = dL/d(attention output).
-    const View att{a.att, dims_.q_width};
-    if (dims_.gpt2) {
-      linear_backward(Layout::kInOut, dout, att, tensor(p, l.out_weight), {d_att_, d},
-                      tensor(g, l.out_weight), tensor(g, l.out_bias), n, d, d, Accumulate::kNo);
-    } else {
-      linear_backward(Layout::kOutIn, dout, att, tensor(p, l.o_weight), {d_att_, dims_.q_width},
-                      tensor(g, l.o_weight), nullptr, n, dims_.q_width, d, Accumulate::kNo);
-    }
-    attention_backward(a);
-    const std::size_t ld = dims_.qkv_width;
-    const std::size_t k_offset = dims_.q_width;
-    const std::size_t v_offset = dims_.q_width + dims_.kv_width;
-
-    // Projections into q | k | v: d_norm = dL/d(norm1 output).
-    const View norm1{a.norm1, d};
-    if (dims_.gpt2) {
-      linear_backward(Layout::kInOut, {d_qkv_, ld}, norm1, tensor(p, l.qkv_weight), {d_norm_, d},
-                      tensor(g, l.qkv_weight), tensor(g, l.qkv_bias), n, d, 3 * d,
-                      Accumulate::kNo);
-    } else {
-      rotate(d_qkv_, dims_.heads, -1.0f);
-      rotate(d_qkv_ + k_offset, dims_.kv_heads, -1.0f);
-      linear_backward(Layout::kOutIn, {d_qkv_, ld}, norm1, tensor(p, l.q_weight), {d_norm_, d},
-                      tensor(g, l.q_weight), tensor(g, l.q_bias), n, d, dims_.q_width,
-                      Accumulate::kNo);
-      linear_backward(Layout::kOutIn, {d_qkv_ + k_offset, ld}, norm1, tensor(p, l.k_weight),
-                      {d_norm_, d}, tensor(g, l.k_weight), tensor(g, l.k_bias), n, d,
-                      dims_.kv_width, Accumulate::kYes);
-      linear_backward(Layout::kOutIn, {d_qkv_ + v_offset, ld}, norm1, tensor(p, l.v_weight),
-                      {d_norm_, d}, tensor(g, l.v_weight), tensor(g, l.v_bias), n, d,
-                      dims_.kv_width, Accumulate::kYes);
-    }
-    norm_backward(tensor(p, l.norm1_weight), d_norm_, resid_[layer], a.norm1_mean, a.norm1_rstd,
-                  d_resid_, tensor(g, l.norm1_weight), tensor(g, l.norm1_bias));
+    backward_mlp(p, g, a);
+    backward_attention(p, g, a);
+    backward_attention_inputs(p, g, a, resid_[layer]);
     finish();
   }
 
@@ -277,6 +212,90 @@ class CudaDecoderFp32 final : public CudaDecoderBase {
                                      ld, a.lse, delta_, d_qkv_, dk, dv, stream_),
             "attention_backward");
     }
+  }
+
+  // backward_layer's steps, as in decoder_layer.cpp. MLP: d_resid gains norm2's input gradient
+  // (d_norm on the way).
+  void backward_mlp(UnitParams p, UnitGrads g, Layer& a) {
+    const LayerLayout& l = layout_;
+    const std::size_t d = dims_.hidden;
+    const std::size_t inner = dims_.inner;
+    const std::size_t n = rows_;
+    const View dout{d_resid_, d};
+    const View norm2{a.norm2, d};
+    const cuda::ActivationCode act = activation_code(dims_.activation);
+
+    // MLP: d_norm = dL/d(norm2 output).
+    if (dims_.gpt2) {
+      linear_backward(Layout::kInOut, dout, {a.act, inner}, tensor(p, l.proj_weight),
+                      {d_act_, inner}, tensor(g, l.proj_weight), tensor(g, l.proj_bias), n, inner,
+                      d, Accumulate::kNo);
+      check(cuda::plain_backward(act, d_act_, a.pre, d_pre_, n * inner, stream_), "plain_backward");
+      linear_backward(Layout::kInOut, {d_pre_, inner}, norm2, tensor(p, l.fc_weight), {d_norm_, d},
+                      tensor(g, l.fc_weight), tensor(g, l.fc_bias), n, d, inner, Accumulate::kNo);
+    } else {
+      const std::size_t ld = dims_.pre_width;
+      linear_backward(Layout::kOutIn, dout, {a.act, inner}, tensor(p, l.down_weight),
+                      {d_act_, inner}, tensor(g, l.down_weight), nullptr, n, inner, d,
+                      Accumulate::kNo);
+      check(cuda::gated_backward(act, d_act_, a.pre, d_pre_, n, inner, stream_), "gated_backward");
+      linear_backward(Layout::kOutIn, {d_pre_, ld}, norm2, tensor(p, l.gate_weight), {d_norm_, d},
+                      tensor(g, l.gate_weight), nullptr, n, d, inner, Accumulate::kNo);
+      linear_backward(Layout::kOutIn, {d_pre_ + inner, ld}, norm2, tensor(p, l.up_weight),
+                      {d_norm_, d}, tensor(g, l.up_weight), nullptr, n, d, inner, Accumulate::kYes);
+    }
+    norm_backward(tensor(p, l.norm2_weight), d_norm_, a.mid, a.norm2_mean, a.norm2_rstd, d_resid_,
+                  tensor(g, l.norm2_weight), tensor(g, l.norm2_bias));
+  }
+
+  // o_proj and attention: d_att, then d_qkv.
+  void backward_attention(UnitParams p, UnitGrads g, Layer& a) {
+    const LayerLayout& l = layout_;
+    const std::size_t d = dims_.hidden;
+    const std::size_t n = rows_;
+    const View dout{d_resid_, d};
+
+    // Attention output projection: d_att = dL/d(attention output).
+    const View att{a.att, dims_.q_width};
+    if (dims_.gpt2) {
+      linear_backward(Layout::kInOut, dout, att, tensor(p, l.out_weight), {d_att_, d},
+                      tensor(g, l.out_weight), tensor(g, l.out_bias), n, d, d, Accumulate::kNo);
+    } else {
+      linear_backward(Layout::kOutIn, dout, att, tensor(p, l.o_weight), {d_att_, dims_.q_width},
+                      tensor(g, l.o_weight), nullptr, n, dims_.q_width, d, Accumulate::kNo);
+    }
+    attention_backward(a);
+  }
+
+  // From d_qkv: the q | k | v projections and norm1 (of x, the layer input) into d_resid.
+  void backward_attention_inputs(UnitParams p, UnitGrads g, Layer& a, const float* x) {
+    const LayerLayout& l = layout_;
+    const std::size_t d = dims_.hidden;
+    const std::size_t n = rows_;
+    const std::size_t ld = dims_.qkv_width;
+    const std::size_t k_offset = dims_.q_width;
+    const std::size_t v_offset = dims_.q_width + dims_.kv_width;
+
+    // Projections into q | k | v: d_norm = dL/d(norm1 output).
+    const View norm1{a.norm1, d};
+    if (dims_.gpt2) {
+      linear_backward(Layout::kInOut, {d_qkv_, ld}, norm1, tensor(p, l.qkv_weight), {d_norm_, d},
+                      tensor(g, l.qkv_weight), tensor(g, l.qkv_bias), n, d, 3 * d, Accumulate::kNo);
+    } else {
+      rotate(d_qkv_, dims_.heads, -1.0f);
+      rotate(d_qkv_ + k_offset, dims_.kv_heads, -1.0f);
+      linear_backward(Layout::kOutIn, {d_qkv_, ld}, norm1, tensor(p, l.q_weight), {d_norm_, d},
+                      tensor(g, l.q_weight), tensor(g, l.q_bias), n, d, dims_.q_width,
+                      Accumulate::kNo);
+      linear_backward(Layout::kOutIn, {d_qkv_ + k_offset, ld}, norm1, tensor(p, l.k_weight),
+                      {d_norm_, d}, tensor(g, l.k_weight), tensor(g, l.k_bias), n, d,
+                      dims_.kv_width, Accumulate::kYes);
+      linear_backward(Layout::kOutIn, {d_qkv_ + v_offset, ld}, norm1, tensor(p, l.v_weight),
+                      {d_norm_, d}, tensor(g, l.v_weight), tensor(g, l.v_bias), n, d,
+                      dims_.kv_width, Accumulate::kYes);
+    }
+    norm_backward(tensor(p, l.norm1_weight), d_norm_, x, a.norm1_mean, a.norm1_rstd, d_resid_,
+                  tensor(g, l.norm1_weight), tensor(g, l.norm1_bias));
   }
 
   Layer& layer_buffers(std::size_t layer) {

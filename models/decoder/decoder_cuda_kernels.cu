@@ -465,6 +465,45 @@ __global__ void attention_dq_kernel(AttentionDims dims, const float* dout, std::
   }
 }
 
+// Adds P_mj·dO_m to dv_acc and dS_mj·Q_m to dk_acc (this lane's columns) for the tile's queries
+// m in order, lane m holding query m's p and ds.
+__device__ __forceinline__ void accumulate_dk_dv(float p, float ds,
+                                                 const float (&queries)[kTile][kPad],
+                                                 const float (&grads)[kTile][kPad], unsigned lane,
+                                                 std::size_t hd, float (&dk_acc)[kDimsPerLane],
+                                                 float (&dv_acc)[kDimsPerLane]) {
+  for (unsigned m = 0; m < kTile; ++m) {
+    const float pm = __shfl_sync(0xffffffffu, p, m);
+    const float dsm = __shfl_sync(0xffffffffu, ds, m);
+    if (pm == 0.0f && dsm == 0.0f) continue;
+    for (std::size_t t = 0; t < kDimsPerLane; ++t) {
+      const std::size_t c = lane + t * kWarp;
+      if (c < hd) {
+        dv_acc[t] += pm * grads[m][c];
+        dk_acc[t] += dsm * queries[m][c];
+      }
+    }
+  }
+}
+
+// Key j's dK (scaled) and dV rows of kv head g, this lane's columns.
+__device__ __forceinline__ void store_dk_dv_row(const AttentionDims& dims, std::size_t b,
+                                                std::size_t g, std::size_t j, std::size_t ld_qkv,
+                                                std::size_t hd, unsigned lane, float scale,
+                                                const float (&dk_acc)[kDimsPerLane],
+                                                const float (&dv_acc)[kDimsPerLane], float* dk,
+                                                float* dv) {
+  float* dk_row = dk + (b * dims.positions + j) * ld_qkv + g * hd;
+  float* dv_row = dv + (b * dims.positions + j) * ld_qkv + g * hd;
+  for (std::size_t t = 0; t < kDimsPerLane; ++t) {
+    const std::size_t c = lane + t * kWarp;
+    if (c < hd) {
+      dk_row[c] = scale * dk_acc[t];
+      dv_row[c] = dv_acc[t];
+    }
+  }
+}
+
 // dV_j = Σ_h Σ_i P_ij·dO_i, dK_j = scale·Σ_h Σ_i dS_ij·Q_i over the group's heads in order and the
 // queries that see key j in order. Grid: (key blocks of 8, kv heads, sequences); warp w holds
 // key j = 8·block + w; the queries stream through shared memory 32 at a time.
@@ -522,30 +561,11 @@ __global__ void attention_dkdv_kernel(AttentionDims dims, const float* dout, std
         p = expf(scale * row_dot(queries[lane], key_rows[warp_id()], hd) - tile_lse[lane]);
         ds = p * (row_dot(grads[lane], value_rows[warp_id()], hd) - tile_delta[lane]);
       }
-      for (unsigned m = 0; m < kTile; ++m) {
-        const float pm = __shfl_sync(0xffffffffu, p, m);
-        const float dsm = __shfl_sync(0xffffffffu, ds, m);
-        if (pm == 0.0f && dsm == 0.0f) continue;
-        for (std::size_t t = 0; t < kDimsPerLane; ++t) {
-          const std::size_t c = lane + t * kWarp;
-          if (c < hd) {
-            dv_acc[t] += pm * grads[m][c];
-            dk_acc[t] += dsm * queries[m][c];
-          }
-        }
-      }
+      accumulate_dk_dv(p, ds, queries, grads, lane, hd, dk_acc, dv_acc);
     }
   }
   if (!active) return;
-  float* dk_row = dk + (b * dims.positions + j) * ld_qkv + g * hd;
-  float* dv_row = dv + (b * dims.positions + j) * ld_qkv + g * hd;
-  for (std::size_t t = 0; t < kDimsPerLane; ++t) {
-    const std::size_t c = lane + t * kWarp;
-    if (c < hd) {
-      dk_row[c] = scale * dk_acc[t];
-      dv_row[c] = dv_acc[t];
-    }
-  }
+  store_dk_dv_row(dims, b, g, j, ld_qkv, hd, lane, scale, dk_acc, dv_acc, dk, dv);
 }
 
 dim3 attention_grid(std::size_t rows, std::size_t heads, std::size_t sequences) {

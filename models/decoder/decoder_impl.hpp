@@ -145,6 +145,13 @@ struct DecoderModel::Impl {
                                 std::size_t rows) const;
   void forward_layer(std::size_t layer, UnitParams p);
   void backward_layer(std::size_t layer, UnitParams p, UnitGrads g);
+  // backward_layer's steps. MLP: d_resid gains norm2's input gradient (d_norm on the way).
+  void backward_mlp(UnitParams p, UnitGrads g, const detail::LayerBuffers& a);
+  // o_proj and attention: d_att, then d_qkv.
+  void backward_attention(UnitParams p, UnitGrads g, const detail::LayerBuffers& a);
+  // From d_qkv: the q | k | v projections and norm1 (of x, the layer input) into d_resid.
+  void backward_attention_inputs(UnitParams p, UnitGrads g, const detail::LayerBuffers& a,
+                                 const float* x);
 
   // decoder_decode.cpp
   void decode_embedding(UnitParams p);

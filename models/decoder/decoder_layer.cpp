@@ -175,19 +175,25 @@ void DecoderModel::Impl::forward_layer(std::size_t layer, UnitParams p) {
 
 // On entry d_resid holds dL/d(layer output); on exit dL/d(layer input).
 void DecoderModel::Impl::backward_layer(std::size_t layer, UnitParams p, UnitGrads g) {
+  detail::LayerBuffers& a = layer_buffers(layer);
+  backward_mlp(p, g, a);
+  backward_attention(p, g, a);
+  backward_attention_inputs(p, g, a, resid[layer].data());
+}
+
+void DecoderModel::Impl::backward_mlp(UnitParams p, UnitGrads g, const detail::LayerBuffers& a) {
   const detail::LayerLayout& l = layer_layout;
   const std::size_t d = dims.hidden;
   const std::size_t inner = dims.inner;
   const std::size_t n = rows;
-  detail::LayerBuffers& a = layer_buffers(layer);
   const ConstStrided dout{d_resid.data(), d};
   const ConstStrided norm2{a.norm2.data(), d};
 
   // MLP: d_norm = dL/d(norm2 output).
   if (dims.gpt2) {
     detail::linear_backward(Layout::kInOut, dout, {a.act.data(), inner}, tensor(p, l.proj_weight),
-                            {d_act.data(), inner}, tensor(g, l.proj_weight),
-                            tensor(g, l.proj_bias), n, inner, d, Accumulate::kNo);
+                            {d_act.data(), inner}, tensor(g, l.proj_weight), tensor(g, l.proj_bias),
+                            n, inner, d, Accumulate::kNo);
     detail::plain_backward(dims.activation, d_act.data(), a.pre.data(), d_pre.data(), n * inner);
     detail::linear_backward(Layout::kInOut, {d_pre.data(), inner}, norm2, tensor(p, l.fc_weight),
                             {d_norm.data(), d}, tensor(g, l.fc_weight), tensor(g, l.fc_bias), n, d,
@@ -209,30 +215,48 @@ void DecoderModel::Impl::backward_layer(std::size_t layer, UnitParams p, UnitGra
   norm_backward(tensor(p, l.norm2_weight), d_norm.data(), a.mid.data(), a.norm2_mean.data(),
                 a.norm2_rstd.data(), d_resid.data(), tensor(g, l.norm2_weight),
                 tensor(g, l.norm2_bias), n);
+}
+
+void DecoderModel::Impl::backward_attention(UnitParams p, UnitGrads g,
+                                            const detail::LayerBuffers& a) {
+  const detail::LayerLayout& l = layer_layout;
+  const std::size_t d = dims.hidden;
+  const std::size_t n = rows;
+  const ConstStrided dout{d_resid.data(), d};
 
   // Attention output projection: d_att = dL/d(attention output).
   const ConstStrided att{a.att.data(), dims.q_width};
   if (dims.gpt2) {
-    detail::linear_backward(Layout::kInOut, dout, att, tensor(p, l.out_weight),
-                            {d_att.data(), d}, tensor(g, l.out_weight), tensor(g, l.out_bias), n,
-                            d, d, Accumulate::kNo);
+    detail::linear_backward(Layout::kInOut, dout, att, tensor(p, l.out_weight), {d_att.data(), d},
+                            tensor(g, l.out_weight), tensor(g, l.out_bias), n, d, d,
+                            Accumulate::kNo);
   } else {
     detail::linear_backward(Layout::kOutIn, dout, att, tensor(p, l.o_weight),
                             {d_att.data(), dims.q_width}, tensor(g, l.o_weight), nullptr, n,
                             dims.q_width, d, Accumulate::kNo);
   }
-  const detail::AttentionShape shape{sequences,     positions,     positions,
-                                     dims.heads,    dims.kv_heads, dims.head_dim,
-                                     dims.window,   row_first_key.data()};
+  const detail::AttentionShape shape{sequences,   positions,           positions,
+                                     dims.heads,  dims.kv_heads,       dims.head_dim,
+                                     dims.window, row_first_key.data()};
   const std::size_t ld = dims.qkv_width;
   const float* qkv = a.qkv.data();
   float* dqkv = d_qkv.data();
   const std::size_t k_offset = dims.q_width;
   const std::size_t v_offset = dims.q_width + dims.kv_width;
   detail::attention_backward(shape, {d_att.data(), dims.q_width}, {qkv, ld}, {qkv + k_offset, ld},
-                             {qkv + v_offset, ld}, a.prob.data(), {dqkv, ld},
-                             {dqkv + k_offset, ld}, {dqkv + v_offset, ld},
-                             attention_scratch.data());
+                             {qkv + v_offset, ld}, a.prob.data(), {dqkv, ld}, {dqkv + k_offset, ld},
+                             {dqkv + v_offset, ld}, attention_scratch.data());
+}
+
+void DecoderModel::Impl::backward_attention_inputs(UnitParams p, UnitGrads g,
+                                                   const detail::LayerBuffers& a, const float* x) {
+  const detail::LayerLayout& l = layer_layout;
+  const std::size_t d = dims.hidden;
+  const std::size_t n = rows;
+  const std::size_t ld = dims.qkv_width;
+  float* dqkv = d_qkv.data();
+  const std::size_t k_offset = dims.q_width;
+  const std::size_t v_offset = dims.q_width + dims.kv_width;
 
   // Projections into q | k | v: d_norm = dL/d(norm1 output).
   const ConstStrided norm1{a.norm1.data(), d};
@@ -255,9 +279,9 @@ void DecoderModel::Impl::backward_layer(std::size_t layer, UnitParams p, UnitGra
                             {d_norm.data(), d}, tensor(g, l.v_weight), tensor(g, l.v_bias), n, d,
                             dims.kv_width, Accumulate::kYes);
   }
-  norm_backward(tensor(p, l.norm1_weight), d_norm.data(), resid[layer].data(),
-                a.norm1_mean.data(), a.norm1_rstd.data(), d_resid.data(),
-                tensor(g, l.norm1_weight), tensor(g, l.norm1_bias), n);
+  norm_backward(tensor(p, l.norm1_weight), d_norm.data(), x, a.norm1_mean.data(),
+                a.norm1_rstd.data(), d_resid.data(), tensor(g, l.norm1_weight),
+                tensor(g, l.norm1_bias), n);
 }
 
 }  // namespace strata::llm

@@ -62,6 +62,51 @@ __global__ void __launch_bounds__(kDeltaThreads)
   if (lane_id() == 0) delta[index] = sum;
 }
 
+// Starts loading key tile `tile + 1` (k and v) into the buffer other than `buffer` when there is
+// one, then waits for the copies of tile `tile`.
+template <int kD>
+__device__ __forceinline__ void prefetch_next_key_tiles(
+    const BackwardArgs& args, __nv_bfloat16* k_tiles, __nv_bfloat16* v_tiles,
+    const __nv_bfloat16* k_base, const __nv_bfloat16* v_base, int tile, int tile_end, int buffer) {
+  using T = Tile<kD>;
+  const Problem& p = args.problem;
+  if (tile + 1 < tile_end) {
+    const int next = (tile + 1) * kTileRows;
+    const int offset = (buffer ^ 1) * T::kElements;
+    load_tile_async<kD, kTileRows>(k_tiles + offset, k_base, args.k.ld, next, p.positions,
+                                   p.head_dim);
+    load_tile_async<kD, kTileRows>(v_tiles + offset, v_base, args.v.ld, next, p.positions,
+                                   p.head_dim);
+    commit_async();
+    wait_async<1>();
+  } else {
+    wait_async<0>();
+  }
+}
+
+// dS = P ∘ (dP - delta) into `s`, P recomputed from the scores and the rows' lse (0 where the key
+// is not visible to the row; interior tiles: every key visible).
+__device__ __forceinline__ void scores_to_ds(float (&s)[kTileRows / 8][4],
+                                             const float (&dp)[kTileRows / 8][4], const Problem& p,
+                                             bool interior, int k0, int pair, int row_low,
+                                             int row_high, int first_key_low, int first_key_high,
+                                             float lse_low, float lse_high, float delta_low,
+                                             float delta_high) {
+#pragma unroll
+  for (int j = 0; j < kTileRows / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const bool low = e < 2;
+      const int key = k0 + j * 8 + pair + (e & 1);
+      const bool seen = interior || (low ? visible(p, row_low, key, first_key_low)
+                                         : visible(p, row_high, key, first_key_high));
+      const float probability =
+          seen ? exp2f(s[j][e] * p.scale_log2 - (low ? lse_low : lse_high)) : 0.0f;
+      s[j][e] = probability * (dp[j][e] - (low ? delta_low : delta_high));  // dS
+    }
+  }
+}
+
 // dQ = scale·Σ_keys dS·K. Grid and rows as forward_kernel's.
 template <int kD>
 __global__ void __launch_bounds__(kThreads) dq_kernel(BackwardArgs args) {
@@ -113,18 +158,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(BackwardArgs args) {
   float dq[kD / 8][4] = {};
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     const int buffer = (tile - tile_begin) & 1;
-    if (tile + 1 < tile_end) {
-      const int next = (tile + 1) * kTileRows;
-      const int offset = (buffer ^ 1) * T::kElements;
-      load_tile_async<kD, kTileRows>(k_tiles + offset, k_base, args.k.ld, next, p.positions,
-                                     p.head_dim);
-      load_tile_async<kD, kTileRows>(v_tiles + offset, v_base, args.v.ld, next, p.positions,
-                                     p.head_dim);
-      commit_async();
-      wait_async<1>();
-    } else {
-      wait_async<0>();
-    }
+    prefetch_next_key_tiles<kD>(args, k_tiles, v_tiles, k_base, v_base, tile, tile_end, buffer);
     __syncthreads();
     const __nv_bfloat16* k_tile = k_tiles + buffer * T::kElements;
     const __nv_bfloat16* v_tile = v_tiles + buffer * T::kElements;
@@ -135,19 +169,8 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(BackwardArgs args) {
     multiply_nk<kD, kTileRows>(dp, dout_tile, T::kStride, warp_row0, v_tile, T::kStride);
     const int k0 = tile * kTileRows;
     const bool interior = tile_is_interior(p, q0, kBlockRows, k0, kTileRows, first_keys.highest);
-#pragma unroll
-    for (int j = 0; j < kTileRows / 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const bool low = e < 2;
-        const int key = k0 + j * 8 + pair + (e & 1);
-        const bool seen = interior || (low ? visible(p, row_low, key, first_key_low)
-                                           : visible(p, row_high, key, first_key_high));
-        const float probability =
-            seen ? exp2f(s[j][e] * p.scale_log2 - (low ? lse_low : lse_high)) : 0.0f;
-        s[j][e] = probability * (dp[j][e] - (low ? delta_low : delta_high));  // dS
-      }
-    }
+    scores_to_ds(s, dp, p, interior, k0, pair, row_low, row_high, first_key_low, first_key_high,
+                 lse_low, lse_high, delta_low, delta_high);
     multiply_kn<kTileRows, kD>(dq, s, k_tile, T::kStride);
     __syncthreads();  // this buffer is refilled next iteration
   }
@@ -216,6 +239,59 @@ struct QueryTiles {
   }
 };
 
+// Starts loading the next query tiles into the buffer other than `buffer`: tile `next_tile` of
+// `head`, or once the head has none left, tile `tile_first` of the group's next head; then waits
+// for the copies of the current ones.
+template <int kD>
+__device__ __forceinline__ void prefetch_next_query_tiles(const BackwardArgs& args,
+                                                          unsigned char* shared_bytes, int sequence,
+                                                          int head, int member, int tile_first,
+                                                          int next_tile, int tile_end, int buffer) {
+  const Problem& p = args.problem;
+  if (next_tile < tile_end || member + 1 < p.group) {
+    const bool same_head = next_tile < tile_end;
+    QueryTiles<kD>(shared_bytes, buffer ^ 1)
+        .load(args, sequence, same_head ? head : head + 1, same_head ? next_tile : tile_first);
+    commit_async();
+    wait_async<1>();
+  } else {
+    wait_async<0>();
+  }
+}
+
+// The latest first key of the tile's queries (their documents' starts), the same in every lane.
+template <int kD>
+__device__ __forceinline__ int highest_first_key_of(const QueryTiles<kD>& queries) {
+  int highest_first_key = 0;
+#pragma unroll
+  for (int i = 0; i < kQueryRows / kWarpSize; ++i) {
+    highest_first_key = max(highest_first_key, queries.first_key[i * kWarpSize + lane_id()]);
+  }
+  highest_first_key = __reduce_max_sync(0xffffffffu, highest_first_key);
+  return highest_first_key;
+}
+
+// Pᵀ into `st` and dSᵀ = Pᵀ ∘ (dPᵀ - delta) into `dpt`, P recomputed from the scores and the
+// queries' lse (0 where the query does not see the key; interior tiles: every key visible).
+template <int kD>
+__device__ __forceinline__ void transposed_probabilities_and_ds(
+    float (&st)[kQueryRows / 8][4], float (&dpt)[kQueryRows / 8][4], const Problem& p,
+    const QueryTiles<kD>& queries, bool interior, int q0, int pair, int key_low, int key_high) {
+#pragma unroll
+  for (int j = 0; j < kQueryRows / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int column = j * 8 + pair + (e & 1);
+      const int key = e < 2 ? key_low : key_high;
+      const bool seen = interior || visible(p, q0 + column, key, queries.first_key[column]);
+      const float probability =
+          seen ? exp2f(st[j][e] * p.scale_log2 - queries.lse[column] * kLog2e) : 0.0f;
+      st[j][e] = probability;
+      dpt[j][e] = probability * (dpt[j][e] - queries.delta[column]);  // dSᵀ
+    }
+  }
+}
+
 // dV = Σ Pᵀ·dO and dK = scale·Σ dSᵀ·Q over the group's heads and the queries that see the keys.
 // Grid (key tiles, kv heads, sequences); warp w owns keys k0 + 16w .. + 15 (early key tiles,
 // seen by the most queries, are scheduled first).
@@ -259,15 +335,8 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(BackwardArgs args) {
     for (int tile = tile_first; tile < tile_end; ++step) {
       const int next_tile = next_query_tile(p, sequence, tile + 1, tile_end, last_key);
       const int buffer = step & 1;
-      if (next_tile < tile_end || member + 1 < p.group) {
-        const bool same_head = next_tile < tile_end;
-        QueryTiles<kD>(shared_bytes, buffer ^ 1)
-            .load(args, sequence, same_head ? head : head + 1, same_head ? next_tile : tile_first);
-        commit_async();
-        wait_async<1>();
-      } else {
-        wait_async<0>();
-      }
+      prefetch_next_query_tiles<kD>(args, shared_bytes, sequence, head, member, tile_first,
+                                    next_tile, tile_end, buffer);
       __syncthreads();
       const QueryTiles<kD> queries(shared_bytes, buffer);
       const int q0 = tile * kQueryRows;
@@ -278,26 +347,9 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(BackwardArgs args) {
       float dpt[kQueryRows / 8][4] = {};  // dPᵀ = V·dOᵀ
       multiply_nk<kD, kQueryRows>(dpt, v_tile, S::Keys::kStride, warp_row0, queries.dout,
                                   S::Queries::kStride);
-      int highest_first_key = 0;
-#pragma unroll
-      for (int i = 0; i < kQueryRows / kWarpSize; ++i) {
-        highest_first_key = max(highest_first_key, queries.first_key[i * kWarpSize + lane_id()]);
-      }
-      highest_first_key = __reduce_max_sync(0xffffffffu, highest_first_key);
+      const int highest_first_key = highest_first_key_of(queries);
       const bool interior = tile_is_interior(p, q0, kQueryRows, k0, kBlockRows, highest_first_key);
-#pragma unroll
-      for (int j = 0; j < kQueryRows / 8; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int column = j * 8 + pair + (e & 1);
-          const int key = e < 2 ? key_low : key_high;
-          const bool seen = interior || visible(p, q0 + column, key, queries.first_key[column]);
-          const float probability =
-              seen ? exp2f(st[j][e] * p.scale_log2 - queries.lse[column] * kLog2e) : 0.0f;
-          st[j][e] = probability;
-          dpt[j][e] = probability * (dpt[j][e] - queries.delta[column]);  // dSᵀ
-        }
-      }
+      transposed_probabilities_and_ds(st, dpt, p, queries, interior, q0, pair, key_low, key_high);
       multiply_kn<kQueryRows, kD>(dv, st, queries.dout, S::Queries::kStride);
       multiply_kn<kQueryRows, kD>(dk, dpt, queries.q, S::Queries::kStride);
       __syncthreads();  // this buffer is refilled next step

@@ -46,6 +46,90 @@ __device__ __forceinline__ float fold_scores(float (&s)[kTileRows / 8][4], int h
   return correction;
 }
 
+// Starts loading key tile `tile + 1` (k and v) into the buffer other than `buffer` when there is
+// one, then waits for the copies of tile `tile`.
+template <int kD>
+__device__ __forceinline__ void prefetch_next_key_tiles(
+    const ForwardArgs& args, __nv_bfloat16* k_tiles, __nv_bfloat16* v_tiles,
+    const __nv_bfloat16* k_base, const __nv_bfloat16* v_base, int tile, int tile_end, int buffer) {
+  using T = Tile<kD>;
+  const Problem& p = args.problem;
+  if (tile + 1 < tile_end) {
+    // Into the buffer the previous iteration read; the barrier that ended it makes this safe.
+    const int next = (tile + 1) * kTileRows;
+    const int offset = (buffer ^ 1) * T::kElements;
+    load_tile_async<kD, kTileRows>(k_tiles + offset, k_base, args.k.ld, next, p.positions,
+                                   p.head_dim);
+    load_tile_async<kD, kTileRows>(v_tiles + offset, v_base, args.v.ld, next, p.positions,
+                                   p.head_dim);
+    commit_async();
+    wait_async<1>();
+  } else {
+    wait_async<0>();
+  }
+}
+
+// A tile's scores in base-2 units, -inf where the key is not visible to the row (interior tiles:
+// every key visible).
+__device__ __forceinline__ void mask_scores(float (&s)[kTileRows / 8][4], const Problem& p,
+                                            bool interior, int k0, int pair, int row_low,
+                                            int row_high, int first_key_low, int first_key_high) {
+#pragma unroll
+  for (int j = 0; j < kTileRows / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = k0 + j * 8 + pair + (e & 1);
+      const bool seen = interior || (e < 2 ? visible(p, row_low, key, first_key_low)
+                                           : visible(p, row_high, key, first_key_high));
+      s[j][e] = seen ? s[j][e] * p.scale_log2 : -INFINITY;
+    }
+  }
+}
+
+// Rescales the output accumulated so far by the rows' softmax corrections.
+template <int kD>
+__device__ __forceinline__ void rescale_output(float (&o)[kD / 8][4], float correction_low,
+                                               float correction_high) {
+#pragma unroll
+  for (int n = 0; n < kD / 8; ++n) {
+    o[n][0] *= correction_low;
+    o[n][1] *= correction_low;
+    o[n][2] *= correction_high;
+    o[n][3] *= correction_high;
+  }
+}
+
+// The output rows divided by their softmax sums, stored (bf16 or fp32), and their log-sum-exp.
+template <int kD, bool kBf16Out>
+__device__ __forceinline__ void store_output_and_lse(const float (&o)[kD / 8][4],
+                                                     const RunningRow& low, const RunningRow& high,
+                                                     const ForwardArgs& args, int sequence,
+                                                     int head, std::size_t row0, int row_low,
+                                                     int row_high, int pair) {
+  const Problem& p = args.problem;
+  const float sum_low = quad_sum(low.sum);
+  const float sum_high = quad_sum(high.sum);
+  const float inverse_low = sum_low > 0.0f ? 1.0f / sum_low : 0.0f;
+  const float inverse_high = sum_high > 0.0f ? 1.0f / sum_high : 0.0f;
+  if constexpr (kBf16Out) {
+    store_rows<kD>(o, inverse_low, inverse_high,
+                   args.out_bf16.data + row0 * args.out_bf16.ld + head * p.head_dim,
+                   args.out_bf16.ld, row_low, p);
+  } else {
+    store_rows<kD>(o, inverse_low, inverse_high,
+                   args.out.data + row0 * args.out.ld + head * p.head_dim, args.out.ld, row_low, p);
+  }
+  // The natural-log log-sum-exp of the scaled scores, as the fp32 kernel keeps it.
+  if (pair == 0) {
+    const std::size_t lse_row0 =
+        (static_cast<std::size_t>(sequence) * p.heads + head) * p.positions;
+    if (row_low < p.positions) args.lse[lse_row0 + row_low] = (low.max + log2f(sum_low)) * kLn2;
+    if (row_high < p.positions) {
+      args.lse[lse_row0 + row_high] = (high.max + log2f(sum_high)) * kLn2;
+    }
+  }
+}
+
 // Grid (query tiles, heads, sequences); the latest query tiles, which see the most keys, are
 // scheduled first so that the short ones fill the tail.
 // kBf16Out: the output goes to args.out_bf16, rounded, else to args.out (one instantiation each,
@@ -91,19 +175,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(ForwardArgs args) {
   RunningRow low, high;
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     const int buffer = (tile - tile_begin) & 1;
-    if (tile + 1 < tile_end) {
-      // Into the buffer the previous iteration read; the barrier that ended it makes this safe.
-      const int next = (tile + 1) * kTileRows;
-      const int offset = (buffer ^ 1) * T::kElements;
-      load_tile_async<kD, kTileRows>(k_tiles + offset, k_base, args.k.ld, next, p.positions,
-                                     p.head_dim);
-      load_tile_async<kD, kTileRows>(v_tiles + offset, v_base, args.v.ld, next, p.positions,
-                                     p.head_dim);
-      commit_async();
-      wait_async<1>();
-    } else {
-      wait_async<0>();
-    }
+    prefetch_next_key_tiles<kD>(args, k_tiles, v_tiles, k_base, v_base, tile, tile_end, buffer);
     __syncthreads();
     const __nv_bfloat16* k_tile = k_tiles + buffer * T::kElements;
     const __nv_bfloat16* v_tile = v_tiles + buffer * T::kElements;
@@ -112,51 +184,17 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(ForwardArgs args) {
     multiply_nk<kD, kTileRows>(s, q_tile, T::kStride, warp_row0, k_tile, T::kStride);
     const int k0 = tile * kTileRows;
     const bool interior = tile_is_interior(p, q0, kBlockRows, k0, kTileRows, first_keys.highest);
-#pragma unroll
-    for (int j = 0; j < kTileRows / 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = k0 + j * 8 + pair + (e & 1);
-        const bool seen = interior || (e < 2 ? visible(p, row_low, key, first_key_low)
-                                             : visible(p, row_high, key, first_key_high));
-        s[j][e] = seen ? s[j][e] * p.scale_log2 : -INFINITY;
-      }
-    }
+    mask_scores(s, p, interior, k0, pair, row_low, row_high, first_key_low, first_key_high);
     const float correction_low = fold_scores(s, 0, low);
     const float correction_high = fold_scores(s, 1, high);
-#pragma unroll
-    for (int n = 0; n < kD / 8; ++n) {
-      o[n][0] *= correction_low;
-      o[n][1] *= correction_low;
-      o[n][2] *= correction_high;
-      o[n][3] *= correction_high;
-    }
+    rescale_output<kD>(o, correction_low, correction_high);
     multiply_kn<kTileRows, kD>(o, s, v_tile, T::kStride);
     __syncthreads();  // this buffer is refilled next iteration
   }
   wait_async<0>();  // nothing may still be copying when the block ends (no key tile: q)
 
-  const float sum_low = quad_sum(low.sum);
-  const float sum_high = quad_sum(high.sum);
-  const float inverse_low = sum_low > 0.0f ? 1.0f / sum_low : 0.0f;
-  const float inverse_high = sum_high > 0.0f ? 1.0f / sum_high : 0.0f;
-  if constexpr (kBf16Out) {
-    store_rows<kD>(o, inverse_low, inverse_high,
-                   args.out_bf16.data + row0 * args.out_bf16.ld + head * p.head_dim,
-                   args.out_bf16.ld, row_low, p);
-  } else {
-    store_rows<kD>(o, inverse_low, inverse_high,
-                   args.out.data + row0 * args.out.ld + head * p.head_dim, args.out.ld, row_low, p);
-  }
-  // The natural-log log-sum-exp of the scaled scores, as the fp32 kernel keeps it.
-  if (pair == 0) {
-    const std::size_t lse_row0 =
-        (static_cast<std::size_t>(sequence) * p.heads + head) * p.positions;
-    if (row_low < p.positions) args.lse[lse_row0 + row_low] = (low.max + log2f(sum_low)) * kLn2;
-    if (row_high < p.positions) {
-      args.lse[lse_row0 + row_high] = (high.max + log2f(sum_high)) * kLn2;
-    }
-  }
+  store_output_and_lse<kD, kBf16Out>(o, low, high, args, sequence, head, row0, row_low, row_high,
+                                     pair);
 }
 
 template <int kD, bool kBf16Out>

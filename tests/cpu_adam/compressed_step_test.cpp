@@ -363,6 +363,38 @@ TEST(CompressedStep, KahanSplitIsAFixedPointOfItsJoin) {
   }
 }
 
+// One step of a bf16 master rounded to nearest, as `spans` steps its Kahan master: an fp32 master
+// (moments m2, v2) from `nearest`, stepped, rounded back into `nearest`.
+void step_rounded_to_nearest(const Hyperparams& h, const CompressedSpans& spans,
+                             std::vector<Bf16>& nearest, std::vector<float>& nearest_fp32,
+                             std::vector<float>& m2, std::vector<float>& v2,
+                             tbb::task_arena& arena) {
+  for (std::size_t i = 0; i < nearest.size(); ++i) nearest_fp32[i] = to_float(nearest[i]);
+  CompressedSpans plain = spans;
+  plain.master_dtype = StateDType::kFp32;
+  plain.master = reinterpret_cast<std::byte*>(nearest_fp32.data());
+  plain.compensation = nullptr;
+  plain.exp_avg = reinterpret_cast<std::byte*>(m2.data());
+  plain.exp_avg_sq = reinterpret_cast<std::byte*>(v2.data());
+  step_compressed(h, plain, {}, {}, {}, arena);
+  for (std::size_t i = 0; i < nearest.size(); ++i) nearest[i] = to_bf16(nearest_fp32[i]);
+}
+
+// Step `step` of the float64 reference: AdamW's recurrence on ref, m and v.
+void reference_adamw_step(const Hyperparams& h, int step, const std::vector<float>& grad,
+                          std::vector<double>& ref, std::vector<double>& m,
+                          std::vector<double>& v) {
+  const double bc1 = 1 - std::pow(h.beta1, step);
+  const double bc2 = 1 - std::pow(h.beta2, step);
+  for (std::size_t i = 0; i < grad.size(); ++i) {
+    const double g = grad[i];
+    m[i] = h.beta1 * m[i] + (1 - h.beta1) * g;
+    v[i] = h.beta2 * v[i] + (1 - h.beta2) * g * g;
+    ref[i] *= 1 - h.lr * h.weight_decay;
+    ref[i] -= h.lr * (m[i] / bc1) / (std::sqrt(v[i] / bc2) + h.eps);
+  }
+}
+
 // 400 AdamW steps whose per-step change (1e-4) is a seventieth of the weights' bf16 spacing
 // (2^-7 in [1, 2)): a bf16 master rounded to nearest never moves, a Kahan-compensated one follows
 // a float64 reference of the same recurrence, and its weights stay within a bf16 spacing of it.
@@ -402,24 +434,8 @@ TEST(CompressedStep, KahanMasterTracksAFloat64Reference) {
     spans.exp_avg_sq = reinterpret_cast<std::byte*>(v1.data());
     spans.grad = std::span<const float>(grad);
     step_compressed(h, spans, {}, {}, {}, arena);
-    for (std::size_t i = 0; i < kElements; ++i) nearest_fp32[i] = to_float(nearest[i]);
-    CompressedSpans plain = spans;
-    plain.master_dtype = StateDType::kFp32;
-    plain.master = reinterpret_cast<std::byte*>(nearest_fp32.data());
-    plain.compensation = nullptr;
-    plain.exp_avg = reinterpret_cast<std::byte*>(m2.data());
-    plain.exp_avg_sq = reinterpret_cast<std::byte*>(v2.data());
-    step_compressed(h, plain, {}, {}, {}, arena);
-    for (std::size_t i = 0; i < kElements; ++i) nearest[i] = to_bf16(nearest_fp32[i]);
-    const double bc1 = 1 - std::pow(h.beta1, step);
-    const double bc2 = 1 - std::pow(h.beta2, step);
-    for (std::size_t i = 0; i < kElements; ++i) {
-      const double g = grad[i];
-      m[i] = h.beta1 * m[i] + (1 - h.beta1) * g;
-      v[i] = h.beta2 * v[i] + (1 - h.beta2) * g * g;
-      ref[i] *= 1 - h.lr * h.weight_decay;
-      ref[i] -= h.lr * (m[i] / bc1) / (std::sqrt(v[i] / bc2) + h.eps);
-    }
+    step_rounded_to_nearest(h, spans, nearest, nearest_fp32, m2, v2, arena);
+    reference_adamw_step(h, step, grad, ref, m, v);
   }
   double moved = 0, kahan_error = 0, nearest_error = 0, worst_weight = 0;
   for (std::size_t i = 0; i < kElements; ++i) {

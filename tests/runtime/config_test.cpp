@@ -40,8 +40,8 @@ TEST(Config, EmptyFileGivesDocumentedDefaults) {
   EXPECT_EQ(config.run.ranks, 1u);
 }
 
-TEST(Config, ReadsEverySection) {
-  const Config config = parse_config(R"(
+// Every section of the config, with most of its keys set.
+constexpr const char* kEverySection = R"(
 [run]
 ranks = 4
 seed = 7
@@ -101,7 +101,10 @@ vocab = 256
 tied_head = false
 micro_batch = 2
 grad_accumulation = 4
-)");
+)";
+
+TEST(Config, ReadsEverySection) {
+  const Config config = parse_config(kEverySection);
   EXPECT_EQ(config.run.ranks, 4u);
   EXPECT_EQ(config.run.seed, 7u);
   EXPECT_EQ(config.tiers.device.kind, DeviceKind::kHost);

@@ -79,15 +79,11 @@ done:
   return result;
 }
 
-TEST(CrashRecovery, SigkillAtRandomMomentsResumesAtTheLastCommitAndEndsBitwiseEqual) {
-  const std::uint64_t seed = crash_seed_knob().value_or(std::random_device{}());
-  SCOPED_TRACE(fmt::format("STRATA_CRASH_SEED={}", seed));
-  std::mt19937_64 random(seed);
-
-  // The reference run gives the expected parameters; three uninterrupted runs time a full run,
-  // and the fastest one counts, since a loaded machine (CI runs tests in parallel) only slows runs.
-  std::vector<std::uint8_t> expected;
-  auto duration = std::chrono::microseconds::max();
+// The reference run gives the expected parameters; three uninterrupted runs time a full run,
+// and the fastest one counts (`duration`), since a loaded machine (CI runs tests in parallel) only
+// slows runs.
+void run_references(std::vector<std::uint8_t>& expected, std::chrono::microseconds& duration) {
+  duration = std::chrono::microseconds::max();
   for (int timing = 0; timing < 3; ++timing) {
     ScratchDir dir;
     const auto start = std::chrono::steady_clock::now();
@@ -102,6 +98,42 @@ TEST(CrashRecovery, SigkillAtRandomMomentsResumesAtTheLastCommitAndEndsBitwiseEq
     }
     expected = bytes;
   }
+}
+
+// Follows one child's log ("resumed N", "committed N", "done"): `known` is the highest step the
+// trial's children said they committed, `finished` set once a child says done.
+void follow_child_log(const ChildResult& child, int trial, int run, std::uint64_t& known,
+                      bool& finished, int& mid_training_resumes) {
+  std::istringstream lines(child.log);
+  std::string word;
+  std::uint64_t value = 0;
+  while (lines >> word) {
+    if (word == "resumed") {
+      lines >> value;
+      // Resumes where it committed last; one more if the kill fell between a commit and
+      // the line saying so.
+      EXPECT_GE(value, known) << "trial " << trial << " run " << run << ":\n" << child.log;
+      EXPECT_LE(value, known + 1) << "trial " << trial << " run " << run << ":\n" << child.log;
+      known = value;
+      if (value > 0 && value < kSteps) ++mid_training_resumes;
+    } else if (word == "committed") {
+      lines >> value;
+      EXPECT_EQ(value, known + 1) << child.log;
+      known = value;
+    } else if (word == "done") {
+      finished = true;
+    }
+  }
+}
+
+TEST(CrashRecovery, SigkillAtRandomMomentsResumesAtTheLastCommitAndEndsBitwiseEqual) {
+  const std::uint64_t seed = crash_seed_knob().value_or(std::random_device{}());
+  SCOPED_TRACE(fmt::format("STRATA_CRASH_SEED={}", seed));
+  std::mt19937_64 random(seed);
+
+  std::vector<std::uint8_t> expected;
+  std::chrono::microseconds duration{};
+  ASSERT_NO_FATAL_FAILURE(run_references(expected, duration));
 
   // Trials until ~40 s are spent (CI time), at least 3.
   const auto budget = std::chrono::steady_clock::now() + std::chrono::seconds(40);
@@ -120,26 +152,7 @@ TEST(CrashRecovery, SigkillAtRandomMomentsResumesAtTheLastCommitAndEndsBitwiseEq
       const auto kill_after = std::chrono::microseconds(delay(random) * (1 + run / 8));
       const ChildResult child = run_child(dir.path(), dir.path() / "out.bin",
                                           dir.path() / fmt::format("log{}.txt", run), kill_after);
-      std::istringstream lines(child.log);
-      std::string word;
-      std::uint64_t value = 0;
-      while (lines >> word) {
-        if (word == "resumed") {
-          lines >> value;
-          // Resumes where it committed last; one more if the kill fell between a commit and
-          // the line saying so.
-          EXPECT_GE(value, known) << "trial " << trials << " run " << run << ":\n" << child.log;
-          EXPECT_LE(value, known + 1) << "trial " << trials << " run " << run << ":\n" << child.log;
-          known = value;
-          if (value > 0 && value < kSteps) ++mid_training_resumes;
-        } else if (word == "committed") {
-          lines >> value;
-          EXPECT_EQ(value, known + 1) << child.log;
-          known = value;
-        } else if (word == "done") {
-          finished = true;
-        }
-      }
+      follow_child_log(child, trials, run, known, finished, mid_training_resumes);
       if (child.killed) {
         ++kills;
         continue;

@@ -254,6 +254,45 @@ TEST(EngineMpi, StagedPathIsBitwiseIdenticalToTheDirectPath) {
   }
 }
 
+// A step mode of GathersStartAheadOfUseAcrossRanks.
+struct Step {
+  const char* name;
+  bool overlap, defer;
+};
+
+// The gathers queued ahead over a run, and the master parameters after it.
+using GatherRun = std::pair<std::uint64_t, std::vector<std::vector<float>>>;
+
+// Four steps of the tiny MLP with every unit gathered and evicted every step, gathers started
+// ahead of use across ranks or not.
+GatherRun train_gathering(bool staged, const Step& mode, Tier params, DType dtype, bool ahead) {
+  ScratchDir dir;
+  Config config = make_config(dir);
+  config.zero.params = params;
+  config.zero.optimizer = Tier::kNvme;
+  config.zero.persistence_threshold = 0;  // every unit gathered and evicted every step
+  config.zero.prefetch_depth = 2;
+  config.zero.overlap_optimizer = mode.overlap;
+  config.zero.defer_update = mode.defer;
+  config.precision.params = config.precision.grads = dtype;
+  auto device = host_device(config);
+  EngineOptions options;
+  options.gathers_ahead_across_ranks = ahead;
+  if (staged) options.device_access = EngineOptions::DeviceAccess::kStaged;
+  Engine engine(config, *device, world(), options);
+  TinyMlp model(kWidths, 8, 100 + static_cast<std::uint32_t>(world().rank()));
+  model.add_units(engine);
+  engine.finalize();
+  std::uint64_t queued_ahead = 0;
+  for (int step = 0; step < 4; ++step) {
+    model.train_step(engine);
+    queued_ahead += engine.step().gathers_queued_ahead;
+  }
+  std::vector<std::vector<float>> masters;
+  for (UnitId unit : model.units()) masters.push_back(engine.gather_master(unit));
+  return {queued_ahead, masters};
+}
+
 // #18: with several ranks a prefetched unit starts its all-gather at its load
 // (EngineOptions::gathers_ahead_across_ranks): a shard in memory is sent then; one read from NVMe
 // by the Engine's GatherSender once its reads are in, one a deferred update produces by the update
@@ -265,10 +304,6 @@ TEST(EngineMpi, StagedPathIsBitwiseIdenticalToTheDirectPath) {
 // once its update is done (one rank on the staged path: queued), so it starts as many ahead as
 // the serial step, which prefetches them after the updates.
 TEST(EngineMpi, GathersStartAheadOfUseAcrossRanks) {
-  struct Step {
-    const char* name;
-    bool overlap, defer;
-  };
   std::map<std::tuple<bool, Tier, DType>, std::uint64_t> serial_ahead;
   for (const bool staged : {false, true}) {
     for (const Step& mode : {Step{"serial", false, false}, Step{"overlapped", true, false},
@@ -278,35 +313,8 @@ TEST(EngineMpi, GathersStartAheadOfUseAcrossRanks) {
           SCOPED_TRACE(fmt::format("{} path, {} step, params on {}, {}, {} ranks",
                                    staged ? "staged" : "direct", mode.name, to_string(params),
                                    to_string(dtype), world().size()));
-          const auto run = [&](bool ahead) {
-            ScratchDir dir;
-            Config config = make_config(dir);
-            config.zero.params = params;
-            config.zero.optimizer = Tier::kNvme;
-            config.zero.persistence_threshold = 0;  // every unit gathered and evicted every step
-            config.zero.prefetch_depth = 2;
-            config.zero.overlap_optimizer = mode.overlap;
-            config.zero.defer_update = mode.defer;
-            config.precision.params = config.precision.grads = dtype;
-            auto device = host_device(config);
-            EngineOptions options;
-            options.gathers_ahead_across_ranks = ahead;
-            if (staged) options.device_access = EngineOptions::DeviceAccess::kStaged;
-            Engine engine(config, *device, world(), options);
-            TinyMlp model(kWidths, 8, 100 + static_cast<std::uint32_t>(world().rank()));
-            model.add_units(engine);
-            engine.finalize();
-            std::uint64_t queued_ahead = 0;
-            for (int step = 0; step < 4; ++step) {
-              model.train_step(engine);
-              queued_ahead += engine.step().gathers_queued_ahead;
-            }
-            std::vector<std::vector<float>> masters;
-            for (UnitId unit : model.units()) masters.push_back(engine.gather_master(unit));
-            return std::pair(queued_ahead, masters);
-          };
-          const auto [ahead_count, ahead] = run(true);
-          const auto [at_use_count, at_use] = run(false);
+          const auto [ahead_count, ahead] = train_gathering(staged, mode, params, dtype, true);
+          const auto [at_use_count, at_use] = train_gathering(staged, mode, params, dtype, false);
           const bool read = params == Tier::kNvme || force_nvme_knob();
           // Shards read from NVMe, and on the staged path shards copied d2h from a device home,
           // are sent by another thread: MPI_THREAD_MULTIPLE.

@@ -225,66 +225,61 @@ TinyModelOptions tiny(Family family, bool gpt2_prefix_stripped = false) {
   return options;
 }
 
-// One reader process for every folder: importing torch takes seconds.
-TEST(HfExportReader, AnIndependentReaderAcceptsEveryExportAndComputesStratasLoss) {
-  if (!python_has_torch()) GTEST_SKIP() << kPython << " cannot import torch (python3-torch)";
-  set_blas_threads(1);
-  ScratchDir scratch;
-  const std::vector<Finetuned> models = {
-      finetune("llama_gqa", scratch.path() / "llama", tiny(Family::kLlama)),
-      finetune("qwen2_bias_tied", scratch.path() / "qwen2", tiny(Family::kQwen2)),
-      finetune("mistral", scratch.path() / "mistral", tiny(Family::kMistral)),
-      finetune("gpt2", scratch.path() / "gpt2", tiny(Family::kGpt2)),
-      finetune("gpt2_bare_names", scratch.path() / "gpt2-bare", tiny(Family::kGpt2, true))};
+// What the reader must say of one export: strata's loss on the same weights and tokens.
+struct Expected {
+  std::string label;
+  double strata_loss;
+  bool sharded;
+  std::string dtype;
+};
 
-  struct Expected {
-    std::string label;
-    double strata_loss;
-    bool sharded;
-    std::string dtype;
-  };
+// The reader's cases (its input) and, by folder, what it must answer.
+struct ExportCases {
   std::map<std::string, Expected> expected;
   nlohmann::json cases = nlohmann::json::array();
-  for (const Finetuned& model : models) {
-    const std::vector<std::int32_t> tokens =
-        testing::random_tokens(kSequences * (kSeqLen + 1), model.config.vocab_size, 42);
-    for (const std::uint64_t shard_bytes : {std::uint64_t{5'000'000'000}, kSmallShardBytes}) {
-      const bool sharded = shard_bytes == kSmallShardBytes;
-      const std::string layout = sharded ? "sharded" : "single";
-      const fs::path fp32 = scratch.path() / fmt::format("{}-fp32-{}", model.name, layout);
-      for (const DType dtype : {DType::kFp32, DType::kBf16}) {
-        const bool bf16 = dtype == DType::kBf16;
-        const fs::path out = bf16 ? scratch.path() / fmt::format("{}-bf16-{}", model.name, layout)
-                                  : fp32;
-        export_model(model, out, dtype, shard_bytes);
-        nlohmann::json c = {{"folder", out.string()},
-                            {"tokens", sequences_of(tokens)},
-                            {"dtype", bf16 ? "bf16" : "fp32"},
-                            {"max_shard_bytes", shard_bytes}};
-        if (bf16) c["rounding_of"] = fp32.string();
-        cases.push_back(c);
-        expected[out.string()] = {out.filename().string(), strata_loss(model, dtype, tokens),
-                                  sharded, bf16 ? "BF16" : "F32"};
-      }
-      const double fp32_loss = expected[fp32.string()].strata_loss;
-      const double gap = std::abs(expected[cases.back()["folder"]].strata_loss - fp32_loss);
-      EXPECT_GT(gap, 10 * kRelativeTolerance * fp32_loss)
-          << model.name << ": bf16 rounding must move the loss beyond the tolerance";
-      if (!sharded) std::printf("%-16s bf16 rounding moves the loss by %.1e relative\n",
-                                model.name.c_str(), gap / fp32_loss);
+};
+
+// Exports `model` in fp32 and bf16, in one file and in shards, each a case for the reader; bf16's
+// rounding must move strata's loss beyond the comparison's tolerance.
+void add_export_cases(const Finetuned& model, const fs::path& scratch, ExportCases& exports) {
+  std::map<std::string, Expected>& expected = exports.expected;
+  nlohmann::json& cases = exports.cases;
+  const std::vector<std::int32_t> tokens =
+      testing::random_tokens(kSequences * (kSeqLen + 1), model.config.vocab_size, 42);
+  for (const std::uint64_t shard_bytes : {std::uint64_t{5'000'000'000}, kSmallShardBytes}) {
+    const bool sharded = shard_bytes == kSmallShardBytes;
+    const std::string layout = sharded ? "sharded" : "single";
+    const fs::path fp32 = scratch / fmt::format("{}-fp32-{}", model.name, layout);
+    for (const DType dtype : {DType::kFp32, DType::kBf16}) {
+      const bool bf16 = dtype == DType::kBf16;
+      const fs::path out = bf16 ? scratch / fmt::format("{}-bf16-{}", model.name, layout) : fp32;
+      export_model(model, out, dtype, shard_bytes);
+      nlohmann::json c = {{"folder", out.string()},
+                          {"tokens", sequences_of(tokens)},
+                          {"dtype", bf16 ? "bf16" : "fp32"},
+                          {"max_shard_bytes", shard_bytes}};
+      if (bf16) c["rounding_of"] = fp32.string();
+      cases.push_back(c);
+      expected[out.string()] = {out.filename().string(), strata_loss(model, dtype, tokens), sharded,
+                                bf16 ? "BF16" : "F32"};
+    }
+    const double fp32_loss = expected[fp32.string()].strata_loss;
+    const double gap = std::abs(expected[cases.back()["folder"]].strata_loss - fp32_loss);
+    EXPECT_GT(gap, 10 * kRelativeTolerance * fp32_loss)
+        << model.name << ": bf16 rounding must move the loss beyond the tolerance";
+    if (!sharded) {
+      std::printf("%-16s bf16 rounding moves the loss by %.1e relative\n", model.name.c_str(),
+                  gap / fp32_loss);
     }
   }
-  const std::vector<Broken> broken =
-      broken_folders(scratch.path(), scratch.path() / "llama_gqa-fp32-single",
-                     scratch.path() / "llama_gqa-fp32-sharded");
-  for (const Broken& b : broken) {
-    cases.push_back({{"folder", b.folder.string()}, {"max_shard_bytes", b.max_shard_bytes}});
-  }
+}
 
-  // Valid in every respect the reader checks, but with layer 0's gate_proj and up_proj values
-  // exchanged (same shape): only the loss comparison can tell, and it must.
-  const fs::path llama_single = scratch.path() / "llama_gqa-fp32-single";
-  const fs::path swapped = copy_folder(llama_single, scratch.path() / "swapped-gate-up");
+// Valid in every respect the reader checks, but with layer 0's gate_proj and up_proj values
+// exchanged (same shape): only the loss comparison can tell, and it must. Adds the case on the
+// tokens of cases[0] (llama_gqa-fp32-single's) and returns its folder.
+fs::path add_swapped_case(const fs::path& llama_single, const fs::path& scratch,
+                          nlohmann::json& cases) {
+  const fs::path swapped = copy_folder(llama_single, scratch / "swapped-gate-up");
   std::vector<testing::FloatTensor> tensors =
       testing::read_float_tensors(llama_single / kSingleFileName);
   std::map<std::string, testing::FloatTensor*> by_name;
@@ -295,13 +290,17 @@ TEST(HfExportReader, AnIndependentReaderAcceptsEveryExportAndComputesStratasLoss
   cases.push_back({{"folder", swapped.string()},
                    {"tokens", cases[0]["tokens"]},  // llama_gqa-fp32-single's
                    {"max_shard_bytes", 5'000'000'000}});
+  return swapped;
+}
 
-  const std::map<std::string, nlohmann::json> results = read_folders(scratch.path(), cases);
-  ASSERT_EQ(results.size(), cases.size());
+// Every export accepted, in its dtype and file layout, with strata's loss.
+void expect_reader_accepts(const std::map<std::string, nlohmann::json>& results,
+                           const std::map<std::string, Expected>& expected) {
   // Both fp32 and float64 compute the loss of the very same weights; fp32's sums over 24-64 wide
   // rows round at ~1e-7 relative (measured here: at most 1e-7; decoder_torch_test likewise).
   // Bound: 1e-5 relative, as decoder_torch_test's. It tells bf16 from fp32 weights apart: their
-  // losses differ by far more (checked below), and a wrong or transposed tensor moves it more still.
+  // losses differ by far more (add_export_cases checks), and a wrong or transposed tensor moves it
+  // more still.
   for (const auto& [folder, want] : expected) {
     SCOPED_TRACE(want.label);
     ASSERT_TRUE(results.contains(folder));
@@ -320,13 +319,11 @@ TEST(HfExportReader, AnIndependentReaderAcceptsEveryExportAndComputesStratasLoss
                 want.label.c_str(), files.size(), got["tensors"].get<int>(), loss, want.strata_loss,
                 std::abs(loss - want.strata_loss) / loss);
   }
-  ASSERT_TRUE(results.at(swapped.string())["ok"].get<bool>()) << results.at(swapped.string());
-  const double swapped_loss = results.at(swapped.string())["loss"].get<double>();
-  const double good_loss = expected.at(llama_single.string()).strata_loss;
-  EXPECT_GT(std::abs(swapped_loss - good_loss), 100 * kRelativeTolerance * good_loss)
-      << "exchanging two tensors left the loss within the tolerance: the comparison proves little";
-  std::printf("gate_proj <-> up_proj exchanged: loss %.6f instead of %.6f\n", swapped_loss,
-              good_loss);
+}
+
+// Every broken folder refused, with the pieces of its message.
+void expect_reader_refuses(const std::map<std::string, nlohmann::json>& results,
+                           const std::vector<Broken>& broken) {
   for (const Broken& b : broken) {
     SCOPED_TRACE(b.folder.filename().string());
     ASSERT_TRUE(results.contains(b.folder.string()));
@@ -337,6 +334,43 @@ TEST(HfExportReader, AnIndependentReaderAcceptsEveryExportAndComputesStratasLoss
       EXPECT_NE(error.find(piece), std::string::npos) << "'" << piece << "' not in: " << error;
     }
   }
+}
+
+// One reader process for every folder: importing torch takes seconds.
+TEST(HfExportReader, AnIndependentReaderAcceptsEveryExportAndComputesStratasLoss) {
+  if (!python_has_torch()) GTEST_SKIP() << kPython << " cannot import torch (python3-torch)";
+  set_blas_threads(1);
+  ScratchDir scratch;
+  const std::vector<Finetuned> models = {
+      finetune("llama_gqa", scratch.path() / "llama", tiny(Family::kLlama)),
+      finetune("qwen2_bias_tied", scratch.path() / "qwen2", tiny(Family::kQwen2)),
+      finetune("mistral", scratch.path() / "mistral", tiny(Family::kMistral)),
+      finetune("gpt2", scratch.path() / "gpt2", tiny(Family::kGpt2)),
+      finetune("gpt2_bare_names", scratch.path() / "gpt2-bare", tiny(Family::kGpt2, true))};
+
+  ExportCases exports;
+  for (const Finetuned& model : models) add_export_cases(model, scratch.path(), exports);
+  nlohmann::json& cases = exports.cases;
+  const std::vector<Broken> broken =
+      broken_folders(scratch.path(), scratch.path() / "llama_gqa-fp32-single",
+                     scratch.path() / "llama_gqa-fp32-sharded");
+  for (const Broken& b : broken) {
+    cases.push_back({{"folder", b.folder.string()}, {"max_shard_bytes", b.max_shard_bytes}});
+  }
+  const fs::path llama_single = scratch.path() / "llama_gqa-fp32-single";
+  const fs::path swapped = add_swapped_case(llama_single, scratch.path(), cases);
+
+  const std::map<std::string, nlohmann::json> results = read_folders(scratch.path(), cases);
+  ASSERT_EQ(results.size(), cases.size());
+  ASSERT_NO_FATAL_FAILURE(expect_reader_accepts(results, exports.expected));
+  ASSERT_TRUE(results.at(swapped.string())["ok"].get<bool>()) << results.at(swapped.string());
+  const double swapped_loss = results.at(swapped.string())["loss"].get<double>();
+  const double good_loss = exports.expected.at(llama_single.string()).strata_loss;
+  EXPECT_GT(std::abs(swapped_loss - good_loss), 100 * kRelativeTolerance * good_loss)
+      << "exchanging two tensors left the loss within the tolerance: the comparison proves little";
+  std::printf("gate_proj <-> up_proj exchanged: loss %.6f instead of %.6f\n", swapped_loss,
+              good_loss);
+  expect_reader_refuses(results, broken);
 }
 
 }  // namespace

@@ -100,15 +100,9 @@ void expect_independent_reader_agrees(const std::filesystem::path& out, const Hf
               result["loss"].get<double>(), strata_loss);
 }
 
-TEST_F(Programs, FinetuneExportEvalGenerate) {
-  const std::filesystem::path out = scratch.path() / "finetuned";
-  const std::filesystem::path summary = scratch.path() / "summary.json";
-  const auto [log, status] = run(std::string(STRATA_FINETUNE) + " --model " + model.string() +
-                                 " --data " + text.string() + " --config " + config.string() +
-                                 " --steps 10 --eval-every 0 --blas-threads 1 --export " +
-                                 out.string() + " --summary-json " + summary.string());
-  ASSERT_EQ(status, 0) << log;
-  const nlohmann::json figures = nlohmann::json::parse(read_text_file(summary));
+// strata-finetune's summary: the loss fell, the NVMe traffic and the CPU time are reported.
+void expect_finetune_summary(const nlohmann::json& figures, const std::string& log,
+                             const std::filesystem::path& model) {
   EXPECT_LT(figures["final_val_loss"].get<double>(), figures["initial_val_loss"].get<double>() - 0.5)
       << log;
   // Params and optimizer state live on NVMe: the run's traffic is in the summary, line and JSON.
@@ -132,31 +126,35 @@ TEST_F(Programs, FinetuneExportEvalGenerate) {
   EXPECT_GT(figures["cores_busy"].get<double>(), 0.0) << log;
   EXPECT_LT(figures["cores_busy"].get<double>(), std::thread::hardware_concurrency() + 0.5) << log;
   EXPECT_NE(log.find("  CPU: "), std::string::npos) << log;
-  const HfConfig hf = read_hf_config(out / "config.json");
-  HfCheckpoint::open(out).check(decoder_units(hf));
-  EXPECT_EQ(testing::python_tensor_summary(out).begin().value()["dtype"], "BF16");
+}
 
-  set_blas_threads(1);
-  const HostWeights weights = HostWeights::load(out, decoder_units(hf));
-  const Tokenizer tokenizer = Tokenizer::load(out);
-  expect_independent_reader_agrees(out, hf, weights, tokenizer.encode(read_text_file(text)));
+// strata-eval --json on the export prints the perplexity the library computes; `eval` gets its
+// JSON.
+void expect_eval_agrees(const Programs& programs, const std::filesystem::path& out,
+                        const HfConfig& hf, const HostWeights& weights, const Tokenizer& tokenizer,
+                        nlohmann::json& eval) {
   const auto [eval_output, eval_status] =
-      run(std::string(STRATA_EVAL) + " --model " + out.string() + " --data " + text.string() +
-          " --seq-len 48 --blas-threads 1 --json");
+      programs.run(std::string(STRATA_EVAL) + " --model " + out.string() + " --data " +
+                   programs.text.string() + " --seq-len 48 --blas-threads 1 --json");
   ASSERT_EQ(eval_status, 0) << eval_output;
-  const nlohmann::json eval = nlohmann::json::parse(eval_output);
+  eval = nlohmann::json::parse(eval_output);
   const PerplexityResult expected =
-      evaluate_perplexity(hf, weights, tokenizer.encode(read_text_file(text)), 48);
+      evaluate_perplexity(hf, weights, tokenizer.encode(read_text_file(programs.text)), 48);
   EXPECT_EQ(eval["tokens"].get<std::uint64_t>(), expected.tokens);
   EXPECT_DOUBLE_EQ(eval["mean_nll"].get<double>(), expected.mean_nll);
   EXPECT_DOUBLE_EQ(eval["perplexity"].get<double>(), std::exp(expected.mean_nll));
+}
+
+void expect_eval_dump_agrees(const Programs& programs, const std::filesystem::path& out,
+                             const HfConfig& hf, const HostWeights& weights,
+                             const Tokenizer& tokenizer) {
   // --dump: the text's ids, and the first window's logits, whose next-token NLL is the first
   // window's own perplexity figure (what gpu_export_check.py compares transformers against).
-  const std::filesystem::path dump = scratch.path() / "dump";
-  const std::vector<std::int32_t> text_ids = tokenizer.encode(read_text_file(text));
-  const auto [dump_output, dump_status] =
-      run(std::string(STRATA_EVAL) + " --model " + out.string() + " --data " + text.string() +
-          " --seq-len 48 --blas-threads 1 --json --dump " + dump.string());
+  const std::filesystem::path dump = programs.scratch.path() / "dump";
+  const std::vector<std::int32_t> text_ids = tokenizer.encode(read_text_file(programs.text));
+  const auto [dump_output, dump_status] = programs.run(
+      std::string(STRATA_EVAL) + " --model " + out.string() + " --data " + programs.text.string() +
+      " --seq-len 48 --blas-threads 1 --json --dump " + dump.string());
   ASSERT_EQ(dump_status, 0) << dump_output;
   EXPECT_EQ(nlohmann::json::parse(read_text_file(dump / "token_ids.json"))
                 .get<std::vector<std::int32_t>>(),
@@ -175,21 +173,29 @@ TEST_F(Programs, FinetuneExportEvalGenerate) {
   }
   const std::vector<std::int32_t> first_window(text_ids.begin(), text_ids.begin() + 48);
   EXPECT_NEAR(nll / 47, evaluate_perplexity(hf, weights, first_window, 48).mean_nll, 1e-5);
+}
+
+void expect_streamed_eval_agrees(const Programs& programs, const std::filesystem::path& out,
+                                 double eval_mean_nll) {
   // Every unit streamed from the folder on every pass: the same figures, bit for bit, and a note.
-  const auto [streamed_output, streamed_status] =
-      run(std::string(STRATA_EVAL) + " --model " + out.string() + " --data " + text.string() +
-          " --seq-len 48 --blas-threads 1 --resident-budget 0 --json");
+  const auto [streamed_output, streamed_status] = programs.run(
+      std::string(STRATA_EVAL) + " --model " + out.string() + " --data " + programs.text.string() +
+      " --seq-len 48 --blas-threads 1 --resident-budget 0 --json");
   ASSERT_EQ(streamed_status, 0) << streamed_output;
   EXPECT_NE(streamed_output.find("strata-eval: weights: 0 of"), std::string::npos)
       << streamed_output;
   const std::string last_line = streamed_output.substr(
       streamed_output.rfind('\n', streamed_output.size() - 2) + 1);
-  EXPECT_EQ(nlohmann::json::parse(last_line)["mean_nll"].get<double>(),
-            eval["mean_nll"].get<double>());
+  EXPECT_EQ(nlohmann::json::parse(last_line)["mean_nll"].get<double>(), eval_mean_nll);
+}
 
+// strata-generate --json prints the prompt's ids and the ids generate() gives.
+void expect_generate_agrees(const Programs& programs, const std::filesystem::path& out,
+                            const HfConfig& hf, const HostWeights& weights,
+                            const Tokenizer& tokenizer) {
   const auto [generate_output, generate_status] =
-      run(std::string(STRATA_GENERATE) + " --model " + out.string() +
-          " --prompt 'the cat' --max-new-tokens 6 --blas-threads 1 --json");
+      programs.run(std::string(STRATA_GENERATE) + " --model " + out.string() +
+                   " --prompt 'the cat' --max-new-tokens 6 --blas-threads 1 --json");
   ASSERT_EQ(generate_status, 0) << generate_output;
   const nlohmann::json generated = nlohmann::json::parse(generate_output);
   const std::vector<std::int32_t> prompt_ids = tokenizer.encode("the cat");
@@ -200,6 +206,31 @@ TEST_F(Programs, FinetuneExportEvalGenerate) {
   const std::vector<std::int32_t> ids = generate(hf, weights, prompt_ids, options);
   EXPECT_EQ(generated["ids"].get<std::vector<std::int32_t>>(), ids);
   EXPECT_EQ(generated["text"].get<std::string>(), tokenizer.decode(ids, true));
+}
+
+TEST_F(Programs, FinetuneExportEvalGenerate) {
+  const std::filesystem::path out = scratch.path() / "finetuned";
+  const std::filesystem::path summary = scratch.path() / "summary.json";
+  const auto [log, status] =
+      run(std::string(STRATA_FINETUNE) + " --model " + model.string() + " --data " + text.string() +
+          " --config " + config.string() + " --steps 10 --eval-every 0 --blas-threads 1 --export " +
+          out.string() + " --summary-json " + summary.string());
+  ASSERT_EQ(status, 0) << log;
+  const nlohmann::json figures = nlohmann::json::parse(read_text_file(summary));
+  expect_finetune_summary(figures, log, model);
+  const HfConfig hf = read_hf_config(out / "config.json");
+  HfCheckpoint::open(out).check(decoder_units(hf));
+  EXPECT_EQ(testing::python_tensor_summary(out).begin().value()["dtype"], "BF16");
+
+  set_blas_threads(1);
+  const HostWeights weights = HostWeights::load(out, decoder_units(hf));
+  const Tokenizer tokenizer = Tokenizer::load(out);
+  expect_independent_reader_agrees(out, hf, weights, tokenizer.encode(read_text_file(text)));
+  nlohmann::json eval;
+  ASSERT_NO_FATAL_FAILURE(expect_eval_agrees(*this, out, hf, weights, tokenizer, eval));
+  ASSERT_NO_FATAL_FAILURE(expect_eval_dump_agrees(*this, out, hf, weights, tokenizer));
+  ASSERT_NO_FATAL_FAILURE(expect_streamed_eval_agrees(*this, out, eval["mean_nll"].get<double>()));
+  expect_generate_agrees(*this, out, hf, weights, tokenizer);
 }
 
 // --steps is the run's total: 3 steps of a 5-step command, then the same command with --resume,

@@ -21,8 +21,8 @@ TEST(TunedToml, DefaultsRoundTrip) {
   EXPECT_EQ(reread(defaults), defaults);
 }
 
-TEST(TunedToml, EveryChangedKeyRoundTrips) {
-  Config c = parse_config("", "x.toml");
+// Sets every [run], [tiers] and [comm] key.
+void change_run_tiers_and_comm(Config& c) {
   c.run.ranks = 3;
   c.run.seed = 99;
   c.tiers.device.kind = DeviceKind::kHost;
@@ -40,6 +40,10 @@ TEST(TunedToml, EveryChangedKeyRoundTrips) {
   c.tiers.nvme.fsync = false;
   c.tiers.nvme.on_existing = OnExistingStore::kResume;
   c.comm.backend = CommBackend::kMpi;
+}
+
+// Sets every [zero] key, and [tiers.host] nvme_read_cache.
+void change_zero(Config& c) {
   c.zero.stage = 3;
   c.zero.params = Tier::kNvme;
   c.zero.grads = Tier::kHost;
@@ -54,6 +58,10 @@ TEST(TunedToml, EveryChangedKeyRoundTrips) {
   c.zero.max_inflight_bytes = 4097;
   c.zero.overlap_optimizer = false;
   c.zero.defer_update = true;
+}
+
+// Sets every [optimizer] key.
+void change_optimizer(Config& c) {
   c.optimizer.type = OptimizerType::kLion;
   c.optimizer.lr = 3e-4;
   c.optimizer.beta1 = 0.95;
@@ -70,6 +78,10 @@ TEST(TunedToml, EveryChangedKeyRoundTrips) {
   c.optimizer.state_dtype = cpu_adam::StateDType::kInt8;
   c.optimizer.master_dtype = cpu_adam::StateDType::kBf16;
   c.optimizer.master_rounding = MasterRounding::kKahan;
+}
+
+// Sets every [precision], [checkpoint], [trace] and [model] key.
+void change_precision_checkpoint_trace_and_model(Config& c) {
   c.precision.params = DType::kFp16;
   c.precision.grads = DType::kFp32;
   c.precision.reduce_dtype = DType::kBf16;
@@ -90,6 +102,14 @@ TEST(TunedToml, EveryChangedKeyRoundTrips) {
   c.model.tied_head = false;
   c.model.micro_batch = 2;
   c.model.grad_accumulation = 4;
+}
+
+TEST(TunedToml, EveryChangedKeyRoundTrips) {
+  Config c = parse_config("", "x.toml");
+  change_run_tiers_and_comm(c);
+  change_zero(c);
+  change_optimizer(c);
+  change_precision_checkpoint_trace_and_model(c);
   EXPECT_EQ(reread(c), c);
 }
 

@@ -108,18 +108,112 @@ INSTANTIATE_TEST_SUITE_P(CudaOptimizer, OptimizerMatrixLarge,
 #endif
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(OptimizerMatrixLarge);
 
+// The sub-group of Fp32StateIsCpuAdamStepBitForBit.
+constexpr std::uint64_t kFp32Numel = 3 * kBlock + 11;
+
+// The HostDevice buffers of one fp32-state case: the state (master | exp_avg | exp_avg_sq),
+// param_out, one step's gradients and the weight-decay runs.
+struct Fp32Buffers {
+  DeviceBuffer state, out, grad, runs;
+};
+
+// The op of one step over `b`: fp32 state, every run of `run_count`.
+OptimizerOp fp32_state_op(const cpu_adam::Hyperparams& hyper, const cpu_adam::GradScaling& scaling,
+                          const OptimizerCase& c, const Fp32Buffers& b, std::size_t run_count) {
+  const DType grad_dtype = c.grad_dtype;
+  const std::optional<DType> out = c.out_dtype;
+  OptimizerOp op;
+  op.plan = cpu_adam::plan_step(hyper, scaling, {});
+  op.numel = kFp32Numel;
+  op.master = b.state.data();
+  op.exp_avg = b.state.data() + kFp32Numel * sizeof(float);
+  op.exp_avg_sq = b.state.data() + 2 * kFp32Numel * sizeof(float);
+  op.grad = b.grad.data();
+  op.grad_dtype = grad_dtype;
+  op.param_out = out ? b.out.data() : nullptr;
+  op.param_out_dtype = out.value_or(DType::kBf16);
+  op.decay_runs = reinterpret_cast<const cpu_adam::DecayRun*>(b.runs.data());
+  op.decay_run_count = run_count;
+  return op;
+}
+
+// cpu_adam::step() called as the Engine calls it for fp32 state: once per weight-decay run,
+// weight decay 0 on the runs that opt out; on `reference` (laid out as the device state) and
+// `out_reference`.
+void reference_step(const cpu_adam::Hyperparams& hyper, const cpu_adam::GradScaling& scaling,
+                    const OptimizerCase& c, const std::vector<cpu_adam::DecayRun>& runs,
+                    const std::vector<std::byte>& grad, std::vector<float>& reference,
+                    std::vector<std::uint16_t>& out_reference, tbb::task_arena& arena) {
+  const DType grad_dtype = c.grad_dtype;
+  const std::optional<DType> out = c.out_dtype;
+  for (const cpu_adam::DecayRun& run : runs) {
+    cpu_adam::ParamSpans spans;
+    spans.master = std::span(reference).subspan(run.begin, run.numel);
+    spans.exp_avg = std::span(reference).subspan(kFp32Numel + run.begin, run.numel);
+    spans.exp_avg_sq = std::span(reference).subspan(2 * kFp32Numel + run.begin, run.numel);
+    spans.grad = cpu_adam::ConstTypedSpan(grad.data() + run.begin * dtype_bytes(grad_dtype),
+                                          run.numel, grad_dtype);
+    if (out) {
+      spans.param_out = cpu_adam::TypedSpan(out_reference.data() + run.begin, run.numel, *out);
+    }
+    cpu_adam::Hyperparams run_hyper = hyper;
+    if (!run.weight_decay) run_hyper.weight_decay = 0;
+    cpu_adam::step(run_hyper, spans, scaling, arena);
+  }
+}
+
+// kSteps steps of case `c` through the op and through reference_step(), compared bit for bit
+// after each.
+void expect_fp32_steps_match(Device& device, Stream& stream, tbb::task_arena& arena,
+                             const OptimizerCase& c, const std::vector<cpu_adam::DecayRun>& runs,
+                             std::uint64_t seed) {
+  const DType grad_dtype = c.grad_dtype;
+  const std::optional<DType> out = c.out_dtype;
+  std::vector<float> state(3 * kFp32Numel);
+  for (std::uint64_t i = 0; i < state.size(); ++i) {
+    state[i] = 0.25f + 1e-3f * static_cast<float>(i % 997);  // master, exp_avg, exp_avg_sq
+  }
+  std::vector<float> reference = state;
+  const Fp32Buffers b{device.allocate(state.size() * sizeof(float)),
+                      device.allocate(kFp32Numel * 2),
+                      device.allocate(kFp32Numel * dtype_bytes(grad_dtype)),
+                      device.allocate(runs.size() * sizeof(cpu_adam::DecayRun))};
+  stream.copy_to_device(b.state.span(), state.data());
+  stream.copy_to_device(b.runs.span(), runs.data());
+  std::vector<std::uint16_t> out_reference(kFp32Numel);
+  for (int step = 1; step <= kSteps; ++step) {
+    const std::vector<std::byte> grad = testing::random_grads(grad_dtype, kFp32Numel, seed + step);
+    stream.copy_to_device(b.grad.span(), grad.data());
+    const cpu_adam::Hyperparams hyper = testing::step_hyperparams(c.algorithm, step);
+    const cpu_adam::GradScaling scaling = testing::step_scaling(grad_dtype, step);
+    stream.optimizer_update(fp32_state_op(hyper, scaling, c, b, runs.size()));
+    reference_step(hyper, scaling, c, runs, grad, reference, out_reference, arena);
+
+    std::vector<float> updated(state.size());
+    std::vector<std::uint16_t> updated_out(kFp32Numel);
+    stream.copy_to_host(updated.data(), b.state.span());
+    stream.copy_to_host(updated_out.data(), b.out.span());
+    stream.synchronize();
+    ASSERT_EQ(std::memcmp(updated.data(), reference.data(), updated.size() * 4), 0)
+        << "step " << step;
+    if (out) {
+      ASSERT_EQ(std::memcmp(updated_out.data(), out_reference.data(), kFp32Numel * 2), 0)
+          << "param_out, step " << step;
+    }
+  }
+}
+
 // fp32 state through the op on HostDevice against cpu_adam::step() called as the Engine calls it
 // for fp32 state: once per weight-decay run, weight decay 0 on the runs that opt out.
 TEST(HostDeviceOptimizer, Fp32StateIsCpuAdamStepBitForBit) {
   const std::uint64_t seed = testing::test_seed();
-  constexpr std::uint64_t kNumel = 3 * kBlock + 11;
   DeviceOptions options;
   options.kind = DeviceKind::kHost;
   options.poison = PoisonOnRelease::kOff;
   auto device = make_device(options);
   Stream stream = device->create_stream();
   tbb::task_arena arena;
-  const std::vector<cpu_adam::DecayRun> runs = testing::decay_runs_for(kNumel);
+  const std::vector<cpu_adam::DecayRun> runs = testing::decay_runs_for(kFp32Numel);
   for (Algorithm algorithm :
        {Algorithm::kAdamW, Algorithm::kAdam, Algorithm::kAdagrad, Algorithm::kLion}) {
     for (DType grad_dtype : {DType::kFp32, DType::kBf16, DType::kFp16}) {
@@ -127,65 +221,7 @@ TEST(HostDeviceOptimizer, Fp32StateIsCpuAdamStepBitForBit) {
            {std::optional<DType>(), std::optional(DType::kBf16), std::optional(DType::kFp16)}) {
         const OptimizerCase c{algorithm, testing::kStateFormats[0], grad_dtype, out};
         SCOPED_TRACE(testing::case_name(c) + ", seed " + std::to_string(seed));
-        std::vector<float> state(3 * kNumel);
-        for (std::uint64_t i = 0; i < state.size(); ++i) {
-          state[i] = 0.25f + 1e-3f * static_cast<float>(i % 997);  // master, exp_avg, exp_avg_sq
-        }
-        std::vector<float> reference = state;
-        DeviceBuffer device_state = device->allocate(state.size() * sizeof(float));
-        DeviceBuffer device_out = device->allocate(kNumel * 2);
-        DeviceBuffer device_grad = device->allocate(kNumel * dtype_bytes(grad_dtype));
-        DeviceBuffer device_runs = device->allocate(runs.size() * sizeof(cpu_adam::DecayRun));
-        stream.copy_to_device(device_state.span(), state.data());
-        stream.copy_to_device(device_runs.span(), runs.data());
-        std::vector<std::uint16_t> out_reference(kNumel);
-        for (int step = 1; step <= kSteps; ++step) {
-          const std::vector<std::byte> grad =
-              testing::random_grads(grad_dtype, kNumel, seed + step);
-          stream.copy_to_device(device_grad.span(), grad.data());
-          const cpu_adam::Hyperparams hyper = testing::step_hyperparams(algorithm, step);
-          const cpu_adam::GradScaling scaling = testing::step_scaling(grad_dtype, step);
-          OptimizerOp op;
-          op.plan = cpu_adam::plan_step(hyper, scaling, {});
-          op.numel = kNumel;
-          op.master = device_state.data();
-          op.exp_avg = device_state.data() + kNumel * sizeof(float);
-          op.exp_avg_sq = device_state.data() + 2 * kNumel * sizeof(float);
-          op.grad = device_grad.data();
-          op.grad_dtype = grad_dtype;
-          op.param_out = out ? device_out.data() : nullptr;
-          op.param_out_dtype = out.value_or(DType::kBf16);
-          op.decay_runs = reinterpret_cast<const cpu_adam::DecayRun*>(device_runs.data());
-          op.decay_run_count = runs.size();
-          stream.optimizer_update(op);
-
-          for (const cpu_adam::DecayRun& run : runs) {
-            cpu_adam::ParamSpans spans;
-            spans.master = std::span(reference).subspan(run.begin, run.numel);
-            spans.exp_avg = std::span(reference).subspan(kNumel + run.begin, run.numel);
-            spans.exp_avg_sq = std::span(reference).subspan(2 * kNumel + run.begin, run.numel);
-            spans.grad = cpu_adam::ConstTypedSpan(grad.data() + run.begin * dtype_bytes(grad_dtype),
-                                                  run.numel, grad_dtype);
-            if (out) {
-              spans.param_out =
-                  cpu_adam::TypedSpan(out_reference.data() + run.begin, run.numel, *out);
-            }
-            cpu_adam::Hyperparams run_hyper = hyper;
-            if (!run.weight_decay) run_hyper.weight_decay = 0;
-            cpu_adam::step(run_hyper, spans, scaling, arena);
-          }
-          std::vector<float> updated(state.size());
-          std::vector<std::uint16_t> updated_out(kNumel);
-          stream.copy_to_host(updated.data(), device_state.span());
-          stream.copy_to_host(updated_out.data(), device_out.span());
-          stream.synchronize();
-          ASSERT_EQ(std::memcmp(updated.data(), reference.data(), updated.size() * 4), 0)
-              << "step " << step;
-          if (out) {
-            ASSERT_EQ(std::memcmp(updated_out.data(), out_reference.data(), kNumel * 2), 0)
-                << "param_out, step " << step;
-          }
-        }
+        ASSERT_NO_FATAL_FAILURE(expect_fp32_steps_match(*device, stream, arena, c, runs, seed));
       }
     }
   }
