@@ -367,10 +367,34 @@ std::optional<std::uint64_t> fitting_sub_group(const Config& config, const PlanI
   return std::nullopt;
 }
 
-// Changes that would make the plan fit: larger budgets, state moved down a tier, more ranks.
-std::vector<std::string> suggest(const Config& config, const PlanInputs& inputs,
-                                 const MemoryPlan& plan) {
-  std::vector<std::string> out;
+// Moving `state` from the tier that is over down to a lower tier, as the first suggestion that
+// fits (streaming the optimizer from NVMe may fit only with smaller staging sub-groups).
+std::optional<std::string> move_down(const Config& config, const PlanInputs& inputs,
+                                     const MemoryPlan& plan, const StateRow& state, Tier over) {
+  for (Tier lower : {Tier::kHost, Tier::kNvme}) {
+    if (static_cast<int>(lower) <= static_cast<int>(over)) continue;
+    if (lower == Tier::kNvme && state.kind == StateKind::kParams && plan.stage < 3) continue;
+    if (lower == Tier::kNvme && state.kind == StateKind::kGrads && plan.stage < 2) continue;
+    const Config moved = with_home(config, state.kind, lower);
+    std::string extra;
+    if (!compute(moved, inputs).fits()) {
+      if (state.kind != StateKind::kOptimizer || lower != Tier::kNvme) continue;
+      const std::optional<std::uint64_t> group = fitting_sub_group(moved, inputs);
+      if (!group) continue;
+      extra = fmt::format(" and sub_group_size = {}", *group);
+    }
+    return fmt::format("or move {} to {}: set [zero] {} = \"{}\"{}{}", to_string(state.kind),
+                       to_string(lower), to_string(state.kind), to_string(lower), extra,
+                       lower == Tier::kNvme && config.tiers.nvme.paths.empty()
+                           ? " and list drives in [tiers.nvme] paths"
+                           : "");
+  }
+  return std::nullopt;
+}
+
+// Per tier that is over: a larger budget, or a state homed there moved down a tier.
+void suggest_budgets_and_homes(const Config& config, const PlanInputs& inputs,
+                               const MemoryPlan& plan, std::vector<std::string>& out) {
   for (const TierRow& row : plan.tiers) {
     if (row.fits()) continue;
     out.push_back(fmt::format("raise {} budget to at least {} (short by {})",
@@ -378,44 +402,34 @@ std::vector<std::string> suggest(const Config& config, const PlanInputs& inputs,
                               format_binary_bytes(row.short_bytes())));
     for (const StateRow& state : plan.states) {
       if (state.home != row.tier) continue;
-      for (Tier lower : {Tier::kHost, Tier::kNvme}) {
-        if (static_cast<int>(lower) <= static_cast<int>(row.tier)) continue;
-        if (lower == Tier::kNvme && state.kind == StateKind::kParams && plan.stage < 3) continue;
-        if (lower == Tier::kNvme && state.kind == StateKind::kGrads && plan.stage < 2) continue;
-        const Config moved = with_home(config, state.kind, lower);
-        std::string extra;
-        if (!compute(moved, inputs).fits()) {
-          // Streaming the optimizer from NVMe may fit only with smaller staging sub-groups.
-          if (state.kind != StateKind::kOptimizer || lower != Tier::kNvme) continue;
-          const std::optional<std::uint64_t> group = fitting_sub_group(moved, inputs);
-          if (!group) continue;
-          extra = fmt::format(" and sub_group_size = {}", *group);
-        }
-        out.push_back(fmt::format("or move {} to {}: set [zero] {} = \"{}\"{}{}",
-                                  to_string(state.kind), to_string(lower), to_string(state.kind),
-                                  to_string(lower), extra,
-                                  lower == Tier::kNvme && config.tiers.nvme.paths.empty()
-                                      ? " and list drives in [tiers.nvme] paths"
-                                      : ""));
-        break;
+      if (std::optional<std::string> moved = move_down(config, inputs, plan, state, row.tier)) {
+        out.push_back(std::move(*moved));
       }
     }
   }
-  if (!plan.tier(Tier::kDevice).fits()) {
-    // Alternatives come in preference order; of one knob (its first word), the first that fits.
-    std::vector<std::string> offered;
-    for (const PlanInputs::ComputeAlternative& alternative : inputs.compute_alternatives) {
-      const std::string knob = alternative.knob.substr(0, alternative.knob.find(' '));
-      if (std::find(offered.begin(), offered.end(), knob) != offered.end()) continue;
-      PlanInputs smaller = inputs;
-      smaller.compute_device_bytes = alternative.bytes;
-      if (!compute(config, smaller).tier(Tier::kDevice).fits()) continue;
-      offered.push_back(knob);
-      out.push_back(fmt::format("or {}: the model's compute takes {} instead of {}",
-                                alternative.knob, format_binary_bytes(alternative.bytes),
-                                format_binary_bytes(inputs.compute_device_bytes)));
-    }
+}
+
+// The device tier over: settings that shrink the model's compute. Alternatives come in
+// preference order; of one knob (its first word), the first that fits.
+void suggest_smaller_compute(const Config& config, const PlanInputs& inputs,
+                             std::vector<std::string>& out) {
+  std::vector<std::string> offered;
+  for (const PlanInputs::ComputeAlternative& alternative : inputs.compute_alternatives) {
+    const std::string knob = alternative.knob.substr(0, alternative.knob.find(' '));
+    if (std::find(offered.begin(), offered.end(), knob) != offered.end()) continue;
+    PlanInputs smaller = inputs;
+    smaller.compute_device_bytes = alternative.bytes;
+    if (!compute(config, smaller).tier(Tier::kDevice).fits()) continue;
+    offered.push_back(knob);
+    out.push_back(fmt::format("or {}: the model's compute takes {} instead of {}",
+                              alternative.knob, format_binary_bytes(alternative.bytes),
+                              format_binary_bytes(inputs.compute_device_bytes)));
   }
+}
+
+// Smaller optimizer sub-groups, ZeRO stage 3, more ranks: the first count of ranks that fits.
+void suggest_other_layouts(const Config& config, const PlanInputs& inputs, const MemoryPlan& plan,
+                           std::vector<std::string>& out) {
   if (!plan.tier(Tier::kHost).fits() && config.zero.optimizer == Tier::kNvme) {
     if (const std::optional<std::uint64_t> group = fitting_sub_group(config, inputs)) {
       out.push_back(
@@ -442,6 +456,16 @@ std::vector<std::string> suggest(const Config& config, const PlanInputs& inputs,
       }
     }
   }
+}
+
+// Changes that would make the plan fit: larger budgets, state moved down a tier, a smaller
+// compute, more ranks.
+std::vector<std::string> suggest(const Config& config, const PlanInputs& inputs,
+                                 const MemoryPlan& plan) {
+  std::vector<std::string> out;
+  suggest_budgets_and_homes(config, inputs, plan, out);
+  if (!plan.tier(Tier::kDevice).fits()) suggest_smaller_compute(config, inputs, out);
+  suggest_other_layouts(config, inputs, plan, out);
   return out;
 }
 
