@@ -132,6 +132,22 @@ NvmeStore::NvmeStore(io::IoEngine& engine, const NvmeStoreOptions& options,
   }
   STRATA_ASSERT(options_.rank < options_.ranks, "rank out of range");
   checksums_ = std::make_unique<ChecksumWorker>(2 * extents.size() + 2);
+  const std::uint64_t logical_bytes = lay_out_extents(std::move(extents));
+  for (const auto& dir : options_.paths) {
+    swap_paths_.push_back(dir / fmt::format("strata-rank{}.swap", options_.rank));
+  }
+  lock_store();
+  const bool resume = should_resume();
+  for (int copy = 0; copy < 2; ++copy) {
+    std::error_code ignored;
+    const std::uintmax_t size = std::filesystem::file_size(manifest_path(copy), ignored);
+    manifest_sizes_on_disk_[copy] = size == static_cast<std::uintmax_t>(-1) ? 0 : size;
+  }
+  create_files(logical_bytes);
+  if (resume) resumed_ = load_manifest();
+}
+
+std::uint64_t NvmeStore::lay_out_extents(std::vector<ExtentSpec> extents) {
   std::uint64_t offset = 0;
   for (ExtentSpec& spec : extents) {
     Extent extent;
@@ -150,10 +166,10 @@ NvmeStore::NvmeStore(io::IoEngine& engine, const NvmeStoreOptions& options,
   for (const Extent& extent : extents_)
     manifest_body += kRecordBytesBesidesName + extent.spec.name.size();
   manifest_bytes_ = round_up(manifest_body, kDirectIoAlignment);
+  return offset;
+}
 
-  for (const auto& dir : options_.paths) {
-    swap_paths_.push_back(dir / fmt::format("strata-rank{}.swap", options_.rank));
-  }
+void NvmeStore::lock_store() {
   // Exclusive use of these files before any of them is opened (kCreate truncates).
   const std::filesystem::path lock_path =
       options_.paths.front() / fmt::format("strata-rank{}.lock", options_.rank);
@@ -165,6 +181,9 @@ NvmeStore::NvmeStore(io::IoEngine& engine, const NvmeStoreOptions& options,
         "paths",
         options_.rank, options_.paths.front().string()));
   }
+}
+
+bool NvmeStore::should_resume() const {
   const bool manifest_exists =
       std::filesystem::exists(manifest_path(0)) || std::filesystem::exists(manifest_path(1));
   bool resume = false;
@@ -193,13 +212,7 @@ NvmeStore::NvmeStore(io::IoEngine& engine, const NvmeStoreOptions& options,
       }
     }
   }
-  for (int copy = 0; copy < 2; ++copy) {
-    std::error_code ignored;
-    const std::uintmax_t size = std::filesystem::file_size(manifest_path(copy), ignored);
-    manifest_sizes_on_disk_[copy] = size == static_cast<std::uintmax_t>(-1) ? 0 : size;
-  }
-  create_files(offset);
-  if (resume) resumed_ = load_manifest();
+  return resume;
 }
 
 NvmeStore::~NvmeStore() {

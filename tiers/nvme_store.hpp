@@ -195,6 +195,12 @@ class NvmeStore {
   };
   void keep_in_cache(Extent& extent, std::span<const std::byte> data);
 
+  // The constructor's steps: extents_ laid out in the logical space (whose size it returns) and
+  // the manifest's size; the lock taken (throws StoreBusy); whether to resume, by
+  // options_.mode (throws StoreCorruption when resuming finds no manifest or a swap file gone).
+  std::uint64_t lay_out_extents(std::vector<ExtentSpec> extents);
+  void lock_store();
+  bool should_resume() const;
   void create_files(std::uint64_t logical_bytes);
   void sync_directories();
   void invalidate_doubtful_manifest();

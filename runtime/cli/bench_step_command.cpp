@@ -15,6 +15,8 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -60,71 +62,82 @@ std::uint64_t peak_rss_bytes() {
   return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;
 }
 
-int run(const StepBenchOptions& options) {
-  std::optional<runtime::Config> loaded =
-      load_config_or_report(options.config_path, "strata bench step");
-  if (!loaded) return kExitBadInput;
-  runtime::Config& config = *loaded;
-  // LocalComm, or MpiComm under mpirun; the placement picks each rank's GPU and NcclComm.
-  std::unique_ptr<runtime::comm::Communicator> host_comm = runtime::comm::make_communicator();
-  config.tiers.device.kind = options.device == "cuda"   ? runtime::DeviceKind::kCuda
-                             : options.device == "auto" ? runtime::DeviceKind::kAuto
-                                                        : runtime::DeviceKind::kHost;
+// The device the placement picks for this rank (--device), and its own communicator when it has
+// one (NcclComm); config's device kind becomes the one it got.
+struct PlacedDevice {
   std::unique_ptr<tiers::Device> device;
-  std::unique_ptr<runtime::comm::Communicator> device_comm;
+  std::unique_ptr<runtime::comm::Communicator> comm;
+};
+
+std::optional<PlacedDevice> place_device(runtime::Config& config,
+                                         runtime::comm::Communicator& host_comm,
+                                         const std::string& device_option) {
+  config.tiers.device.kind = device_option == "cuda"   ? runtime::DeviceKind::kCuda
+                             : device_option == "auto" ? runtime::DeviceKind::kAuto
+                                                       : runtime::DeviceKind::kHost;
+  PlacedDevice placed;
   try {
-    const auto ranks = static_cast<std::uint32_t>(host_comm->size());
+    const auto ranks = static_cast<std::uint32_t>(host_comm.size());
     const runtime::RankPlacement placement =
         runtime::select_rank_placement(config, runtime::detect_placement_environment(ranks));
-    device = tiers::make_device(runtime::placed_device_options(placement, config));
-    device_comm = runtime::make_placed_device_comm(placement, *host_comm);
+    placed.device = tiers::make_device(runtime::placed_device_options(placement, config));
+    placed.comm = runtime::make_placed_device_comm(placement, host_comm);
   } catch (const std::exception& error) {
-    std::cerr << "strata bench step: --device " << options.device << ": " << error.what() << "\n";
-    return kExitBadInput;
+    std::cerr << "strata bench step: --device " << device_option << ": " << error.what() << "\n";
+    return std::nullopt;
   }
-  config.tiers.device.kind = device->kind() == tiers::DeviceKind::kCuda
+  config.tiers.device.kind = placed.device->kind() == tiers::DeviceKind::kCuda
                                  ? runtime::DeviceKind::kCuda
                                  : runtime::DeviceKind::kHost;
-  const std::uint64_t params = parse_count(options.params, "--params");
-  const std::uint64_t unit_params = parse_count(options.unit_params, "--unit-params");
-  for (const std::string& path : config.tiers.nvme.paths) std::filesystem::create_directories(path);
+  return placed;
+}
 
-  runtime::comm::Communicator& comm = device_comm ? *device_comm : *host_comm;
-  // Every step's work on one timeline ([trace] path, or --trace). [checkpoint] does not apply: a
-  // benchmark's state is synthetic, and saving it would sit inside the timings.
-  runtime::Tracer tracer;
-  const std::string trace = options.trace.empty() ? config.trace.path : options.trace;
-  const Timings timings =
-      run_steps(config, *device, comm, params, unit_params, options.steps,
-                runtime::EngineOptions{.overwrite = options.overwrite,
-                                       .tracer = trace.empty() ? nullptr : &tracer});
-  if (!trace.empty() && host_comm->rank() == 0) tracer.write_chrome_json(trace);
-  const double adam_per_step = time_adam(config, params, options.steps) / options.steps;
-  const double t_io = median(timings.io_s);
-  const double t_step = median(timings.step_s);
-  const runtime::StepOverlap overlap = runtime::step_overlap(t_io, adam_per_step, t_step);
-  const double bytes_per_step = static_cast<double>(timings.step_nvme_bytes);
-  const double nvme_gb_per_s = bytes_per_step / t_step / 1e9;
-  const std::uint64_t rss = peak_rss_bytes();
+// What one run prints.
+struct StepFigures {
+  std::uint64_t params = 0;
+  double t_io = 0;
+  double adam_per_step = 0;
+  double t_step = 0;
+  runtime::StepOverlap overlap;
+  double bytes_per_step = 0;  // NVMe bytes moved within a step
+  double nvme_gb_per_s = 0;
+  std::uint64_t rss = 0;
+};
 
-  if (options.json) {
-    nlohmann::json out = {{"params", params},
-                          {"device", device->name()},
-                          {"steps", options.steps},
-                          {"t_io_s", t_io},
-                          {"t_adam_s", adam_per_step},
-                          {"t_step_s", t_step},
-                          {"overlap_efficiency", overlap.ratio},
-                          {"exposed_io_s", overlap.exposed_io_s},
-                          {"exposed_adam_s", overlap.exposed_adam_s},
-                          {"hidden_fraction", overlap.hidden_fraction},
-                          {"nvme_bytes_per_step", bytes_per_step},
-                          {"nvme_gb_per_s", nvme_gb_per_s},
-                          {"peak_rss_bytes", rss},
-                          {"host_budget_bytes", config.tiers.host.budget_bytes}};
-    std::cout << out.dump() << "\n";
-    return 0;
-  }
+StepFigures figures_of(const Timings& timings, double adam_per_step, std::uint64_t params) {
+  StepFigures f;
+  f.params = params;
+  f.t_io = median(timings.io_s);
+  f.adam_per_step = adam_per_step;
+  f.t_step = median(timings.step_s);
+  f.overlap = runtime::step_overlap(f.t_io, adam_per_step, f.t_step);
+  f.bytes_per_step = static_cast<double>(timings.step_nvme_bytes);
+  f.nvme_gb_per_s = f.bytes_per_step / f.t_step / 1e9;
+  f.rss = peak_rss_bytes();
+  return f;
+}
+
+void print_json(const runtime::Config& config, const tiers::Device& device,
+                const StepBenchOptions& options, const StepFigures& f) {
+  nlohmann::json out = {{"params", f.params},
+                        {"device", device.name()},
+                        {"steps", options.steps},
+                        {"t_io_s", f.t_io},
+                        {"t_adam_s", f.adam_per_step},
+                        {"t_step_s", f.t_step},
+                        {"overlap_efficiency", f.overlap.ratio},
+                        {"exposed_io_s", f.overlap.exposed_io_s},
+                        {"exposed_adam_s", f.overlap.exposed_adam_s},
+                        {"hidden_fraction", f.overlap.hidden_fraction},
+                        {"nvme_bytes_per_step", f.bytes_per_step},
+                        {"nvme_gb_per_s", f.nvme_gb_per_s},
+                        {"peak_rss_bytes", f.rss},
+                        {"host_budget_bytes", config.tiers.host.budget_bytes}};
+  std::cout << out.dump() << "\n";
+}
+
+void print_text(const runtime::Config& config, const tiers::Device& device,
+                const StepBenchOptions& options, const StepFigures& f) {
   std::cout << fmt::format(
       "strata bench step: {} parameters on device {}, {} step(s) of each kind, params {} / grads "
       "{} / optimizer {}\n"
@@ -136,12 +149,46 @@ int run(const StepBenchOptions& options) {
       "  overlap efficiency max(t_io, t_adam) / t_step = {:.2f}\n"
       "  NVMe: {} moved within a step, {:.2f} GB/s effective\n"
       "  peak RSS {} (host budget {})\n",
-      params, device->name(), options.steps, runtime::to_string(config.zero.params),
-      runtime::to_string(config.zero.grads), runtime::to_string(config.zero.optimizer), t_io,
-      adam_per_step, t_step, overlap.exposed_io_s, overlap.exposed_adam_s,
-      100 * overlap.hidden_fraction, overlap.ratio, runtime::format_decimal_bytes(bytes_per_step), nvme_gb_per_s,
-      runtime::format_binary_bytes(rss),
+      f.params, device.name(), options.steps, runtime::to_string(config.zero.params),
+      runtime::to_string(config.zero.grads), runtime::to_string(config.zero.optimizer), f.t_io,
+      f.adam_per_step, f.t_step, f.overlap.exposed_io_s, f.overlap.exposed_adam_s,
+      100 * f.overlap.hidden_fraction, f.overlap.ratio,
+      runtime::format_decimal_bytes(f.bytes_per_step), f.nvme_gb_per_s,
+      runtime::format_binary_bytes(f.rss),
       runtime::format_binary_bytes(config.tiers.host.budget_bytes));
+}
+
+int run(const StepBenchOptions& options) {
+  std::optional<runtime::Config> loaded =
+      load_config_or_report(options.config_path, "strata bench step");
+  if (!loaded) return kExitBadInput;
+  runtime::Config& config = *loaded;
+  // LocalComm, or MpiComm under mpirun; the placement picks each rank's GPU and NcclComm.
+  std::unique_ptr<runtime::comm::Communicator> host_comm = runtime::comm::make_communicator();
+  std::optional<PlacedDevice> placed = place_device(config, *host_comm, options.device);
+  if (!placed) return kExitBadInput;
+  tiers::Device& device = *placed->device;
+  const std::uint64_t params = parse_count(options.params, "--params");
+  const std::uint64_t unit_params = parse_count(options.unit_params, "--unit-params");
+  for (const std::string& path : config.tiers.nvme.paths) std::filesystem::create_directories(path);
+
+  runtime::comm::Communicator& comm = placed->comm ? *placed->comm : *host_comm;
+  // Every step's work on one timeline ([trace] path, or --trace). [checkpoint] does not apply: a
+  // benchmark's state is synthetic, and saving it would sit inside the timings.
+  runtime::Tracer tracer;
+  const std::string trace = options.trace.empty() ? config.trace.path : options.trace;
+  const Timings timings =
+      run_steps(config, device, comm, params, unit_params, options.steps,
+                runtime::EngineOptions{.overwrite = options.overwrite,
+                                       .tracer = trace.empty() ? nullptr : &tracer});
+  if (!trace.empty() && host_comm->rank() == 0) tracer.write_chrome_json(trace);
+  const double adam_per_step = time_adam(config, params, options.steps) / options.steps;
+  const StepFigures figures = figures_of(timings, adam_per_step, params);
+  if (options.json) {
+    print_json(config, device, options, figures);
+  } else {
+    print_text(config, device, options, figures);
+  }
   return 0;
 }
 

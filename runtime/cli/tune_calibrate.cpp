@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <exception>
+#include <memory>
+#include <optional>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -91,16 +94,24 @@ double calibrate_sub_group_overhead(const runtime::Config& given,
   return per_group;
 }
 
-void choose_io_point_on_engine(const runtime::Config& chosen,
-                               runtime::tune::MachineProfile& profile, std::uint64_t params,
-                               std::uint64_t unit_params, double budget_s, std::ostream& log) {
-  constexpr std::uint64_t kMaxParams = std::uint64_t{1} << 24;
-  constexpr std::uint64_t kMinParams = std::uint64_t{1} << 20;
-  constexpr std::size_t kMaxPoints = 4;
-  constexpr std::uint32_t kRounds = 3;
-  if (chosen.tiers.nvme.paths.empty() || profile.io.size() < 2) return;
+namespace {
+
+// choose_io_point_on_engine's bounds: the steps' parameters, the grid points timed, the rounds.
+constexpr std::uint64_t kEngineIoMaxParams = std::uint64_t{1} << 24;
+constexpr std::uint64_t kEngineIoMinParams = std::uint64_t{1} << 20;
+constexpr std::size_t kEngineIoMaxPoints = 4;
+constexpr std::uint32_t kEngineIoRounds = 3;
+
+double best_mixed_rate(const runtime::tune::MachineProfile& profile) {
   double best_rate = 0;
-  for (const runtime::tune::IoPoint& p : profile.io) best_rate = std::max(best_rate, p.mixed_mb_per_s);
+  for (const runtime::tune::IoPoint& p : profile.io)
+    best_rate = std::max(best_rate, p.mixed_mb_per_s);
+  return best_rate;
+}
+
+// The grid points whose mixed rate is at least half the best, fastest first, four at most.
+std::vector<std::size_t> candidate_points(const runtime::tune::MachineProfile& profile,
+                                          double best_rate) {
   std::vector<std::size_t> points;
   for (std::size_t i = 0; i < profile.io.size(); ++i) {
     if (profile.io[i].mixed_mb_per_s >= 0.5 * best_rate) points.push_back(i);
@@ -108,26 +119,28 @@ void choose_io_point_on_engine(const runtime::Config& chosen,
   std::sort(points.begin(), points.end(), [&](std::size_t a, std::size_t b) {
     return profile.io[a].mixed_mb_per_s > profile.io[b].mixed_mb_per_s;
   });
-  if (points.size() > kMaxPoints) points.resize(kMaxPoints);
-  if (points.size() < 2) return;
-  // A fifth of the time budget: each sample is about five steps' worth (state initialised, two
-  // I/O-only and two real steps), each moving ~24 bytes per parameter of fp32 optimizer state (a
-  // compressed state moves less) at the best mixed rate.
-  const double sample_steps = 5.0 * kRounds * static_cast<double>(points.size());
-  const double affordable = 0.2 * budget_s / sample_steps * best_rate * 1e6 / 24.0;
-  params = std::min({params, kMaxParams,
-                     std::max(kMinParams, static_cast<std::uint64_t>(affordable))});
-  unit_params = std::max<std::uint64_t>(1, std::min(unit_params, params));
-  runtime::Config config = in_scratch_stores(chosen, "strata-tune-io");
+  if (points.size() > kEngineIoMaxPoints) points.resize(kEngineIoMaxPoints);
+  return points;
+}
+
+void use_io_point(runtime::Config& config, const runtime::tune::IoPoint& point) {
+  config.tiers.nvme.block_size = point.block_bytes;
+  config.tiers.nvme.queue_depth = point.queue_depth;
+  config.tiers.nvme.rings = point.rings;
+}
+
+// Each point's step time over the rounds, the points in round_order; empty when the Engine
+// cannot run there (the line in `log` says why). `config` works in scratch stores.
+std::optional<std::vector<runtime::tune::RoundFigures>> time_points(
+    runtime::Config& config, const runtime::tune::MachineProfile& profile,
+    const std::vector<std::size_t>& points, std::uint64_t params, std::uint64_t unit_params,
+    std::ostream& log) {
   std::vector<std::vector<double>> round_s(points.size());
   try {
     std::unique_ptr<runtime::comm::Communicator> comm = runtime::comm::make_communicator();
-    for (std::uint32_t round = 0; round < kRounds; ++round) {
+    for (std::uint32_t round = 0; round < kEngineIoRounds; ++round) {
       for (std::size_t position : runtime::tune::round_order(points.size(), round)) {
-        const runtime::tune::IoPoint& point = profile.io[points[position]];
-        config.tiers.nvme.block_size = point.block_bytes;
-        config.tiers.nvme.queue_depth = point.queue_depth;
-        config.tiers.nvme.rings = point.rings;
+        use_io_point(config, profile.io[points[position]]);
         const Timings timings = run_steps_on_host(config, *comm, params, unit_params, kSteps);
         round_s[position].push_back(median(timings.step_s));
       }
@@ -135,37 +148,27 @@ void choose_io_point_on_engine(const runtime::Config& chosen,
   } catch (const std::exception& error) {
     remove_scratch_stores(config);
     log << "io on the engine: skipped (" << error.what() << "): the grid's choice stands\n";
-    return;
+    return std::nullopt;
   }
   remove_scratch_stores(config);
   std::vector<runtime::tune::RoundFigures> figures;
   for (const std::vector<double>& samples : round_s) {
     figures.push_back(runtime::tune::summarize(samples));
   }
-  std::size_t fastest = 0;
-  for (std::size_t k = 1; k < points.size(); ++k) {
-    if (figures[k].median_s < figures[fastest].median_s) fastest = k;
-  }
-  // The probe's mixed rates as the Engine's step sees them: the scale at which the model predicts
-  // the step just measured at the fastest point (fit_engine_io_scale).
-  profile.engine_io_point = points[fastest];
-  const runtime::tune::IoPoint& chosen_point = profile.io[points[fastest]];
-  config.tiers.nvme.block_size = chosen_point.block_bytes;
-  config.tiers.nvme.queue_depth = chosen_point.queue_depth;
-  config.tiers.nvme.rings = chosen_point.rings;
-  const runtime::PlanInputs sample(params, 1, unit_sizes(params, unit_params));
-  const runtime::tune::EngineIoFit fit = runtime::tune::fit_engine_io_scale(
-      config, sample, profile, figures[fastest].median_s);
-  // At a bound no factor explains the step (another lane, or something the model leaves out,
-  // sets it): the probe's rates stand, rather than a factor 1/8 or 8 applied to every placement.
-  profile.engine_io_scale = fit.at_bound ? 1 : fit.scale;
+  return figures;
+}
+
+void log_points(const runtime::tune::MachineProfile& profile,
+                const std::vector<std::size_t>& points,
+                const std::vector<runtime::tune::RoundFigures>& figures, std::size_t fastest,
+                const runtime::tune::EngineIoFit& fit, std::uint64_t params, std::ostream& log) {
   for (std::size_t k = 0; k < points.size(); ++k) {
     const runtime::tune::IoPoint& point = profile.io[points[k]];
     log << fmt::format(
         "io on the engine: {} x {} x {} ring(s): optimizer step over {} parameters {:.3f} s "
         "(median of {} rounds, {:.3f}..{:.3f}){}\n",
-        point.block_bytes, point.queue_depth, point.rings, params, figures[k].median_s, kRounds,
-        figures[k].min_s, figures[k].max_s,
+        point.block_bytes, point.queue_depth, point.rings, params, figures[k].median_s,
+        kEngineIoRounds, figures[k].min_s, figures[k].max_s,
         k == fastest
             ? fmt::format(": the fastest; the Engine's step moves its bytes at {:.2f}x the probe's "
                           "mixed rates{}",
@@ -178,6 +181,44 @@ void choose_io_point_on_engine(const runtime::Config& chosen,
                                 "probe's rates are kept)")
             : std::string());
   }
+}
+
+}  // namespace
+
+void choose_io_point_on_engine(const runtime::Config& chosen,
+                               runtime::tune::MachineProfile& profile, std::uint64_t params,
+                               std::uint64_t unit_params, double budget_s, std::ostream& log) {
+  if (chosen.tiers.nvme.paths.empty() || profile.io.size() < 2) return;
+  const double best_rate = best_mixed_rate(profile);
+  const std::vector<std::size_t> points = candidate_points(profile, best_rate);
+  if (points.size() < 2) return;
+  // A fifth of the time budget: each sample is about five steps' worth (state initialised, two
+  // I/O-only and two real steps), each moving ~24 bytes per parameter of fp32 optimizer state (a
+  // compressed state moves less) at the best mixed rate.
+  const double sample_steps = 5.0 * kEngineIoRounds * static_cast<double>(points.size());
+  const double affordable = 0.2 * budget_s / sample_steps * best_rate * 1e6 / 24.0;
+  params = std::min({params, kEngineIoMaxParams,
+                     std::max(kEngineIoMinParams, static_cast<std::uint64_t>(affordable))});
+  unit_params = std::max<std::uint64_t>(1, std::min(unit_params, params));
+  runtime::Config config = in_scratch_stores(chosen, "strata-tune-io");
+  const std::optional<std::vector<runtime::tune::RoundFigures>> figures =
+      time_points(config, profile, points, params, unit_params, log);
+  if (!figures) return;
+  std::size_t fastest = 0;
+  for (std::size_t k = 1; k < points.size(); ++k) {
+    if ((*figures)[k].median_s < (*figures)[fastest].median_s) fastest = k;
+  }
+  // The probe's mixed rates as the Engine's step sees them: the scale at which the model predicts
+  // the step just measured at the fastest point (fit_engine_io_scale).
+  profile.engine_io_point = points[fastest];
+  use_io_point(config, profile.io[points[fastest]]);
+  const runtime::PlanInputs sample(params, 1, unit_sizes(params, unit_params));
+  const runtime::tune::EngineIoFit fit =
+      runtime::tune::fit_engine_io_scale(config, sample, profile, (*figures)[fastest].median_s);
+  // At a bound no factor explains the step (another lane, or something the model leaves out,
+  // sets it): the probe's rates stand, rather than a factor 1/8 or 8 applied to every placement.
+  profile.engine_io_scale = fit.at_bound ? 1 : fit.scale;
+  log_points(profile, points, *figures, fastest, fit, params, log);
 }
 
 }  // namespace strata::cli

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
+#include <string>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -152,24 +154,34 @@ runtime::tune::TomlComments comments_for(const runtime::tune::TuneChoice& choice
   return comments;
 }
 
-int run_tune(const TuneOptions& options) {
+// What is tuned: the config (with --model's shapes or --params' count), the plan's inputs and the
+// time the measurements may take.
+struct TuneRequest {
+  runtime::Config config;
+  runtime::PlanInputs inputs;
+  double budget_s = 0;
+};
+
+// The options checked; empty when the config or the model could not be read (reported).
+std::optional<TuneRequest> check_request(const TuneOptions& options) {
   std::optional<runtime::Config> loaded = load_config_or_report(options.config_path, "strata tune");
-  if (!loaded) return kExitBadInput;
-  runtime::Config config = *loaded;
+  if (!loaded) return std::nullopt;
+  TuneRequest request{*loaded, {}, 0};
+  runtime::Config& config = request.config;
   if (!options.model_dir.empty() && !options.params.empty()) {
     bad_input("give --model or --params, not both");
   }
   nlohmann::json described;
   if (!options.model_dir.empty() &&
       !apply_hf_model(options.model_dir, config, described, "strata tune")) {
-    return kExitBadInput;
+    return std::nullopt;
   }
-  runtime::PlanInputs inputs(config.parameter_count(), config.run.ranks);
+  request.inputs = runtime::PlanInputs(config.parameter_count(), config.run.ranks);
   if (!options.params.empty()) {
     const std::optional<std::uint64_t> params = parse_whole_count(options.params, 1e15);
     if (!params) bad_input(fmt::format("--params: \"{}\" is not a whole parameter count between 1 "
                                        "and 1e15 (e.g. 7.5e9)", options.params));
-    inputs.params = *params;
+    request.inputs.params = *params;
     config.model.params = *params;  // so the written config plans the same model
   }
   const std::optional<double> budget_s = parse_seconds(options.time_budget);
@@ -177,26 +189,33 @@ int run_tune(const TuneOptions& options) {
     bad_input(fmt::format("--time-budget: \"{}\" is not a duration (e.g. 120s, 2m, 90)",
                           options.time_budget));
   }
+  request.budget_s = *budget_s;
   if (options.validate_rounds < 1 || options.validate_rounds > kMaxValidateRounds) {
     bad_input(fmt::format("--validate-rounds: {} is not a number of rounds between 1 and {} "
                           "(each round times every config once)",
                           options.validate_rounds, kMaxValidateRounds));
   }
+  return request;
+}
 
-  std::cout << fmt::format("strata tune: {}, {} parameters, {} rank(s), time budget {:.0f} s\n",
-                           config.source, inputs.params, inputs.ranks, *budget_s);
+runtime::tune::MeasureOptions measure_options(const TuneRequest& request) {
+  const runtime::Config& config = request.config;
   runtime::tune::MeasureOptions measure;
-  measure.budget_s = *budget_s;
+  measure.budget_s = request.budget_s;
   measure.nvme = config.tiers.nvme;
   measure.device = config.tiers.device.kind;
   measure.adam_update = runtime::tune::adam_update(config);
   measure.compressed_param_out = runtime::tune::compressed_param_out(config);
   measure.log = &std::cout;
-  const auto started = std::chrono::steady_clock::now();
-  MachineProfile profile = runtime::tune::measure_machine(measure);
-  profile.compute_flops = options.compute_tflops * 1e12;
-  calibrate_sub_group_overhead(config, profile, std::cout);
+  return measure;
+}
 
+// The choice on the measured profile, its I/O point confirmed and timed on the Engine.
+std::optional<runtime::tune::TuneChoice> choose(const TuneRequest& request,
+                                                const runtime::tune::MeasureOptions& measure,
+                                                MachineProfile& profile) {
+  const runtime::Config& config = request.config;
+  const runtime::PlanInputs& inputs = request.inputs;
   std::optional<runtime::tune::TuneChoice> choice =
       runtime::tune::choose_config(config, inputs, profile);
   // The chosen I/O point measured again (confirm_io_point: the grid's best overstates itself),
@@ -213,14 +232,51 @@ int run_tune(const TuneOptions& options) {
   // rank queue depths otherwise), its rate calibrated on that step, and the choice made again.
   if (choice) {
     choose_io_point_on_engine(choice->config, profile, inputs.params,
-                              choice->prediction.plan.unit_elements, *budget_s, std::cout);
+                              choice->prediction.plan.unit_elements, request.budget_s, std::cout);
     if (profile.engine_io_point) choice = runtime::tune::choose_config(config, inputs, profile);
   }
+  return choice;
+}
+
+// --write: the tuned config as commented TOML.
+void write_tuned(const TuneOptions& options, const runtime::tune::TuneChoice& choice,
+                 std::uint64_t params) {
+  std::ofstream out(options.write_path);
+  out << runtime::tune::render_config_toml(choice.config, comments_for(choice, options, params));
+  if (!out.flush()) bad_input(fmt::format("--write: cannot write {}", options.write_path));
+  std::cout << "wrote " << options.write_path << "\n";
+}
+
+// --validate: the tuned config's step timed beside hand configs.
+void validate(const TuneOptions& options, const TuneRequest& request,
+              const runtime::tune::TuneChoice& choice, const MachineProfile& profile) {
+  const std::optional<std::uint64_t> params = parse_whole_count(options.validate_params, 1e12);
+  if (!params) bad_input(fmt::format("--validate-params: \"{}\" is not a whole count",
+                                     options.validate_params));
+  validate_choice(request.config, choice.config, profile, *params,
+                  choice.prediction.plan.unit_elements,
+                  static_cast<std::uint32_t>(options.validate_rounds));
+}
+
+int run_tune(const TuneOptions& options) {
+  const std::optional<TuneRequest> request = check_request(options);
+  if (!request) return kExitBadInput;
+  const runtime::Config& config = request->config;
+  std::cout << fmt::format("strata tune: {}, {} parameters, {} rank(s), time budget {:.0f} s\n",
+                           config.source, request->inputs.params, request->inputs.ranks,
+                           request->budget_s);
+  const runtime::tune::MeasureOptions measure = measure_options(*request);
+  const auto started = std::chrono::steady_clock::now();
+  MachineProfile profile = runtime::tune::measure_machine(measure);
+  profile.compute_flops = options.compute_tflops * 1e12;
+  calibrate_sub_group_overhead(config, profile, std::cout);
+  const std::optional<runtime::tune::TuneChoice> choice = choose(*request, measure, profile);
   std::cout << fmt::format(
       "measured in {:.1f} s:\n",
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   print_profile(profile);
-  const runtime::tune::StepPrediction given = runtime::tune::predict_step(config, inputs, profile);
+  const runtime::tune::StepPrediction given =
+      runtime::tune::predict_step(config, request->inputs, profile);
   if (!choice) {
     std::cerr << "strata tune: no placement fits the budgets; `strata plan " << config.source
               << "` says what would\n";
@@ -231,21 +287,8 @@ int run_tune(const TuneOptions& options) {
             << (given.plan.fits() ? "predicted " + describe_prediction(given)
                                   : std::string("does not fit its budgets"))
             << "\n";
-  if (!options.write_path.empty()) {
-    std::ofstream out(options.write_path);
-    out << runtime::tune::render_config_toml(choice->config,
-                                             comments_for(*choice, options, inputs.params));
-    if (!out.flush()) bad_input(fmt::format("--write: cannot write {}", options.write_path));
-    std::cout << "wrote " << options.write_path << "\n";
-  }
-  if (options.validate) {
-    const std::optional<std::uint64_t> params = parse_whole_count(options.validate_params, 1e12);
-    if (!params) bad_input(fmt::format("--validate-params: \"{}\" is not a whole count",
-                                       options.validate_params));
-    validate_choice(config, choice->config, profile, *params,
-                    choice->prediction.plan.unit_elements,
-                    static_cast<std::uint32_t>(options.validate_rounds));
-  }
+  if (!options.write_path.empty()) write_tuned(options, *choice, request->inputs.params);
+  if (options.validate) validate(options, *request, *choice, profile);
   return 0;
 }
 

@@ -308,6 +308,8 @@ class EngineState final : public tiers::ResidencyClient {
   double global_sum_of_squares();
   void skip_step(StepStats& stats);
   void drain_backward_writes();
+  void update_remaining(const std::vector<UnitId>& remaining, const cpu_adam::Hyperparams& hyper,
+                        const cpu_adam::GradScaling& scaling, StepStats& stats);
   cpu_adam::Hyperparams next_step_hyperparams() const;  // the global ones of the next step
   cpu_adam::Hyperparams unit_step_hyper(const UnitState& unit,
                                         const cpu_adam::Hyperparams& hyper) const;

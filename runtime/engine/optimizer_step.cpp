@@ -400,6 +400,16 @@ void EngineState::optimizer_step(StepStats& stats) {
   // back what the step writes; serially, after the updates.
   residency_->invalidate();
   stats.adam_s = speculated_adam_s;
+  update_remaining(remaining, hyper, scaling, stats);
+  finish_step(stats, marks);
+}
+
+// The updates the speculation left: deferred to the next forward ([zero] defer_update), else
+// run now; with [zero] overlap_optimizer the iteration's end (the next iteration's first
+// prefetches) comes before them, so those reads run under the updates.
+void EngineState::update_remaining(const std::vector<UnitId>& remaining,
+                                   const cpu_adam::Hyperparams& hyper,
+                                   const cpu_adam::GradScaling& scaling, StepStats& stats) {
   if (defers()) {
     // [zero] defer_update: the rest runs when the next forward gathers each unit
     // (deferred_update.cpp), the first of them from this prefetch on, as one batch: the pipeline
@@ -421,7 +431,6 @@ void EngineState::optimizer_step(StepStats& stats) {
     update_due_.clear();
     if (!hand_over) residency_->end_iteration();
   }
-  finish_step(stats, marks);
 }
 
 cpu_adam::Hyperparams EngineState::next_step_hyperparams() const {

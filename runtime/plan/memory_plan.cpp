@@ -156,56 +156,48 @@ void keep_shares_on_host(MemoryPlan& plan, const BufferPlan& buffers) {
   }
 }
 
-MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
-  MemoryPlan plan;
-  plan.params = inputs.params;
-  plan.ranks = std::max<std::uint32_t>(1, inputs.ranks);
-  plan.stage = config.zero.stage;
-  const std::uint64_t n = plan.ranks;
-  const std::uint64_t psi = plan.params;
-  const std::uint64_t shard = ceil_div(psi, n);
-  const ZeroConfig& zero = config.zero;
+// Adds one state row; bytes_of(elements): the bytes of the row's kinds over that many elements.
+template <typename BytesOf>
+void add_state(MemoryPlan& plan, StateKind kind, std::string layout, const BytesOf& bytes_of,
+               bool sharded, Tier home) {
+  const std::uint64_t elements = sharded ? ceil_div(plan.params, plan.ranks) : plan.params;
+  const std::uint64_t bytes = bytes_of(elements);
+  // Per parameter over a whole page of int8 blocks (four), where no padding counts.
+  constexpr std::uint64_t kPageElems = 4 * cpu_adam::kQuantBlockElems;
+  const double per_param = static_cast<double>(bytes_of(kPageElems)) / kPageElems;
+  plan.states.push_back({kind, std::move(layout), per_param, sharded, home, elements, bytes, 0});
+  // The NVMe store keeps two slots (A/B) of every extent, so a crash mid-step never touches the
+  // committed copy: state homed on NVMe occupies twice its size there.
+  tier_row(plan, home).state_bytes += bytes * (home == Tier::kNvme ? 2 : 1);
+}
 
-  // bytes_of(elements): the kinds of the row over that many elements.
-  const auto add_state = [&](StateKind kind, std::string layout, const auto& bytes_of,
-                             bool sharded, Tier home) {
-    const std::uint64_t elements = sharded ? shard : psi;
-    const std::uint64_t bytes = bytes_of(elements);
-    // Per parameter over a whole page of int8 blocks (four), where no padding counts.
-    constexpr std::uint64_t kPageElems = 4 * cpu_adam::kQuantBlockElems;
-    const double per_param = static_cast<double>(bytes_of(kPageElems)) / kPageElems;
-    plan.states.push_back(
-        {kind, std::move(layout), per_param, sharded, home, elements, bytes, 0});
-    // The NVMe store keeps two slots (A/B) of every extent, so a crash mid-step never touches the
-    // committed copy: state homed on NVMe occupies twice its size there.
-    tier_row(plan, home).state_bytes += bytes * (home == Tier::kNvme ? 2 : 1);
-  };
-  // The Engine's buffer plan over the model's units (or units of the largest unit's size when only
-  // Ψ is known): each kind's element type and whether the optimizer keeps it, and the working
-  // buffers.
-  plan.unit_elements = inputs.unit_numels.empty() ? largest_unit_elements(config, psi)
-                                                  : *std::max_element(inputs.unit_numels.begin(),
-                                                                      inputs.unit_numels.end());
-  const BufferPlan buffers = make_buffer_plan(config, buffer_inputs(config, inputs, plan));
-  const DType param_dtype = buffers.kind(ShardKind::kParam).dtype;
-  const DType grad_dtype = buffers.kind(ShardKind::kGrad).dtype;
-  const auto param_bytes = static_cast<std::uint32_t>(dtype_bytes(param_dtype));
-  const auto grad_bytes = static_cast<std::uint32_t>(dtype_bytes(grad_dtype));
-  // The optimizer row: each kept kind in its own format ([optimizer] master_dtype, state_dtype).
-  std::string optimizer_layout;
+// The optimizer row's layout: each kept kind in its own format ([optimizer] master_dtype,
+// state_dtype).
+std::string optimizer_layout(const BufferPlan& buffers) {
+  std::string layout;
   for (ShardKind kind : kOptimizerShardKinds) {
     const KindPlacement& placement = buffers.kind(kind);
     if (!placement.kept) continue;
     const bool adagrad_sum = kind == ShardKind::kExpAvgSq && !buffers.kind(ShardKind::kExpAvg).kept;
-    optimizer_layout += fmt::format(
-        "{}{} {}", optimizer_layout.empty() ? "" : " + ",
-        cpu_adam::state_dtype_name(placement.state_dtype()),
-        kind == ShardKind::kMaster         ? "master"
-        : kind == ShardKind::kCompensation ? "compensation"
-        : kind == ShardKind::kExpAvg       ? "exp_avg"
-        : adagrad_sum                ? "sum of squares"  // Adagrad's exp_avg_sq
-                                     : "exp_avg_sq");
+    layout += fmt::format("{}{} {}", layout.empty() ? "" : " + ",
+                          cpu_adam::state_dtype_name(placement.state_dtype()),
+                          kind == ShardKind::kMaster         ? "master"
+                          : kind == ShardKind::kCompensation ? "compensation"
+                          : kind == ShardKind::kExpAvg       ? "exp_avg"
+                          : adagrad_sum ? "sum of squares"  // Adagrad's exp_avg_sq
+                                        : "exp_avg_sq");
   }
+  return layout;
+}
+
+// The params, grads and optimizer rows in the buffer plan's element types, each homed where
+// [zero] says, with the shares [zero] *_host_fraction keeps on the host.
+void add_state_rows(MemoryPlan& plan, const Config& config, const BufferPlan& buffers) {
+  const ZeroConfig& zero = config.zero;
+  const DType param_dtype = buffers.kind(ShardKind::kParam).dtype;
+  const DType grad_dtype = buffers.kind(ShardKind::kGrad).dtype;
+  const auto param_bytes = static_cast<std::uint32_t>(dtype_bytes(param_dtype));
+  const auto grad_bytes = static_cast<std::uint32_t>(dtype_bytes(grad_dtype));
   const auto optimizer_bytes = [&](std::uint64_t elements) {
     std::uint64_t bytes = 0;
     for (ShardKind kind : kOptimizerShardKinds) {
@@ -215,21 +207,22 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
   };
   // Parameters in the master's bytes (KindPlacement::in_master) take no bytes of their own.
   const bool params_in_master = buffers.kind(ShardKind::kParam).in_master;
-  add_state(StateKind::kParams,
-            params_in_master ? fmt::format("{} (the master's own bytes)", to_string(param_dtype))
-                             : std::string(to_string(param_dtype)),
-            [&](std::uint64_t elements) { return params_in_master ? 0 : elements * param_bytes; },
-            plan.stage >= 3, zero.params);
-  add_state(StateKind::kGrads, std::string(to_string(grad_dtype)),
-            [&](std::uint64_t elements) { return elements * grad_bytes; }, plan.stage >= 2,
-            zero.grads);
-  add_state(StateKind::kOptimizer, optimizer_layout, optimizer_bytes, plan.stage >= 1,
-            zero.optimizer);
+  add_state(
+      plan, StateKind::kParams,
+      params_in_master ? fmt::format("{} (the master's own bytes)", to_string(param_dtype))
+                       : std::string(to_string(param_dtype)),
+      [&](std::uint64_t elements) { return params_in_master ? 0 : elements * param_bytes; },
+      plan.stage >= 3, zero.params);
+  add_state(
+      plan, StateKind::kGrads, std::string(to_string(grad_dtype)),
+      [&](std::uint64_t elements) { return elements * grad_bytes; }, plan.stage >= 2, zero.grads);
+  add_state(plan, StateKind::kOptimizer, optimizer_layout(buffers), optimizer_bytes,
+            plan.stage >= 1, zero.optimizer);
   keep_shares_on_host(plan, buffers);
+}
 
-  // Units known: the exact state of the buffer plan replaces the ZeRO arithmetic's.
-  if (!inputs.unit_numels.empty()) use_exact_state(plan, buffers);
-  add_buffer_rows(plan, config, buffers, inputs);
+// Each tier's buffer total, budget and name.
+void total_tiers(MemoryPlan& plan, const Config& config) {
   for (const BufferRow& buffer : plan.buffers)
     tier_row(plan, buffer.tier).buffer_bytes += buffer.bytes;
 
@@ -237,66 +230,101 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
   tier_row(plan, Tier::kHost).budget_bytes = config.tiers.host.budget_bytes;
   tier_row(plan, Tier::kNvme).budget_bytes = config.tiers.nvme.budget_bytes;
   for (std::size_t t = 0; t < plan.tiers.size(); ++t) plan.tiers[t].tier = static_cast<Tier>(t);
+}
 
-  // NVMe traffic of one optimizer step (forward + backward + step).
+// The NVMe bytes one NVMe-homed state row moves in an optimizer step (forward + backward + step).
+NvmeTraffic state_nvme_traffic(const StateRow& state, const Config& config,
+                               const BufferPlan& buffers) {
+  NvmeTraffic traffic;
+  // What a host fraction keeps in memory moves no NVMe bytes.
+  const std::uint64_t streamed = state.bytes_per_rank - state.host_bytes_per_rank;
+  switch (state.kind) {
+    case StateKind::kOptimizer:  // read, update, write back
+      traffic.read_bytes = streamed;
+      traffic.write_bytes = streamed;
+      break;
+    case StateKind::kGrads:  // written in backward, read by the optimizer
+      traffic.write_bytes = streamed;
+      traffic.read_bytes = streamed;
+      break;
+    case StateKind::kParams: {  // read for the forward and the backward gather, written by the step
+      // [zero] defer_update without the speculation during the backward: every update runs when
+      // the next forward gathers its unit and hands the new parameters over, so only the
+      // backward reads them (with the speculation, the units it confirms are read by the
+      // forward as well: counted as if all were).
+      // (A CUDA device runs the update in step(): no deferral there.)
+      const bool all_deferred = config.zero.defer_update && !config.zero.overlap_optimizer &&
+                                config.tiers.device.kind != DeviceKind::kCuda;
+      const std::uint64_t gathers = all_deferred ? 1 : 2;
+      // In the master's bytes: read from there (the share optimizer_host_fraction keeps on the
+      // host aside), written by no one but the optimizer (counted in its row; streamed is 0).
+      const bool params_in_master = buffers.kind(ShardKind::kParam).in_master;
+      traffic.read_bytes =
+          gathers * (params_in_master ? param_bytes_read_from_nvme(state, buffers) : streamed);
+      traffic.write_bytes = streamed;
+      break;
+    }
+  }
+  // [tiers.host] nvme_read_cache: the share of the extents the cache has room for is read from
+  // memory (the first written; counted as an even share of every kind).
+  if (buffers.nvme_read_cache_bytes > 0 && buffers.nvme_state_bytes > 0) {
+    const double covered = std::min(1.0, 2.0 * static_cast<double>(buffers.nvme_read_cache_bytes) /
+                                             static_cast<double>(buffers.nvme_state_bytes));
+    traffic.read_bytes = static_cast<std::uint64_t>(
+        std::llround((1.0 - covered) * static_cast<double>(traffic.read_bytes)));
+  }
+  return traffic;
+}
+
+// NVMe traffic of one optimizer step, per NVMe-homed kind and in all.
+void add_nvme_traffic(MemoryPlan& plan, const Config& config, const BufferPlan& buffers) {
   for (const StateRow& state : plan.states) {
     if (state.home != Tier::kNvme) continue;
     NvmeTraffic& traffic = plan.nvme_traffic[static_cast<std::size_t>(state.kind)];
-    // What a host fraction keeps in memory moves no NVMe bytes.
-    const std::uint64_t streamed = state.bytes_per_rank - state.host_bytes_per_rank;
-    switch (state.kind) {
-      case StateKind::kOptimizer:  // read, update, write back
-        traffic.read_bytes = streamed;
-        traffic.write_bytes = streamed;
-        break;
-      case StateKind::kGrads:  // written in backward, read by the optimizer
-        traffic.write_bytes = streamed;
-        traffic.read_bytes = streamed;
-        break;
-      case StateKind::kParams: {  // read for the forward and the backward gather, written by the step
-        // [zero] defer_update without the speculation during the backward: every update runs when
-        // the next forward gathers its unit and hands the new parameters over, so only the
-        // backward reads them (with the speculation, the units it confirms are read by the
-        // forward as well: counted as if all were).
-        // (A CUDA device runs the update in step(): no deferral there.)
-        const bool all_deferred = config.zero.defer_update && !config.zero.overlap_optimizer &&
-                                  config.tiers.device.kind != DeviceKind::kCuda;
-        const std::uint64_t gathers = all_deferred ? 1 : 2;
-        // In the master's bytes: read from there (the share optimizer_host_fraction keeps on the
-        // host aside), written by no one but the optimizer (counted in its row; streamed is 0).
-        traffic.read_bytes =
-            gathers * (params_in_master ? param_bytes_read_from_nvme(state, buffers) : streamed);
-        traffic.write_bytes = streamed;
-        break;
-      }
-    }
-    // [tiers.host] nvme_read_cache: the share of the extents the cache has room for is read from
-    // memory (the first written; counted as an even share of every kind).
-    if (buffers.nvme_read_cache_bytes > 0 && buffers.nvme_state_bytes > 0) {
-      const double covered = std::min(1.0, 2.0 * static_cast<double>(buffers.nvme_read_cache_bytes) /
-                                               static_cast<double>(buffers.nvme_state_bytes));
-      traffic.read_bytes = static_cast<std::uint64_t>(
-          std::llround((1.0 - covered) * static_cast<double>(traffic.read_bytes)));
-    }
+    traffic = state_nvme_traffic(state, config, buffers);
     plan.nvme_read_bytes_per_step += traffic.read_bytes;
     plan.nvme_write_bytes_per_step += traffic.write_bytes;
   }
+}
 
-  // Communication per rank per step, as the seeds count it: stages 0-2 move 2Ψ (reduce-scatter of
-  // gradients + all-gather of parameters), stage 3 adds a second parameter gather: 3Ψ. With
-  // [model] grad_accumulation micro-batches, every micro-batch reduce-scatters its gradients (into
-  // the fp32 shard) and, at stage 3, gathers for its forward and its backward; stages 0-2 keep the
-  // parameters gathered for the whole step.
-  if (n > 1) {
-    const std::uint64_t micro = std::max<std::uint32_t>(1, config.model.grad_accumulation);
-    const std::uint64_t gathers = plan.stage >= 3 ? 2 * micro : 1;
-    plan.micro_batches = static_cast<std::uint32_t>(micro);
-    plan.comm_elements_per_rank = static_cast<double>(gathers + micro) * static_cast<double>(psi);
-    // The gradients travel in [precision] reduce_dtype (fp32 or the 16-bit gradient dtype).
-    plan.reduce_dtype = gradient_reduce_dtype(config.precision, config.model.grad_accumulation);
-    plan.comm_bytes_per_rank =
-        micro * psi * dtype_bytes(plan.reduce_dtype) + gathers * psi * param_bytes;
-  }
+// Communication per rank per step, as the seeds count it: stages 0-2 move 2Ψ (reduce-scatter of
+// gradients + all-gather of parameters), stage 3 adds a second parameter gather: 3Ψ. With
+// [model] grad_accumulation micro-batches, every micro-batch reduce-scatters its gradients (into
+// the fp32 shard) and, at stage 3, gathers for its forward and its backward; stages 0-2 keep the
+// parameters gathered for the whole step.
+void add_communication(MemoryPlan& plan, const Config& config, const BufferPlan& buffers) {
+  if (plan.ranks <= 1) return;
+  const std::uint64_t psi = plan.params;
+  const std::uint64_t param_bytes = dtype_bytes(buffers.kind(ShardKind::kParam).dtype);
+  const std::uint64_t micro = std::max<std::uint32_t>(1, config.model.grad_accumulation);
+  const std::uint64_t gathers = plan.stage >= 3 ? 2 * micro : 1;
+  plan.micro_batches = static_cast<std::uint32_t>(micro);
+  plan.comm_elements_per_rank = static_cast<double>(gathers + micro) * static_cast<double>(psi);
+  // The gradients travel in [precision] reduce_dtype (fp32 or the 16-bit gradient dtype).
+  plan.reduce_dtype = gradient_reduce_dtype(config.precision, config.model.grad_accumulation);
+  plan.comm_bytes_per_rank =
+      micro * psi * dtype_bytes(plan.reduce_dtype) + gathers * psi * param_bytes;
+}
+
+MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
+  MemoryPlan plan;
+  plan.params = inputs.params;
+  plan.ranks = std::max<std::uint32_t>(1, inputs.ranks);
+  plan.stage = config.zero.stage;
+  // The Engine's buffer plan over the model's units (or units of the largest unit's size when only
+  // Ψ is known): each kind's element type and whether the optimizer keeps it, and the working
+  // buffers.
+  plan.unit_elements = inputs.unit_numels.empty() ? largest_unit_elements(config, plan.params)
+                                                  : *std::max_element(inputs.unit_numels.begin(),
+                                                                      inputs.unit_numels.end());
+  const BufferPlan buffers = make_buffer_plan(config, buffer_inputs(config, inputs, plan));
+  add_state_rows(plan, config, buffers);
+  // Units known: the exact state of the buffer plan replaces the ZeRO arithmetic's.
+  if (!inputs.unit_numels.empty()) use_exact_state(plan, buffers);
+  add_buffer_rows(plan, config, buffers, inputs);
+  total_tiers(plan, config);
+  add_nvme_traffic(plan, config, buffers);
+  add_communication(plan, config, buffers);
   return plan;
 }
 
@@ -339,10 +367,34 @@ std::optional<std::uint64_t> fitting_sub_group(const Config& config, const PlanI
   return std::nullopt;
 }
 
-// Changes that would make the plan fit: larger budgets, state moved down a tier, more ranks.
-std::vector<std::string> suggest(const Config& config, const PlanInputs& inputs,
-                                 const MemoryPlan& plan) {
-  std::vector<std::string> out;
+// Moving `state` from the tier that is over down to a lower tier, as the first suggestion that
+// fits (streaming the optimizer from NVMe may fit only with smaller staging sub-groups).
+std::optional<std::string> move_down(const Config& config, const PlanInputs& inputs,
+                                     const MemoryPlan& plan, const StateRow& state, Tier over) {
+  for (Tier lower : {Tier::kHost, Tier::kNvme}) {
+    if (static_cast<int>(lower) <= static_cast<int>(over)) continue;
+    if (lower == Tier::kNvme && state.kind == StateKind::kParams && plan.stage < 3) continue;
+    if (lower == Tier::kNvme && state.kind == StateKind::kGrads && plan.stage < 2) continue;
+    const Config moved = with_home(config, state.kind, lower);
+    std::string extra;
+    if (!compute(moved, inputs).fits()) {
+      if (state.kind != StateKind::kOptimizer || lower != Tier::kNvme) continue;
+      const std::optional<std::uint64_t> group = fitting_sub_group(moved, inputs);
+      if (!group) continue;
+      extra = fmt::format(" and sub_group_size = {}", *group);
+    }
+    return fmt::format("or move {} to {}: set [zero] {} = \"{}\"{}{}", to_string(state.kind),
+                       to_string(lower), to_string(state.kind), to_string(lower), extra,
+                       lower == Tier::kNvme && config.tiers.nvme.paths.empty()
+                           ? " and list drives in [tiers.nvme] paths"
+                           : "");
+  }
+  return std::nullopt;
+}
+
+// Per tier that is over: a larger budget, or a state homed there moved down a tier.
+void suggest_budgets_and_homes(const Config& config, const PlanInputs& inputs,
+                               const MemoryPlan& plan, std::vector<std::string>& out) {
   for (const TierRow& row : plan.tiers) {
     if (row.fits()) continue;
     out.push_back(fmt::format("raise {} budget to at least {} (short by {})",
@@ -350,44 +402,34 @@ std::vector<std::string> suggest(const Config& config, const PlanInputs& inputs,
                               format_binary_bytes(row.short_bytes())));
     for (const StateRow& state : plan.states) {
       if (state.home != row.tier) continue;
-      for (Tier lower : {Tier::kHost, Tier::kNvme}) {
-        if (static_cast<int>(lower) <= static_cast<int>(row.tier)) continue;
-        if (lower == Tier::kNvme && state.kind == StateKind::kParams && plan.stage < 3) continue;
-        if (lower == Tier::kNvme && state.kind == StateKind::kGrads && plan.stage < 2) continue;
-        const Config moved = with_home(config, state.kind, lower);
-        std::string extra;
-        if (!compute(moved, inputs).fits()) {
-          // Streaming the optimizer from NVMe may fit only with smaller staging sub-groups.
-          if (state.kind != StateKind::kOptimizer || lower != Tier::kNvme) continue;
-          const std::optional<std::uint64_t> group = fitting_sub_group(moved, inputs);
-          if (!group) continue;
-          extra = fmt::format(" and sub_group_size = {}", *group);
-        }
-        out.push_back(fmt::format("or move {} to {}: set [zero] {} = \"{}\"{}{}",
-                                  to_string(state.kind), to_string(lower), to_string(state.kind),
-                                  to_string(lower), extra,
-                                  lower == Tier::kNvme && config.tiers.nvme.paths.empty()
-                                      ? " and list drives in [tiers.nvme] paths"
-                                      : ""));
-        break;
+      if (std::optional<std::string> moved = move_down(config, inputs, plan, state, row.tier)) {
+        out.push_back(std::move(*moved));
       }
     }
   }
-  if (!plan.tier(Tier::kDevice).fits()) {
-    // Alternatives come in preference order; of one knob (its first word), the first that fits.
-    std::vector<std::string> offered;
-    for (const PlanInputs::ComputeAlternative& alternative : inputs.compute_alternatives) {
-      const std::string knob = alternative.knob.substr(0, alternative.knob.find(' '));
-      if (std::find(offered.begin(), offered.end(), knob) != offered.end()) continue;
-      PlanInputs smaller = inputs;
-      smaller.compute_device_bytes = alternative.bytes;
-      if (!compute(config, smaller).tier(Tier::kDevice).fits()) continue;
-      offered.push_back(knob);
-      out.push_back(fmt::format("or {}: the model's compute takes {} instead of {}",
-                                alternative.knob, format_binary_bytes(alternative.bytes),
-                                format_binary_bytes(inputs.compute_device_bytes)));
-    }
+}
+
+// The device tier over: settings that shrink the model's compute. Alternatives come in
+// preference order; of one knob (its first word), the first that fits.
+void suggest_smaller_compute(const Config& config, const PlanInputs& inputs,
+                             std::vector<std::string>& out) {
+  std::vector<std::string> offered;
+  for (const PlanInputs::ComputeAlternative& alternative : inputs.compute_alternatives) {
+    const std::string knob = alternative.knob.substr(0, alternative.knob.find(' '));
+    if (std::find(offered.begin(), offered.end(), knob) != offered.end()) continue;
+    PlanInputs smaller = inputs;
+    smaller.compute_device_bytes = alternative.bytes;
+    if (!compute(config, smaller).tier(Tier::kDevice).fits()) continue;
+    offered.push_back(knob);
+    out.push_back(fmt::format("or {}: the model's compute takes {} instead of {}",
+                              alternative.knob, format_binary_bytes(alternative.bytes),
+                              format_binary_bytes(inputs.compute_device_bytes)));
   }
+}
+
+// Smaller optimizer sub-groups, ZeRO stage 3, more ranks: the first count of ranks that fits.
+void suggest_other_layouts(const Config& config, const PlanInputs& inputs, const MemoryPlan& plan,
+                           std::vector<std::string>& out) {
   if (!plan.tier(Tier::kHost).fits() && config.zero.optimizer == Tier::kNvme) {
     if (const std::optional<std::uint64_t> group = fitting_sub_group(config, inputs)) {
       out.push_back(
@@ -414,6 +456,16 @@ std::vector<std::string> suggest(const Config& config, const PlanInputs& inputs,
       }
     }
   }
+}
+
+// Changes that would make the plan fit: larger budgets, state moved down a tier, a smaller
+// compute, more ranks.
+std::vector<std::string> suggest(const Config& config, const PlanInputs& inputs,
+                                 const MemoryPlan& plan) {
+  std::vector<std::string> out;
+  suggest_budgets_and_homes(config, inputs, plan, out);
+  if (!plan.tier(Tier::kDevice).fits()) suggest_smaller_compute(config, inputs, out);
+  suggest_other_layouts(config, inputs, plan, out);
   return out;
 }
 

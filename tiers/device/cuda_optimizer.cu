@@ -395,6 +395,60 @@ __device__ __forceinline__ std::uint8_t code_byte(std::uint32_t codes, int k) {
   return static_cast<std::uint8_t>((codes >> (8 * k)) & 0xFFu);
 }
 
+// A thread's moments decoded from the int8 blocks' codes (each moment the rule keeps).
+template <class Rule, int N>
+__device__ __forceinline__ void decode_moments(const std::byte* avg_block,
+                                               const std::byte* sq_block, int j0, int n,
+                                               float (&exp_avg)[N], float (&exp_avg_sq)[N]) {
+  float scale = 0.0f;
+  if constexpr (Rule::kExpAvg) {
+    const std::uint32_t codes = load_codes(avg_block, j0, scale);
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      if (k < n)
+        exp_avg[k] = decode_signed(static_cast<std::int8_t>(code_byte(codes, k)), scale);
+    }
+  }
+  if constexpr (Rule::kExpAvgSq) {
+    const std::uint32_t codes = load_codes(sq_block, j0, scale);
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      if (k < n) exp_avg_sq[k] = decode_unsigned(code_byte(codes, k), scale);
+    }
+  }
+}
+
+// A thread's moments encoded into the int8 blocks' codes, each block's scale its maximum (written
+// by thread 0); sqrt(exp_avg_sq) is encoded from `root`.
+template <class Rule, int N>
+__device__ __forceinline__ void encode_moments(std::byte* avg_block, std::byte* sq_block, int j0,
+                                               int n, float avg_max, float sq_max,
+                                               const float (&exp_avg)[N], const float (&root)[N]) {
+  if constexpr (Rule::kExpAvg) {
+    const float inverse = inverse_of(avg_max);
+    std::uint32_t codes = 0;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const std::uint8_t code =
+          k < n ? static_cast<std::uint8_t>(encode_signed(exp_avg[k], inverse)) : 0;
+      codes |= static_cast<std::uint32_t>(code) << (8 * k);
+    }
+    *reinterpret_cast<std::uint32_t*>(avg_block + sizeof(float) + j0) = codes;
+    if (threadIdx.x == 0) *reinterpret_cast<float*>(avg_block) = avg_max;
+  }
+  if constexpr (Rule::kExpAvgSq) {
+    const float factor = root_code_factor(sq_max);
+    std::uint32_t codes = 0;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const std::uint8_t code = k < n ? encode_unsigned_root(root[k], factor) : 0;
+      codes |= static_cast<std::uint32_t>(code) << (8 * k);
+    }
+    *reinterpret_cast<std::uint32_t*>(sq_block + sizeof(float) + j0) = codes;
+    if (threadIdx.x == 0) *reinterpret_cast<float*>(sq_block) = sq_max;
+  }
+}
+
 template <class Rule, class Master>
 __global__ void __launch_bounds__(kThreads)
     update_int8_kernel(const __grid_constant__ KernelArgs a) {
@@ -417,22 +471,7 @@ __global__ void __launch_bounds__(kThreads)
     float root[N] = {};
     std::uint16_t kept[N] = {};
     if (n > 0) {
-      float scale = 0.0f;
-      if constexpr (Rule::kExpAvg) {
-        const std::uint32_t codes = load_codes(avg_block, j0, scale);
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-          if (k < n)
-            exp_avg[k] = decode_signed(static_cast<std::int8_t>(code_byte(codes, k)), scale);
-        }
-      }
-      if constexpr (Rule::kExpAvgSq) {
-        const std::uint32_t codes = load_codes(sq_block, j0, scale);
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-          if (k < n) exp_avg_sq[k] = decode_unsigned(code_byte(codes, k), scale);
-        }
-      }
+      decode_moments<Rule, N>(avg_block, sq_block, j0, n, exp_avg, exp_avg_sq);
       Master::template load<N>(a, first, n, param);
       load_grad<N>(a, first, n, grad);
       DecayCursor decay(a.runs, a.run_count, first);
@@ -451,29 +490,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     block_max(avg_max, sq_max, slots);
     if (j0 >= kBlockElems) continue;  // codes past the block's n are zero (encode_block)
-    if constexpr (Rule::kExpAvg) {
-      const float inverse = inverse_of(avg_max);
-      std::uint32_t codes = 0;
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        const std::uint8_t code =
-            k < n ? static_cast<std::uint8_t>(encode_signed(exp_avg[k], inverse)) : 0;
-        codes |= static_cast<std::uint32_t>(code) << (8 * k);
-      }
-      *reinterpret_cast<std::uint32_t*>(avg_block + sizeof(float) + j0) = codes;
-      if (threadIdx.x == 0) *reinterpret_cast<float*>(avg_block) = avg_max;
-    }
-    if constexpr (Rule::kExpAvgSq) {
-      const float factor = root_code_factor(sq_max);
-      std::uint32_t codes = 0;
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        const std::uint8_t code = k < n ? encode_unsigned_root(root[k], factor) : 0;
-        codes |= static_cast<std::uint32_t>(code) << (8 * k);
-      }
-      *reinterpret_cast<std::uint32_t*>(sq_block + sizeof(float) + j0) = codes;
-      if (threadIdx.x == 0) *reinterpret_cast<float*>(sq_block) = sq_max;
-    }
+    encode_moments<Rule, N>(avg_block, sq_block, j0, n, avg_max, sq_max, exp_avg, root);
   }
 }
 
