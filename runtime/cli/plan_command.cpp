@@ -2,7 +2,9 @@
 // `strata plan [CONFIG] --model DIR`: the same for a Hugging Face model folder, its units from
 // config.json and, when it would compute on a GPU (--device cuda, or [tiers.device] kind "cuda",
 // or "auto" with a usable GPU), the device memory of its compute at --seq-len x --micro-batch
-// (models/decoder; the program links strata_decoder, the runtime library does not).
+// (models/decoder; the program links strata_decoder, the runtime library does not). Either way
+// the plan counts the data path of that device (a GPU's pinned staging, the host device's undo
+// copies).
 #include <filesystem>
 #include <optional>
 #include <iostream>
@@ -70,6 +72,11 @@ int run_plan(const PlanOptions& options) {
                                   : load_config_or_report(options.config_path, "strata plan");
   if (!loaded) return kExitBadInput;
   runtime::Config& config = *loaded;
+  // The plan counts the data path of the device the run computes on: a CUDA device's staged path
+  // (pinned staging on the host, no undo copies) for --device cuda even where the config says
+  // "auto", the host device's for --device host.
+  const bool on_cuda = computes_on_cuda(options, config);
+  config.tiers.device.kind = on_cuda ? runtime::DeviceKind::kCuda : runtime::DeviceKind::kHost;
   nlohmann::json described;
   if (!options.model_dir.empty() && !apply_hf_model(options.model_dir, config, described, "strata plan")) {
     return kExitBadInput;
@@ -83,7 +90,7 @@ int run_plan(const PlanOptions& options) {
     decoder.activation_checkpointing = options.activation_checkpointing;
     const llm::HfConfig hf =
         llm::read_hf_config(std::filesystem::path(options.model_dir) / "config.json");
-    inputs = llm::plan_inputs(hf, ranks, decoder, computes_on_cuda(options, config));
+    inputs = llm::plan_inputs(hf, ranks, decoder, on_cuda);
   }
   inputs.params = config.parameter_count();
   inputs.ranks = ranks;
@@ -138,8 +145,9 @@ void add_plan_command(CLI::App& app) {
   plan->add_flag("--activation-checkpointing", options->activation_checkpointing,
                  "--model: count one layer's activations, recomputed in backward");
   plan->add_option("--device", options->device,
-                   "--model: where the model computes: host or cuda (default: [tiers.device] "
-                   "kind; auto: cuda when a GPU is usable)")
+                   "where the model computes and the device tier lives: host or cuda (default: "
+                   "[tiers.device] kind; auto: cuda when a GPU is usable); the plan counts that "
+                   "device's data path, and with --model its compute on a GPU")
       ->check(CLI::IsMember({"host", "cuda"}));
   plan->add_flag("--json", options->json, "print the plan as one JSON object");
   plan->callback([options] {

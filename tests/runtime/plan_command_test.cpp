@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -83,6 +84,40 @@ TEST(PlanCommand, PlanThatDoesNotFitExitsThreeAndSuggests) {
   EXPECT_EQ(result.exit_code, 3) << result.output;
   EXPECT_THAT(result.output, HasSubstr("does not fit: the host tier is short by"));
   EXPECT_THAT(result.output, HasSubstr("raise [tiers.host] budget to at least"));
+}
+
+// The purposes of a --json plan's host buffers.
+std::vector<std::string> host_buffer_purposes(const std::string& plan_json) {
+  std::vector<std::string> purposes;
+  const nlohmann::json plan = nlohmann::json::parse(plan_json);
+  for (const nlohmann::json& buffer : plan.at("buffers")) {
+    if (buffer.at("tier") == "host") purposes.push_back(buffer.at("purpose").get<std::string>());
+  }
+  return purposes;
+}
+
+// The bug: `strata plan CONFIG --device cuda` with [tiers.device] kind = "auto" planned the host
+// device's data path (tens of GiB of host undo copies that a CUDA run never allocates, none of
+// its pinned staging), unlike the same config with kind = "cuda". --device decides the data path.
+TEST(PlanCommand, DeviceFlagDecidesTheDataPathWhateverTheConfigsKind) {
+  const std::string placement =
+      "budget = \"64GiB\"\n[tiers.host]\nbudget = \"64GiB\"\n[zero]\noptimizer = \"device\"\n";
+  const std::string automatic =
+      write_temp("plan_kind_auto.toml", "[tiers.device]\nkind = \"auto\"\n" + placement);
+  const std::string cuda =
+      write_temp("plan_kind_cuda.toml", "[tiers.device]\nkind = \"cuda\"\n" + placement);
+  const Result flagged = run_cli("plan " + automatic + " --params 1e9 --device cuda --json");
+  const Result configured = run_cli("plan " + cuda + " --params 1e9 --json");
+  ASSERT_EQ(flagged.exit_code, 0) << flagged.output;
+  ASSERT_EQ(configured.exit_code, 0) << configured.output;
+  EXPECT_EQ(host_buffer_purposes(flagged.output), host_buffer_purposes(configured.output));
+  EXPECT_THAT(::testing::PrintToString(host_buffer_purposes(flagged.output)),
+              HasSubstr("pinned staging of the CUDA data path"));
+
+  const Result host = run_cli("plan " + cuda + " --params 1e9 --device host --json");
+  ASSERT_EQ(host.exit_code, 0) << host.output;
+  EXPECT_THAT(::testing::PrintToString(host_buffer_purposes(host.output)),
+              ::testing::Not(HasSubstr("CUDA data path")));
 }
 
 // The events of the Chrome trace at `path` (empty when it is missing or not a trace).
