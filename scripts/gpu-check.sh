@@ -18,14 +18,19 @@
 #  export     a 90 M Llama folder fine-tuned 2 steps on cuda with --export; transformers loads the
 #             export, its logits on strata-eval's first window and the tokenizers library's ids
 #             against strata's
+#  agreement  that 90 M folder fine-tuned 20 steps (seq 256 x 4, all state on the device) with the
+#             same config, seed and data on cuda and on the host device: fails if any step's loss
+#             is more than 1% from the host's (scripts/compare-step-losses.py)
 #  gpt        the built-in 25 M GPT, three placements, on cuda and on the host device
 #  sanitizer  compute-sanitizer memcheck on the CUDA tests of the kernels, racecheck on kernels
-# GPU_CHECK_SUITES, GPU_CHECK_FILTER, GPU_CHECK_PLACEMENTS, GPU_CHECK_TORCH and GPU_CHECK_STEPS
-# narrow a run to what a short lease allows (see below).
+# GPU_CHECK_SUITES, GPU_CHECK_FILTER, GPU_CHECK_PLACEMENTS, GPU_CHECK_TORCH, GPU_CHECK_STEPS and
+# GPU_CHECK_AGREEMENT narrow a run to what a short lease allows (see below).
 # GPU_CHECK_DEVICE=host runs the same script on a machine without a GPU (the host-emulated
 # device; no sanitizer; CUDA tests may skip; the PyTorch parts run only where python3 has torch
 # and transformers), and GPU_CHECK_LLAMA="hidden inner layers heads kv_heads" shrinks the Llama
-# folder: that is how the script itself is tested without a GPU.
+# folder: that is how the script itself is tested without a GPU. GPU_CHECK_BUILD=build/nocuda takes
+# the binaries and test suites from that existing build instead of the bundle or a build of its own
+# (it must hold the targets the chosen sections run).
 # Output: the log, then one "gpu-check: <figure>" line per figure; with $OUT set (the lent
 # machine's return folder) the log and the summary are written there too. Exit status 1 when any
 # section failed (the others still ran). GPU_PEAK_TFLOPS (default 989, H100/H200 SXM bf16 dense)
@@ -39,7 +44,7 @@ exec > >(tee "$out_dir/gpu-check.log") 2>&1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 peak_tflops=${GPU_PEAK_TFLOPS:-989}
-only=" ${GPU_CHECK_ONLY:-tests bench llama losses export gpt sanitizer} "
+only=" ${GPU_CHECK_ONLY:-tests bench llama losses export agreement gpt sanitizer} "
 summary_file="$out_dir/summary.txt"
 : >"$summary_file"
 failed=()
@@ -75,7 +80,10 @@ have_torch() { python3 -c "import torch, transformers, tokenizers" 2>/dev/null; 
 # --- The binaries: the bundle, or a build from source. ---
 nvidia_libs=$(ls -d /opt/torch/.venv/lib/python3*/site-packages/nvidia/*/lib 2>/dev/null | paste -sd:)
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${nvidia_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-if [[ -f .gpu-bundle/manifest ]]; then
+if [[ -n ${GPU_CHECK_BUILD:-} ]]; then
+  build=$GPU_CHECK_BUILD
+  data_dir=/usr/share/common-licenses
+elif [[ -f .gpu-bundle/manifest ]]; then
   cat .gpu-bundle/manifest
   build=$(awk -F= '$1 == "build_dir" {print $2}' .gpu-bundle/manifest)
   source_dir=$(awk -F= '$1 == "source_dir" {print $2}' .gpu-bundle/manifest)
@@ -111,10 +119,12 @@ suites=(tests/tiers/strata_tiers_tests tests/runtime/strata_runtime_tests
         tests/models/llm/strata_llm_model_tests tests/models/llm/strata_llm_tests)
 cuda_filter='*Cuda*:*cuda*:*Nccl*'
 # Narrower runs for a short lease: GPU_CHECK_SUITES (paths under the build), GPU_CHECK_FILTER,
-# GPU_CHECK_PLACEMENTS (strata's 1.08 B runs), GPU_CHECK_TORCH (PyTorch's), GPU_CHECK_STEPS.
+# GPU_CHECK_PLACEMENTS (strata's 1.08 B runs), GPU_CHECK_TORCH (PyTorch's), GPU_CHECK_STEPS,
+# GPU_CHECK_AGREEMENT="steps seq micro_batch" (the agreement section's runs).
 [[ -n ${GPU_CHECK_SUITES:-} ]] && read -r -a suites <<<"$GPU_CHECK_SUITES"
 test_filter=${GPU_CHECK_FILTER:-$cuda_filter}
 llama_steps=${GPU_CHECK_STEPS:-6}
+read -r agreement_steps agreement_seq agreement_batch <<<"${GPU_CHECK_AGREEMENT:-20 256 4}"
 json_number() { grep -o "\"$1\": *[0-9.e+-]*" "$2" | head -n 1 | sed 's/.*: *//'; }
 # Median tokens/s of a strata-finetune log's step lines after the first (allocation, warm-up).
 median_tokens() {
@@ -283,12 +293,17 @@ if wanted losses; then
   fi
 fi
 
+# The 90 M Llama folder of the export and agreement sections (fine-tuning leaves it as it is).
+small="$work/llama-90m"
+make_small_llama() {
+  [[ -d $small ]] || "$make_model" --out "$small" --family llama --hidden-size 1024 \
+    --intermediate-size 2816 --layers 8 --heads 16 --kv-heads 4 --max-positions 4096 >/dev/null
+}
+
 # --- export: transformers loads strata's export ---
 if wanted export; then
   stamp export
-  small="$work/llama-90m"
-  "$make_model" --out "$small" --family llama --hidden-size 1024 --intermediate-size 2816 \
-    --layers 8 --heads 16 --kv-heads 4 --max-positions 4096 >/dev/null
+  make_small_llama
   sed "s|/var/tmp/strata-nvme|$work/nvme|" examples/configs/all_device.toml >"$work/export.toml"
   text="$data_dir/Apache-2.0"
   if ! timeout 120 "$finetune" --model "$small" --config "$work/export.toml" --device "$device" \
@@ -309,6 +324,40 @@ if wanted export; then
     cat "$work/export-check.log"
     fail "export: transformers check"
   fi
+fi
+
+# --- agreement: CUDA's losses against the host device's on the 90 M folder ---
+# Both runs: all_device.toml (seed 1234, the same windows in the same order), so the only
+# difference is the device's arithmetic (bf16 activations and tensor-core products on cuda, fp32
+# products on the host). The host run costs about 6 core-s per step at seq 256 x 4 (measured on a
+# 2-core VM): 20 steps fit in well under 90 s on the GPU machine's 16 cores. With
+# GPU_CHECK_DEVICE=host both runs are the host device and must agree exactly.
+if wanted agreement; then
+  stamp agreement
+  make_small_llama
+  sed "s|/var/tmp/strata-nvme|$work/nvme|" examples/configs/all_device.toml >"$work/agreement.toml"
+  shape="90 M Llama, $agreement_steps steps of seq $agreement_seq x $agreement_batch"
+  agreement_run() {  # device, log
+    timeout 300 "$finetune" --model "$small" --config "$work/agreement.toml" --device "$1" \
+      --seq-len "$agreement_seq" --micro-batch "$agreement_batch" --steps "$agreement_steps" \
+      --overwrite --eval-every 0 --eval-batches 1 --data "$data_dir" >"$2" 2>&1
+  }
+  if ! agreement_run "$device" "$work/agreement-$device.log"; then
+    fail "agreement: fine-tuning on $device"; tail -n 20 "$work/agreement-$device.log"
+  elif ! agreement_run host "$work/agreement-reference.log"; then
+    fail "agreement: fine-tuning on the host device"; tail -n 20 "$work/agreement-reference.log"
+  else
+    echo "step | loss on the host device | loss on $device"
+    paste <(grep -E "^step +[0-9]+ \| loss" "$work/agreement-reference.log" | cut -d'|' -f1-2) \
+      <(grep -E "^step +[0-9]+ \| loss" "$work/agreement-$device.log" | cut -d'|' -f2)
+    python3 scripts/compare-step-losses.py "$work/agreement-reference.log" \
+      "$work/agreement-$device.log" --tolerance 0.01 --steps "$agreement_steps" >"$work/agreement.txt"
+    status=$?
+    cat "$work/agreement.txt"
+    verdict="($shape), $device against host: $(tail -n 1 "$work/agreement.txt" | sed 's/^compare-step-losses: //')"
+    if ((status == 0)); then note "agreement $verdict"; else fail agreement "$verdict"; fi
+  fi
+  rm -rf "$work/nvme"
 fi
 
 # --- gpt: the built-in GPT, micro-batch 8 x 128 tokens, 8 steps per placement and device ---
