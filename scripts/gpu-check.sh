@@ -119,7 +119,7 @@ suites=(tests/tiers/strata_tiers_tests tests/runtime/strata_runtime_tests
         tests/models/llm/strata_llm_model_tests tests/models/llm/strata_llm_tests)
 cuda_filter='*Cuda*:*cuda*:*Nccl*'
 # Narrower runs for a short lease: GPU_CHECK_SUITES (paths under the build), GPU_CHECK_FILTER,
-# GPU_CHECK_PLACEMENTS (strata's 1.08 B runs), GPU_CHECK_TORCH (PyTorch's), GPU_CHECK_STEPS,
+# GPU_CHECK_PLACEMENTS (strata's 1.08 B runs; examples/configs names, h200/... included), GPU_CHECK_TORCH (PyTorch's), GPU_CHECK_STEPS,
 # GPU_CHECK_AGREEMENT="steps seq micro_batch" (the agreement section's runs).
 [[ -n ${GPU_CHECK_SUITES:-} ]] && read -r -a suites <<<"$GPU_CHECK_SUITES"
 test_filter=${GPU_CHECK_FILTER:-$cuda_filter}
@@ -135,8 +135,13 @@ median_tokens() {
 # TFLOPS and MFU of tokens/s for FLOP/token.
 rate() { awk -v t="$1" -v f="$2" -v p="$peak_tflops" 'BEGIN { x = t * f / 1e12; printf "%.1f TFLOPS, MFU %.1f%%", x, 100 * x / p }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "n/a" }'; }
-# A config from an example with the device and host budgets raised.
-big_config() {  # example name, output
+# A config from an example with the device and host budgets raised; the one-H200 configs
+# (examples/configs/h200/*, sized for 141 GB + 128 GiB already) keep their budgets.
+big_config() {  # example name (e.g. optimizer_host or h200/optimizer_host), output
+  if [[ $1 == h200/* ]]; then
+    sed "s|/var/tmp/strata-nvme|$work/nvme|" "examples/configs/$1.toml" >"$2"
+    return
+  fi
   sed -e 's/^budget = "8GiB"/budget = "64GiB"/' -e '0,/^budget = "64GiB"/s//budget = "120GiB"/' \
     -e "s|/var/tmp/strata-nvme|$work/nvme|" "examples/configs/$1.toml" >"$2"
 }
@@ -237,10 +242,11 @@ print(L * (2 * d * d + 2 * d * kv + 3 * d * i + 2 * d) + 2 * V * d + d)")
   note "Llama folder: $params parameters, $(awk -v f="$flop" 'BEGIN { printf "%.2f", f / 1e9 }') GFLOP/token at seq 1024"
   declare -A tokens_of
   for placement in ${GPU_CHECK_PLACEMENTS:-all_device optimizer_host}; do
-    big_config "$placement" "$work/$placement-big.toml"
-    log="$work/llama-$placement.log"
+    name=${placement//\//-}  # h200/all_device -> h200-all_device
+    big_config "$placement" "$work/$name-big.toml"
+    log="$work/llama-$name.log"
     stamp "strata $placement"
-    if timeout 180 "$finetune" --model "$llama" --config "$work/$placement-big.toml" --device "$device" \
+    if timeout 180 "$finetune" --model "$llama" --config "$work/$name-big.toml" --device "$device" \
       --seq-len 1024 --micro-batch 8 --steps "$llama_steps" --overwrite --eval-every 0 \
       --eval-batches 1 --data "$data_dir" $([[ $device == cuda ]] && echo --profile) >"$log" 2>&1; then
       grep -E "device:|attention|^step|gpu:" "$log" | head -n 20
