@@ -62,28 +62,6 @@ __global__ void __launch_bounds__(kDeltaThreads)
   if (lane_id() == 0) delta[index] = sum;
 }
 
-// Starts loading key tile `tile + 1` (k and v) into the buffer other than `buffer` when there is
-// one, then waits for the copies of tile `tile`.
-template <int kD>
-__device__ __forceinline__ void prefetch_next_key_tiles(
-    const BackwardArgs& args, __nv_bfloat16* k_tiles, __nv_bfloat16* v_tiles,
-    const __nv_bfloat16* k_base, const __nv_bfloat16* v_base, int tile, int tile_end, int buffer) {
-  using T = Tile<kD>;
-  const Problem& p = args.problem;
-  if (tile + 1 < tile_end) {
-    const int next = (tile + 1) * kTileRows;
-    const int offset = (buffer ^ 1) * T::kElements;
-    load_tile_async<kD, kTileRows>(k_tiles + offset, k_base, args.k.ld, next, p.positions,
-                                   p.head_dim);
-    load_tile_async<kD, kTileRows>(v_tiles + offset, v_base, args.v.ld, next, p.positions,
-                                   p.head_dim);
-    commit_async();
-    wait_async<1>();
-  } else {
-    wait_async<0>();
-  }
-}
-
 // dS = P ∘ (dP - delta) into `s`, P recomputed from the scores and the rows' lse (0 where the key
 // is not visible to the row; interior tiles: every key visible).
 __device__ __forceinline__ void scores_to_ds(float (&s)[kTileRows / 8][4],

@@ -46,29 +46,6 @@ __device__ __forceinline__ float fold_scores(float (&s)[kTileRows / 8][4], int h
   return correction;
 }
 
-// Starts loading key tile `tile + 1` (k and v) into the buffer other than `buffer` when there is
-// one, then waits for the copies of tile `tile`.
-template <int kD>
-__device__ __forceinline__ void prefetch_next_key_tiles(
-    const ForwardArgs& args, __nv_bfloat16* k_tiles, __nv_bfloat16* v_tiles,
-    const __nv_bfloat16* k_base, const __nv_bfloat16* v_base, int tile, int tile_end, int buffer) {
-  using T = Tile<kD>;
-  const Problem& p = args.problem;
-  if (tile + 1 < tile_end) {
-    // Into the buffer the previous iteration read; the barrier that ended it makes this safe.
-    const int next = (tile + 1) * kTileRows;
-    const int offset = (buffer ^ 1) * T::kElements;
-    load_tile_async<kD, kTileRows>(k_tiles + offset, k_base, args.k.ld, next, p.positions,
-                                   p.head_dim);
-    load_tile_async<kD, kTileRows>(v_tiles + offset, v_base, args.v.ld, next, p.positions,
-                                   p.head_dim);
-    commit_async();
-    wait_async<1>();
-  } else {
-    wait_async<0>();
-  }
-}
-
 // A tile's scores in base-2 units, -inf where the key is not visible to the row (interior tiles:
 // every key visible).
 __device__ __forceinline__ void mask_scores(float (&s)[kTileRows / 8][4], const Problem& p,

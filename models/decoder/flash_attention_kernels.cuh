@@ -252,6 +252,30 @@ __device__ __forceinline__ FirstKeys first_key_range(const Problem& p, int seque
   return {__reduce_min_sync(0xffffffffu, lowest), __reduce_max_sync(0xffffffffu, highest)};
 }
 
+// Starts loading key tile `tile + 1` (k and v) into the buffer other than `buffer` when there is
+// one, then waits for the copies of tile `tile` (the forward's and the backward's loops over key
+// tiles; Args: their launch arguments, with `problem`, `k` and `v`).
+template <int kD, typename Args>
+__device__ __forceinline__ void prefetch_next_key_tiles(
+    const Args& args, __nv_bfloat16* k_tiles, __nv_bfloat16* v_tiles,
+    const __nv_bfloat16* k_base, const __nv_bfloat16* v_base, int tile, int tile_end, int buffer) {
+  using T = Tile<kD>;
+  const Problem& p = args.problem;
+  if (tile + 1 < tile_end) {
+    // Into the buffer the previous iteration read; the barrier that ended it makes this safe.
+    const int next = (tile + 1) * kTileRows;
+    const int offset = (buffer ^ 1) * T::kElements;
+    load_tile_async<kD, kTileRows>(k_tiles + offset, k_base, args.k.ld, next, p.positions,
+                                   p.head_dim);
+    load_tile_async<kD, kTileRows>(v_tiles + offset, v_base, args.v.ld, next, p.positions,
+                                   p.head_dim);
+    commit_async();
+    wait_async<1>();
+  } else {
+    wait_async<0>();
+  }
+}
+
 // Whether every (query, key) of queries [q0, q0 + q_rows) × keys [k0, k0 + k_rows) is visible,
 // all inside the sequence: then the tile needs no mask. highest_first_key: the queries' largest.
 __device__ __forceinline__ bool tile_is_interior(const Problem& p, int q0, int q_rows, int k0,
