@@ -82,9 +82,7 @@ int run(const StepBenchOptions& options) {
     std::cerr << "strata bench step: --device " << options.device << ": " << error.what() << "\n";
     return kExitBadInput;
   }
-  config.tiers.device.kind = device->kind() == tiers::DeviceKind::kCuda
-                                 ? runtime::DeviceKind::kCuda
-                                 : runtime::DeviceKind::kHost;
+  config.tiers.device.kind = device->kind();
   const std::uint64_t params = parse_count(options.params, "--params");
   const std::uint64_t unit_params = parse_count(options.unit_params, "--unit-params");
   for (const std::string& path : config.tiers.nvme.paths) std::filesystem::create_directories(path);
