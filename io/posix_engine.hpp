@@ -18,7 +18,6 @@ class PosixEngine final : public IoEngine {
   ~PosixEngine() override;
 
   std::string_view name() const override { return "posix"; }
-  std::size_t thread_count() const noexcept { return threads_.size(); }
 
  private:
   void enqueue(detail::Piece& piece) override;

@@ -161,16 +161,88 @@ strata::runtime::PlanInputs gpt_plan_inputs(const strata::runtime::Config& confi
   return inputs;
 }
 
-int run(const Options& options) {
+// The lead's first lines: the model, where the state lives and the budgets, the optimizer and the
+// device.
+void print_model_and_plan(const strata::runtime::Config& config,
+                          const strata::runtime::MemoryPlan& plan,
+                          const strata::examples::PlacedDevice& placed) {
   namespace runtime = strata::runtime;
-  runtime::Config config;
-  try {
-    config = runtime::load_config(options.config);
-  } catch (const runtime::ConfigError& error) {
-    std::cerr << "strata-finetune: bad config: " << error.what() << "\n";
-    return 2;
+  std::cout << fmt::format(
+      "strata-finetune: {} parameters ({} layers, d_model {}, {} heads, seq {}), {} rank(s)\n",
+      config.parameter_count(), config.model.layers, config.model.d_model, config.model.heads,
+      config.model.seq_len, config.run.ranks);
+  std::cout << fmt::format(
+      "  state: params on {}, grads on {}, optimizer on {}; model state {} per rank\n"
+      "  budgets: device {}, host {}, nvme {} ({})\n",
+      runtime::to_string(config.zero.params), runtime::to_string(config.zero.grads),
+      runtime::to_string(config.zero.optimizer),
+      format_decimal_bytes(static_cast<double>(plan.model_state_bytes_per_rank())),
+      format_binary_bytes(config.tiers.device.budget_bytes),
+      format_binary_bytes(config.tiers.host.budget_bytes),
+      format_binary_bytes(config.tiers.nvme.budget_bytes),
+      config.tiers.nvme.paths.empty() ? std::string("no paths") : config.tiers.nvme.paths.front());
+  std::cout << "  optimizer: " << strata::examples::describe_optimizer(config.optimizer) << "\n";
+  std::cout << "  " << strata::examples::describe_device(placed) << "\n";
+}
+
+strata::examples::TrainerOptions gpt_trainer_options(const Options& options,
+                                                     strata::runtime::Tracer* tracer) {
+  strata::examples::TrainerOptions trainer_options;
+  for (const std::string& path : options.data) trainer_options.data.emplace_back(path);
+  trainer_options.eval_batches = options.eval_batches;
+  trainer_options.resume = options.resume;
+  trainer_options.overwrite = options.overwrite;
+  trainer_options.tracer = tracer;
+  return trainer_options;
+}
+
+// --init's weights, then `checkpoint` (--resume-from's), with the lead's lines on the checkpoint,
+// the data and where the run starts.
+void start_from(strata::examples::GptTrainer& trainer, const strata::runtime::Config& config,
+                const Options& options, const std::optional<std::filesystem::path>& checkpoint,
+                bool lead) {
+  if (!options.init.empty()) trainer.load_weights(options.init);
+  if (checkpoint) {
+    trainer.load_checkpoint(*checkpoint);
+    if (lead) {
+      std::cout << fmt::format("  loaded checkpoint {} (step {})\n", checkpoint->string(),
+                               trainer.engine().step_count());
+    }
   }
-  if (!options.model.empty()) return run_model(options, config);
+  if (!lead) return;
+  std::cout << fmt::format("  data: {} training bytes, {} validation bytes from {} file(s); {}\n",
+                           trainer.corpus().train.size(), trainer.corpus().validation.size(),
+                           trainer.corpus().files.size(), trainer.engine().placement_summary());
+  strata::examples::print_start_notes(
+      config.optimizer, trainer.engine().step_count(), options.steps,
+      checkpoint ? "checkpoint " + checkpoint->string() : std::string("the NVMe store"));
+}
+
+// After the last step: the export (every rank takes part), then the lead's summary, trace and
+// summary JSON.
+void finish_run(strata::examples::GptTrainer& trainer, const strata::examples::RunTotals& totals,
+                const strata::runtime::Config& config, const Options& options,
+                const strata::runtime::Tracer& tracer, bool lead) {
+  if (!options.export_path.empty()) {
+    trainer.export_weights(options.export_path, export_dtype_of(options.export_dtype));
+    if (lead) std::cout << "  exported " << options.export_path << "\n";
+  }
+  if (!lead) return;
+  strata::examples::print_summary(totals, config.tiers.host.budget_bytes);
+  const std::string trace = trace_path(options, config);
+  if (!trace.empty()) {
+    tracer.write_chrome_json(trace);
+    std::cout << fmt::format("  trace: {} ({} events)\n", trace, tracer.event_count());
+  }
+  if (!options.summary_json.empty()) {
+    const nlohmann::json summary = strata::examples::summary_json(totals, config);
+    std::ofstream(options.summary_json) << summary.dump(2) << "\n";
+  }
+}
+
+// The built-in GPT: place the device, check the plan, train, export.
+int run_gpt(const Options& options, strata::runtime::Config& config) {
+  namespace runtime = strata::runtime;
   if (options.attention != "auto") {
     std::cerr << "strata-finetune: --attention picks the Hugging Face decoder's kernels: it "
                  "applies to --model only\n";
@@ -189,88 +261,42 @@ int run(const Options& options) {
   if (!placed) return 2;
   const runtime::MemoryPlan plan =
       runtime::make_memory_plan(config, gpt_plan_inputs(config, placed->device->kind()));
-  if (lead) {
-    std::cout << fmt::format(
-        "strata-finetune: {} parameters ({} layers, d_model {}, {} heads, seq {}), {} rank(s)\n",
-        config.parameter_count(), config.model.layers, config.model.d_model, config.model.heads,
-        config.model.seq_len, config.run.ranks);
-    std::cout << fmt::format(
-        "  state: params on {}, grads on {}, optimizer on {}; model state {} per rank\n"
-        "  budgets: device {}, host {}, nvme {} ({})\n",
-        runtime::to_string(config.zero.params), runtime::to_string(config.zero.grads),
-        runtime::to_string(config.zero.optimizer),
-        format_decimal_bytes(static_cast<double>(plan.model_state_bytes_per_rank())),
-        format_binary_bytes(config.tiers.device.budget_bytes),
-        format_binary_bytes(config.tiers.host.budget_bytes),
-        format_binary_bytes(config.tiers.nvme.budget_bytes),
-        config.tiers.nvme.paths.empty() ? std::string("no paths")
-                                        : config.tiers.nvme.paths.front());
-    std::cout << "  optimizer: " << strata::examples::describe_optimizer(config.optimizer) << "\n";
-    std::cout << "  " << strata::examples::describe_device(*placed) << "\n";
-  }
+  if (lead) print_model_and_plan(config, plan, *placed);
   if (!plan.fits()) {
     std::cerr << "strata-finetune: the memory plan does not fit; nothing was trained\n"
               << runtime::render_plan_text(plan, config);
     return 3;
   }
 
-  strata::tiers::Device* device = placed->device.get();
-  runtime::comm::Communicator& engine_comm = *placed->engine_comm;
-
   runtime::Tracer tracer;
-  const std::string trace = trace_path(options, config);
-  std::optional<std::filesystem::path> checkpoint;
+  const bool traced = !trace_path(options, config).empty();
+  std::optional<std::filesystem::path> checkpoint;  // resolved before the trainer is built
   if (!options.resume_from.empty()) checkpoint = checkpoint_to_load(options.resume_from);
-  strata::examples::TrainerOptions trainer_options;
-  for (const std::string& path : options.data) trainer_options.data.emplace_back(path);
-  trainer_options.eval_batches = options.eval_batches;
-  trainer_options.resume = options.resume;
-  trainer_options.overwrite = options.overwrite;
-  trainer_options.tracer = trace.empty() ? nullptr : &tracer;
-  strata::examples::GptTrainer trainer(config, *device, engine_comm, trainer_options);
-  if (!options.init.empty()) trainer.load_weights(options.init);
-  if (checkpoint) {
-    trainer.load_checkpoint(*checkpoint);
-    if (lead) {
-      std::cout << fmt::format("  loaded checkpoint {} (step {})\n", checkpoint->string(),
-                               trainer.engine().step_count());
-    }
-  }
-  if (lead) {
-    std::cout << fmt::format("  data: {} training bytes, {} validation bytes from {} file(s); {}\n",
-                             trainer.corpus().train.size(), trainer.corpus().validation.size(),
-                             trainer.corpus().files.size(), trainer.engine().placement_summary());
-    strata::examples::print_start_notes(
-        config.optimizer, trainer.engine().step_count(), options.steps,
-        checkpoint ? "checkpoint " + checkpoint->string() : std::string("the NVMe store"));
-  }
-
+  strata::examples::GptTrainer trainer(config, *placed->device, *placed->engine_comm,
+                                       gpt_trainer_options(options, traced ? &tracer : nullptr));
+  start_from(trainer, config, options, checkpoint, lead);
   const std::unique_ptr<strata::tiers::GpuProfiler> profiler =
       strata::examples::start_profiler(options.profile, *placed);
   const strata::examples::RunTotals totals = strata::examples::run_training(
       trainer, {options.steps, options.eval_every, config.run.ranks, lead, config.checkpoint,
                 options.overwrite, profiler.get()});
-  if (!options.export_path.empty()) {
-    trainer.export_weights(options.export_path, export_dtype_of(options.export_dtype));
-    if (lead) std::cout << "  exported " << options.export_path << "\n";
-  }
-  if (lead) strata::examples::print_summary(totals, config.tiers.host.budget_bytes);
-  if (lead && !trace.empty()) {
-    tracer.write_chrome_json(trace);
-    std::cout << fmt::format("  trace: {} ({} events)\n", trace, tracer.event_count());
-  }
-  if (lead && !options.summary_json.empty()) {
-    const nlohmann::json summary = strata::examples::summary_json(totals, config);
-    std::ofstream(options.summary_json) << summary.dump(2) << "\n";
-  }
+  finish_run(trainer, totals, config, options, tracer, lead);
   return 0;
 }
 
-}  // namespace
+int run(const Options& options) {
+  strata::runtime::Config config;
+  try {
+    config = strata::runtime::load_config(options.config);
+  } catch (const strata::runtime::ConfigError& error) {
+    std::cerr << "strata-finetune: bad config: " << error.what() << "\n";
+    return 2;
+  }
+  return options.model.empty() ? run_gpt(options, config) : run_model(options, config);
+}
 
-int main(int argc, char** argv) {
-  CLI::App app{"strata-finetune: fine-tune a GPT through strata's ZeRO-3 engine"};
-  Options options;
+// --config, --steps, the data, the starting weights and the export.
+void add_input_options(CLI::App& app, Options& options) {
   app.add_option("--config", options.config, "TOML config (examples/configs/*.toml)")->required();
   app.add_option("--steps", options.steps,
                  "the run's total optimizer steps (default 100): a resumed run ends at this step")
@@ -285,6 +311,10 @@ int main(int argc, char** argv) {
   app.add_option("--export-dtype", options.export_dtype,
                  "fp32, bf16 or fp16 (default fp32; with --model bf16)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+}
+
+// --model and the flags that apply to it only.
+void add_model_options(CLI::App& app, Options& options) {
   app.add_option("--model", options.model,
                  "Hugging Face model folder (Llama, Mistral, Qwen2, GPT-2) to fine-tune instead "
                  "of the built-in GPT");
@@ -303,6 +333,10 @@ int main(int argc, char** argv) {
                "--model: recompute each layer's forward in backward");
   app.add_option("--max-shard-size", options.max_shard_size,
                  "--model: largest exported safetensors shard (default 5GB)");
+}
+
+// Tracing, profiling, validation, threads, the device and the attention kernels.
+void add_run_options(CLI::App& app, Options& options) {
   app.add_option("--trace", options.trace,
                  "write a Chrome trace (chrome://tracing, Perfetto) here (default: [trace] path)");
   app.add_option("--summary-json", options.summary_json, "write a JSON summary");
@@ -325,6 +359,10 @@ int main(int argc, char** argv) {
                  "head_dim is one they do not take), tensor-cores (bf16 flash attention; refused "
                  "for such a head_dim) or fp32 (the tiled fp32 reference)")
       ->check(CLI::IsMember({"auto", "tensor-cores", "fp32"}));
+}
+
+// --resume, --overwrite and --resume-from (after --init, which --resume-from excludes).
+void add_resume_options(CLI::App& app, Options& options) {
   app.add_flag("--resume", options.resume,
                "continue from the NVMe store's committed step (--steps stays the run's total)");
   app.add_flag("--overwrite", options.overwrite,
@@ -336,6 +374,17 @@ int main(int argc, char** argv) {
                  "the [checkpoint] dir itself (its newest); --steps stays the run's total")
       ->excludes("--resume")
       ->excludes("--init");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"strata-finetune: fine-tune a GPT through strata's ZeRO-3 engine"};
+  Options options;
+  add_input_options(app, options);
+  add_model_options(app, options);
+  add_run_options(app, options);
+  add_resume_options(app, options);
   CLI11_PARSE(app, argc, argv);
   try {
     return run(options);

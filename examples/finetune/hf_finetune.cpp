@@ -39,6 +39,90 @@ llm::LlmTrainerOptions trainer_options(const runtime::Config& config,
   return trainer;
 }
 
+// The memory plan, with the device charged for the decoder's own compute when it runs on a GPU.
+runtime::MemoryPlan hf_memory_plan(const runtime::Config& config, const llm::HfConfig& hf_config,
+                                   const llm::LlmTrainerOptions& trainer_opts,
+                                   const PlacedDevice& placed) {
+  llm::DecoderOptions decoder_options;
+  decoder_options.seq_len = trainer_opts.seq_len;
+  decoder_options.micro_batch = trainer_opts.micro_batch;
+  decoder_options.activation_checkpointing = trainer_opts.activation_checkpointing;
+  return runtime::make_memory_plan(
+      config, llm::plan_inputs(hf_config, config.run.ranks, decoder_options,
+                               placed.device->kind() == tiers::DeviceKind::kCuda));
+}
+
+// The lead's first lines: the model, the batch shape and where the state lives.
+void print_model_and_plan(const runtime::Config& config, const HfFinetuneOptions& options,
+                          const llm::HfConfig& hf_config,
+                          const llm::LlmTrainerOptions& trainer_opts,
+                          const runtime::MemoryPlan& plan) {
+  std::cout << fmt::format(
+      "strata-finetune: {} ({}), {} parameters ({} layers, hidden {}, {} heads / {} kv), seq "
+      "{}, micro-batch {} x {} accumulation, {} rank(s)\n  state: params on {}, grads on {}, "
+      "optimizer on {}; model state {} per rank\n",
+      options.model_dir, hf_config.architecture, config.model.params, hf_config.num_layers,
+      hf_config.hidden_size, hf_config.num_heads, hf_config.num_kv_heads, trainer_opts.seq_len,
+      trainer_opts.micro_batch, trainer_opts.grad_accumulation, config.run.ranks,
+      runtime::to_string(config.zero.params), runtime::to_string(config.zero.grads),
+      runtime::to_string(config.zero.optimizer),
+      format_decimal_bytes(static_cast<double>(plan.model_state_bytes_per_rank())));
+  std::cout << "  optimizer: " << describe_optimizer(config.optimizer) << "\n";
+}
+
+// --resume-from's checkpoint loaded (the training order is a function of the step,
+// llm_trainer.hpp: loading the step is enough), with the lead's lines on the device, the
+// checkpoint, the data and where the run starts.
+void start_from(llm::LlmTrainer& trainer, const runtime::Config& config,
+                const HfFinetuneOptions& options, const PlacedDevice& placed, bool lead) {
+  if (lead) {
+    std::cout << fmt::format("  {}, attention {}\n", describe_device(placed),
+                             trainer.model().attention_implementation());
+  }
+  if (!options.resume_from.empty()) {
+    trainer.engine().load(options.resume_from);
+    if (lead) {
+      std::cout << fmt::format("  loaded checkpoint {} (step {})\n", options.resume_from,
+                               trainer.engine().step_count());
+    }
+  }
+  if (!lead) return;
+  std::cout << fmt::format(
+      "  data: {} tokens, {} training and {} validation windows of {} tokens; {}\n",
+      trainer.data_tokens(), trainer.data().train_windows(), trainer.data().validation_windows(),
+      trainer.data().window_tokens(), trainer.engine().placement_summary());
+  print_start_notes(config.optimizer, trainer.engine().step_count(), options.steps,
+                    options.resume_from.empty() ? std::string("the NVMe store")
+                                                : "checkpoint " + options.resume_from);
+}
+
+// After the last step: the export (every rank takes part), then the lead's summary, trace and
+// summary JSON.
+void finish_run(llm::LlmTrainer& trainer, const RunTotals& totals, const runtime::Config& config,
+                const HfFinetuneOptions& options, const runtime::Tracer& tracer, bool lead) {
+  if (!options.export_dir.empty()) {
+    llm::ExportOptions export_options;
+    export_options.dtype = options.export_dtype;
+    export_options.max_shard_bytes = options.max_shard_bytes;
+    trainer.export_hf(options.export_dir, export_options);
+    if (lead) {
+      std::cout << fmt::format("  exported {} ({})\n", options.export_dir,
+                               runtime::to_string(options.export_dtype));
+    }
+  }
+  if (!lead) return;
+  print_summary(totals, config.tiers.host.budget_bytes);
+  if (!options.trace.empty()) {
+    tracer.write_chrome_json(options.trace);
+    std::cout << fmt::format("  trace: {} ({} events)\n", options.trace, tracer.event_count());
+  }
+  if (!options.summary_json.empty()) {
+    nlohmann::json summary = summary_json(totals, config);
+    summary["model"] = options.model_dir;
+    std::ofstream(options.summary_json) << summary.dump(2) << "\n";
+  }
+}
+
 }  // namespace
 
 int run_hf_finetune(runtime::Config config, const HfFinetuneOptions& options) {
@@ -58,77 +142,20 @@ int run_hf_finetune(runtime::Config config, const HfFinetuneOptions& options) {
   // decides what the plan charges the device tier for.
   std::optional<PlacedDevice> placed = place_device(config, options.device, *comm);
   if (!placed) return 2;
-  llm::DecoderOptions decoder_options;
-  decoder_options.seq_len = trainer_opts.seq_len;
-  decoder_options.micro_batch = trainer_opts.micro_batch;
-  decoder_options.activation_checkpointing = trainer_opts.activation_checkpointing;
-  const runtime::MemoryPlan plan = runtime::make_memory_plan(
-      config, llm::plan_inputs(hf_config, config.run.ranks, decoder_options,
-                               placed->device->kind() == tiers::DeviceKind::kCuda));
-  if (lead) {
-    std::cout << fmt::format(
-        "strata-finetune: {} ({}), {} parameters ({} layers, hidden {}, {} heads / {} kv), seq "
-        "{}, micro-batch {} x {} accumulation, {} rank(s)\n  state: params on {}, grads on {}, "
-        "optimizer on {}; model state {} per rank\n",
-        options.model_dir, hf_config.architecture, config.model.params, hf_config.num_layers,
-        hf_config.hidden_size, hf_config.num_heads, hf_config.num_kv_heads, trainer_opts.seq_len,
-        trainer_opts.micro_batch, trainer_opts.grad_accumulation, config.run.ranks,
-        runtime::to_string(config.zero.params), runtime::to_string(config.zero.grads),
-        runtime::to_string(config.zero.optimizer),
-        format_decimal_bytes(static_cast<double>(plan.model_state_bytes_per_rank())));
-    std::cout << "  optimizer: " << describe_optimizer(config.optimizer) << "\n";
-  }
+  const runtime::MemoryPlan plan = hf_memory_plan(config, hf_config, trainer_opts, *placed);
+  if (lead) print_model_and_plan(config, options, hf_config, trainer_opts, plan);
   if (!plan.fits()) {
     std::cerr << "strata-finetune: the memory plan does not fit; nothing was trained\n"
               << runtime::render_plan_text(plan, config);
     return 3;
   }
   llm::LlmTrainer trainer(config, *placed->device, *placed->engine_comm, trainer_opts);
-  if (lead) {
-    std::cout << fmt::format("  {}, attention {}\n", describe_device(*placed),
-                             trainer.model().attention_implementation());
-  }
-  if (!options.resume_from.empty()) {
-    // The training order is a function of the step (llm_trainer.hpp): loading the step is enough.
-    trainer.engine().load(options.resume_from);
-    if (lead) {
-      std::cout << fmt::format("  loaded checkpoint {} (step {})\n", options.resume_from,
-                               trainer.engine().step_count());
-    }
-  }
-  if (lead) {
-    std::cout << fmt::format(
-        "  data: {} tokens, {} training and {} validation windows of {} tokens; {}\n",
-        trainer.data_tokens(), trainer.data().train_windows(), trainer.data().validation_windows(),
-        trainer.data().window_tokens(), trainer.engine().placement_summary());
-    print_start_notes(config.optimizer, trainer.engine().step_count(), options.steps,
-                      options.resume_from.empty() ? std::string("the NVMe store")
-                                                  : "checkpoint " + options.resume_from);
-  }
+  start_from(trainer, config, options, *placed, lead);
   const std::unique_ptr<tiers::GpuProfiler> profiler = start_profiler(options.profile, *placed);
   const RunTotals totals =
       run_training(trainer, {options.steps, options.eval_every, config.run.ranks, lead,
                              config.checkpoint, options.overwrite, profiler.get()});
-  if (!options.export_dir.empty()) {
-    llm::ExportOptions export_options;
-    export_options.dtype = options.export_dtype;
-    export_options.max_shard_bytes = options.max_shard_bytes;
-    trainer.export_hf(options.export_dir, export_options);
-    if (lead) {
-      std::cout << fmt::format("  exported {} ({})\n", options.export_dir,
-                               runtime::to_string(options.export_dtype));
-    }
-  }
-  if (lead) print_summary(totals, config.tiers.host.budget_bytes);
-  if (lead && !options.trace.empty()) {
-    tracer.write_chrome_json(options.trace);
-    std::cout << fmt::format("  trace: {} ({} events)\n", options.trace, tracer.event_count());
-  }
-  if (lead && !options.summary_json.empty()) {
-    nlohmann::json summary = summary_json(totals, config);
-    summary["model"] = options.model_dir;
-    std::ofstream(options.summary_json) << summary.dump(2) << "\n";
-  }
+  finish_run(trainer, totals, config, options, tracer, lead);
   return 0;
 }
 

@@ -20,20 +20,17 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "examples/llm/host_model.hpp"
 #include "models/checkpoint/file_io.hpp"
-#include "models/checkpoint/host_weights.hpp"
 #include "models/inference/perplexity.hpp"
-#include "models/tokenizer/tokenizer.hpp"
 
 namespace {
 
 struct Options {
-  std::string model;
+  strata::examples::HostModelOptions host;
   std::string data;
   std::uint32_t seq_len = 512;
   std::uint32_t batch = 4;
-  std::uint32_t blas_threads = 0;
-  std::string resident_budget = "auto";
   bool json = false;
   std::string dump;
 };
@@ -52,19 +49,13 @@ void write_dump(const std::filesystem::path& dir, const std::vector<std::int32_t
 
 int run(const Options& options) {
   namespace llm = strata::llm;
-  llm::set_blas_threads(options.blas_threads);
-  const llm::HfConfig config = llm::read_hf_config(std::filesystem::path(options.model) /
-                                                   "config.json");
-  const llm::Tokenizer tokenizer = llm::Tokenizer::load(options.model);
-  const std::vector<std::int32_t> tokens = tokenizer.encode(llm::read_text_file(options.data));
+  const strata::examples::ModelFolder folder = strata::examples::open_model_folder(options.host);
+  const std::vector<std::int32_t> tokens =
+      folder.tokenizer.encode(llm::read_text_file(options.data));
   const llm::HostWeights weights =
-      llm::HostWeights::load(options.model, llm::decoder_units(config),
-                             llm::parse_resident_budget(options.resident_budget));
-  if (const std::string note = llm::describe_residency(weights, options.model); !note.empty()) {
-    std::cerr << "strata-eval: " << note << "\n";
-  }
+      strata::examples::load_host_weights(folder, options.host, "strata-eval");
   const llm::PerplexityResult result =
-      llm::evaluate_perplexity(config, weights, tokens, options.seq_len, options.batch,
+      llm::evaluate_perplexity(folder.config, weights, tokens, options.seq_len, options.batch,
                                !options.dump.empty());
   if (!options.dump.empty()) write_dump(options.dump, tokens, result.first_logits);
   if (options.json) {
@@ -89,16 +80,13 @@ int run(const Options& options) {
 int main(int argc, char** argv) {
   CLI::App app{"strata-eval: perplexity of a Hugging Face model on a text file"};
   Options options;
-  app.add_option("--model", options.model, "Hugging Face model folder")->required();
+  app.add_option("--model", options.host.model, "Hugging Face model folder")->required();
   app.add_option("--data", options.data, "text file (tokenized whole)")->required();
   app.add_option("--seq-len", options.seq_len, "tokens per window (default 512)")
       ->check(CLI::Range(2u, 1u << 20));
   app.add_option("--batch", options.batch, "windows per forward (default 4)")
       ->check(CLI::Range(1u, 4096u));
-  app.add_option("--blas-threads", options.blas_threads, "OpenBLAS threads (0: all cores)");
-  app.add_option("--resident-budget", options.resident_budget,
-                 "host memory for weights kept resident (auto: 3/4 of RAM; e.g. 12GiB; 0: "
-                 "stream every unit from the folder on every pass)");
+  strata::examples::add_host_model_options(app, options.host);
   app.add_flag("--json", options.json, "print one JSON object");
   app.add_option("--dump", options.dump,
                  "write DIR/token_ids.json and DIR/first_window_logits.f32 (for comparisons)");

@@ -12,41 +12,31 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "examples/llm/host_model.hpp"
 #include "models/inference/generation.hpp"
-#include "models/checkpoint/host_weights.hpp"
-#include "models/tokenizer/tokenizer.hpp"
 
 namespace {
 
 struct Options {
-  std::string model;
+  strata::examples::HostModelOptions host;
   std::string prompt;
   strata::llm::GenerationOptions generation;
-  std::uint32_t blas_threads = 0;
-  std::string resident_budget = "auto";
   bool json = false;
 };
 
 int run(Options options) {
   namespace llm = strata::llm;
-  llm::set_blas_threads(options.blas_threads);
-  const llm::HfConfig config = llm::read_hf_config(std::filesystem::path(options.model) /
-                                                   "config.json");
-  const llm::Tokenizer tokenizer = llm::Tokenizer::load(options.model);
-  const std::vector<std::int32_t> prompt_ids = tokenizer.encode(options.prompt);
+  const strata::examples::ModelFolder folder = strata::examples::open_model_folder(options.host);
+  const std::vector<std::int32_t> prompt_ids = folder.tokenizer.encode(options.prompt);
   const llm::HostWeights weights =
-      llm::HostWeights::load(options.model, llm::decoder_units(config),
-                             llm::parse_resident_budget(options.resident_budget));
-  if (const std::string note = llm::describe_residency(weights, options.model); !note.empty()) {
-    std::cerr << "strata-generate: " << note << "\n";
-  }
-  options.generation.stop_ids = config.eos_token_ids;
+      strata::examples::load_host_weights(folder, options.host, "strata-generate");
+  options.generation.stop_ids = folder.config.eos_token_ids;
   if (options.generation.stop_ids.empty()) {
-    if (const auto eos = tokenizer.eos_id()) options.generation.stop_ids.push_back(*eos);
+    if (const auto eos = folder.tokenizer.eos_id()) options.generation.stop_ids.push_back(*eos);
   }
   const std::vector<std::int32_t> ids =
-      llm::generate(config, weights, prompt_ids, options.generation);
-  const std::string text = tokenizer.decode(ids, /*skip_special_tokens=*/true);
+      llm::generate(folder.config, weights, prompt_ids, options.generation);
+  const std::string text = folder.tokenizer.decode(ids, /*skip_special_tokens=*/true);
   if (options.json) {
     const nlohmann::json out = {{"prompt_ids", prompt_ids}, {"ids", ids}, {"text", text}};
     std::cout << out.dump() << "\n";
@@ -61,7 +51,7 @@ int run(Options options) {
 int main(int argc, char** argv) {
   CLI::App app{"strata-generate: continue a prompt with a Hugging Face model"};
   Options options;
-  app.add_option("--model", options.model, "Hugging Face model folder")->required();
+  app.add_option("--model", options.host.model, "Hugging Face model folder")->required();
   app.add_option("--prompt", options.prompt, "text to continue")->required();
   app.add_option("--max-new-tokens", options.generation.max_new_tokens, "default 64")
       ->check(CLI::Range(1u, 1u << 20));
@@ -70,10 +60,7 @@ int main(int argc, char** argv) {
   app.add_option("--top-p", options.generation.top_p, "nucleus sampling mass (default 1)")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--seed", options.generation.seed, "sampling seed (default 0)");
-  app.add_option("--blas-threads", options.blas_threads, "OpenBLAS threads (0: all cores)");
-  app.add_option("--resident-budget", options.resident_budget,
-                 "host memory for weights kept resident (auto: 3/4 of RAM; e.g. 12GiB; 0: "
-                 "stream every unit from the folder on every pass)");
+  strata::examples::add_host_model_options(app, options.host);
   app.add_flag("--json", options.json, "print one JSON object");
   CLI11_PARSE(app, argc, argv);
   try {

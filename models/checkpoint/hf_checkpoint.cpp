@@ -67,12 +67,12 @@ HfCheckpoint HfCheckpoint::open(const std::filesystem::path& model_dir) {
     throw CheckpointError(model_dir.string() + ": no " + kSingleFileName + " nor " +
                           kIndexFileName + " (a Hugging Face model folder in safetensors format)");
   }
+  checkpoint.files_.reserve(checkpoint.paths_.size());
   for (std::size_t f = 0; f < checkpoint.paths_.size(); ++f) {
-    checkpoint.files_.push_back(ReadOnlyFile::open(checkpoint.paths_[f]));
-    checkpoint.headers_.push_back(
-        std::make_unique<SafetensorsHeader>(read_safetensors_header(checkpoint.files_.back())));
+    checkpoint.files_.push_back(runtime::SafetensorsReader::open(
+        checkpoint.paths_[f], runtime::SafetensorsRules::kAnyCheckpoint));
     const std::string file_name = checkpoint.paths_[f].filename().string();
-    for (const StoredTensor& tensor : checkpoint.headers_.back()->tensors) {
+    for (const runtime::SafetensorsEntry& tensor : checkpoint.files_.back().entries()) {
       if (checkpoint.sharded_) {
         const auto mapped = weight_map.find(tensor.name);
         if (mapped == weight_map.end() || mapped->second != file_name) {
@@ -129,12 +129,12 @@ void HfCheckpoint::check(const std::vector<UnitSpec>& units) const {
       if (found == tensors_.end()) {
         throw CheckpointError("tensor '" + name + "' missing from " + where);
       }
-      const StoredTensor& stored = *found->second.tensor;
+      const runtime::SafetensorsEntry& stored = *found->second.tensor;
       const std::string file = paths_[found->second.file].string();
       if (stored.shape != spec.shape) {
         throw CheckpointError("tensor '" + name + "' in " + file + " has shape " +
-                              shape_text(stored.shape) + ", the model expects " +
-                              shape_text(spec.shape));
+                              runtime::shape_text(stored.shape) + ", the model expects " +
+                              runtime::shape_text(spec.shape));
       }
       if (!stored.dtype) {
         throw CheckpointError("tensor '" + name + "' in " + file + " has dtype " +
@@ -159,8 +159,8 @@ void HfCheckpoint::read_unit_range(const UnitSpec& unit, std::size_t first,
     const std::size_t end = std::min(last, spec.offset + spec.numel());
     if (begin >= end) continue;
     const Location& location = locate(spec.hf_name);
-    read_tensor_elements(files_[location.file], *location.tensor, begin - spec.offset,
-                         out.subspan(begin - first, end - begin));
+    files_[location.file].read_fp32(*location.tensor, begin - spec.offset,
+                                    out.subspan(begin - first, end - begin));
     *bytes_read_ += (end - begin) * dtype_bytes(*location.tensor->dtype);
   }
 }

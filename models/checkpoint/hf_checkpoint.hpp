@@ -24,7 +24,7 @@
 
 #include "models/decoder/decoder_model.hpp"
 #include "models/checkpoint/file_io.hpp"
-#include "models/checkpoint/safetensors_header.hpp"
+#include "runtime/checkpoint/safetensors.hpp"
 
 namespace strata::llm {
 
@@ -66,7 +66,7 @@ class HfCheckpoint {
  private:
   struct Location {
     std::size_t file = 0;
-    const StoredTensor* tensor = nullptr;
+    const runtime::SafetensorsEntry* tensor = nullptr;
   };
   const Location& locate(const std::string& hf_name) const;
 
@@ -74,8 +74,9 @@ class HfCheckpoint {
   bool sharded_ = false;
   bool gpt2_prefix_stripped_ = false;
   std::vector<std::filesystem::path> paths_;
-  std::vector<ReadOnlyFile> files_;
-  std::vector<std::unique_ptr<SafetensorsHeader>> headers_;
+  // One per path, its header read (SafetensorsRules::kAnyCheckpoint); Location points into its
+  // entries, which stay put when the vector moves.
+  std::vector<runtime::SafetensorsReader> files_;
   std::map<std::string, Location> tensors_;  // by stored name
   std::unique_ptr<std::atomic<std::uint64_t>> bytes_read_ =
       std::make_unique<std::atomic<std::uint64_t>>(0);

@@ -8,7 +8,7 @@
 #include "base/float16.hpp"
 #include "models/checkpoint/file_io.hpp"
 #include "models/checkpoint/hf_checkpoint.hpp"
-#include "models/checkpoint/safetensors_header.hpp"
+#include "runtime/checkpoint/safetensors.hpp"
 
 namespace strata::llm {
 namespace {
@@ -33,7 +33,7 @@ std::string shard_header(const ShardPlan& plan, std::size_t shard, DType dtype) 
   header["__metadata__"] = {{"format", "pt"}};
   for (const PlannedTensor& tensor : plan.tensors) {
     if (tensor.shard != shard) continue;
-    header[tensor.name] = {{"dtype", safetensors_dtype_name(dtype)},
+    header[tensor.name] = {{"dtype", runtime::safetensors_dtype_name(dtype)},
                            {"shape", tensor.shape},
                            {"data_offsets", {tensor.begin_bytes, tensor.end_bytes}}};
   }

@@ -122,13 +122,13 @@ Activation activation_of(const KeyReader& keys, std::string_view key, const std:
                      "gelu_pytorch_tanh)");
 }
 
-TensorDType dtype_of(const KeyReader& keys) {
+DType dtype_of(const KeyReader& keys) {
   // transformers 5 writes `dtype`, earlier versions `torch_dtype`.
   const char* key = keys.has("torch_dtype") ? "torch_dtype" : "dtype";
   const std::string name = keys.string_or(key, "float32");
-  if (name == "float32") return TensorDType::kFp32;
-  if (name == "bfloat16") return TensorDType::kBf16;
-  if (name == "float16") return TensorDType::kFp16;
+  if (name == "float32") return DType::kFp32;
+  if (name == "bfloat16") return DType::kBf16;
+  if (name == "float16") return DType::kFp16;
   keys.fail(key, "\"" + name + "\" is not supported (supported: float32, bfloat16, float16)");
 }
 

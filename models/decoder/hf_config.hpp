@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/dtype.hpp"
+
 namespace strata::llm {
 
 enum class Family : std::uint8_t { kLlama, kMistral, kQwen2, kGpt2 };
@@ -24,9 +26,6 @@ enum class Activation : std::uint8_t {
   kGeluTanh,  // "gelu_new" / "gelu_pytorch_tanh": GPT-2's tanh approximation
   kGelu,      // "gelu": the exact erf form
 };
-
-// Element type of the checkpoint's tensors (config.json `torch_dtype`; exports default to bf16).
-enum class TensorDType : std::uint8_t { kFp32, kBf16, kFp16 };
 
 struct RopeScaling {
   enum class Type : std::uint8_t { kNone, kLlama3 };
@@ -69,7 +68,9 @@ struct HfConfig {
   // scratch only; a checkpoint brings its own values).
   double initializer_range = 0.02;
 
-  TensorDType torch_dtype = TensorDType::kFp32;
+  // Element type of the checkpoint's tensors (config.json `torch_dtype`; exports default to bf16):
+  // one of the floating DTypes.
+  DType torch_dtype = DType::kFp32;
   std::vector<std::int32_t> bos_token_ids;  // config.json may give one id or a list
   std::vector<std::int32_t> eos_token_ids;
 

@@ -1,7 +1,6 @@
 #include "models/training/gpt_trainer.hpp"
 
 #include <algorithm>
-#include <chrono>
 
 #include <fmt/format.h>
 
@@ -11,12 +10,6 @@
 
 namespace strata::examples {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 runtime::UnitSpec to_engine_unit(const gpt::UnitSpec& unit) {
   runtime::UnitSpec spec;
@@ -42,12 +35,6 @@ runtime::UnitSpec to_engine_unit(const gpt::UnitSpec& unit) {
   return spec;
 }
 
-std::vector<std::span<const float>> views_of(const runtime::GatheredUnit& unit) {
-  std::vector<std::span<const float>> views;
-  for (std::size_t i = 0; i < unit.tensor_count(); ++i) views.push_back(unit.tensor(i));
-  return views;
-}
-
 }  // namespace
 
 GptTrainer::GptTrainer(const runtime::Config& config, tiers::Device& device,
@@ -66,14 +53,7 @@ GptTrainer::GptTrainer(const runtime::Config& config, tiers::Device& device,
   for (const gpt::UnitSpec& unit : model_.units()) largest = std::max(largest, unit.numel);
   // The model's device memory first, then the Engine caches gathered units in what is left (the
   // memory plan counts both: finetune_main.cpp).
-  if (device.kind() == tiers::DeviceKind::kCuda) {
-    device_grads_ = device.allocate(largest * sizeof(float));
-    grad_buffer_ = std::span<float>(device_grads_.span().as<float>(), largest);
-    grad_stream_.emplace(device.create_stream());
-  } else {
-    grads_.resize(largest);
-    grad_buffer_ = grads_;
-  }
+  grads_.emplace(device, largest);
   engine_ = std::make_unique<runtime::Engine>(config, device, comm, engine_options);
   for (const gpt::UnitSpec& unit : model_.units()) units_.push_back(engine_->add_unit(to_engine_unit(unit)));
   engine_->finalize();
@@ -96,89 +76,23 @@ void GptTrainer::load_checkpoint(const std::filesystem::path& dir) {
   position_sampler();
 }
 
-double GptTrainer::forward(std::span<const std::int32_t> tokens, StepReport* report) {
-  model_.set_batch(tokens);
-  for (std::size_t u = 0; u < units_.size(); ++u) {
-    const auto wait_start = Clock::now();
-    runtime::GatheredUnit unit = engine_->gather(units_[u]);
-    std::optional<runtime::GatheredUnit> embedding;
-    if (model_.units()[u].reads_embedding) embedding.emplace(engine_->gather(units_[0]));
-    const auto compute_start = Clock::now();
-    if (report != nullptr)
-      report->gather_wait_s += std::chrono::duration<double>(compute_start - wait_start).count();
-    const std::vector<std::span<const float>> views = views_of(unit);
-    std::vector<std::span<const float>> shared;
-    if (embedding) shared = views_of(*embedding);
-    {
-      runtime::Tracer::Scope scope(options_.tracer, runtime::TraceTrack::kCompute,
-                                   "forward " + model_.units()[u].name);
-      model_.forward_unit(u, views, shared);
-    }
-    if (report != nullptr) report->compute_s += since(compute_start);
-  }
-  return model_.loss();
+UnitPasses<gpt::GptModel> GptTrainer::passes() {
+  return {model_, *engine_, units_, options_.tracer};
 }
 
-void GptTrainer::backward(StepReport& report, float gradient_scale) {
-  for (std::size_t u = units_.size(); u-- > 0;) {
-    const gpt::UnitSpec& spec = model_.units()[u];
-    const auto wait_start = Clock::now();
-    runtime::GatheredUnit unit = engine_->gather(units_[u]);
-    std::optional<runtime::GatheredUnit> embedding;
-    if (spec.reads_embedding) embedding.emplace(engine_->gather(units_[0]));
-    const auto compute_start = Clock::now();
-    report.gather_wait_s += std::chrono::duration<double>(compute_start - wait_start).count();
-    const std::vector<std::span<const float>> views = views_of(unit);
-    std::vector<std::span<const float>> shared;
-    if (embedding) shared = views_of(*embedding);
-    const std::span<float> grads = grad_buffer_.first(spec.numel);
-    {
-      runtime::Tracer::Scope scope(options_.tracer, runtime::TraceTrack::kCompute,
-                                   "backward " + spec.name);
-      model_.backward_unit(u, views, gpt::split_unit(spec, grads), shared);
-      if (gradient_scale != 1.0f) {
-        if (grad_stream_) {
-          grad_stream_->scale({reinterpret_cast<std::byte*>(grads.data()), grads.size_bytes()},
-                              gradient_scale);
-          grad_stream_->synchronize();
-        } else {
-          for (float& g : grads) g *= gradient_scale;
-        }
-      }
-    }
-    report.compute_s += since(compute_start);
-    embedding.reset();
-    const auto grads_start = Clock::now();
-    engine_->reduce_grads(units_[u], grads);
-    report.grads_s += since(grads_start);
-  }
+double GptTrainer::forward(std::span<const std::int32_t> tokens, StepReport* report) {
+  model_.set_batch(tokens);
+  return passes().forward(report);
 }
 
 StepReport GptTrainer::train_step() {
-  const auto start = Clock::now();
-  StepReport report;
-  const std::uint32_t micro_batches = config_.model.grad_accumulation;
-  // Gradients are summed over micro-batches: scale each by 1/micro_batches for the mean, and by
-  // the loss scale for fp16 (the Engine divides it out again before the update).
-  const float scale = static_cast<float>(engine_->loss_scale() / micro_batches);
-  for (std::uint32_t m = 0; m < micro_batches; ++m) {
-    sampler_->next(batch_);
-    report.loss += forward(batch_, &report) / micro_batches;
-    backward(report, scale);
-    report.tokens += std::uint64_t{config_.model.micro_batch} * config_.model.seq_len;
-  }
-  // Each rank's loss covers its part of the global batch: the line printed is the mean over ranks.
-  if (comm_->size() > 1) {
-    report.loss =
-        comm_->all_reduce_f32(static_cast<float>(report.loss), runtime::comm::ReduceOp::kAvg);
-  }
-  {
-    runtime::Tracer::Scope scope(options_.tracer, runtime::TraceTrack::kOptimizer, "step");
-    report.optimizer = engine_->step();
-  }
-  report.step = report.optimizer.step;
-  report.total_s = since(start);
-  return report;
+  return examples::train_step(passes(), *grads_, *comm_, config_.model.grad_accumulation,
+                              [this](std::uint32_t) {
+                                sampler_->next(batch_);
+                                model_.set_batch(batch_);
+                                return std::uint64_t{config_.model.micro_batch} *
+                                       config_.model.seq_len;
+                              });
 }
 
 double GptTrainer::validation_loss() {

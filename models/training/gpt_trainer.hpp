@@ -16,6 +16,7 @@
 
 #include "models/gpt/byte_corpus.hpp"
 #include "models/gpt/gpt_model.hpp"
+#include "models/training/unit_passes.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/engine/engine.hpp"
 #include "runtime/engine/trace.hpp"
@@ -33,18 +34,6 @@ struct TrainerOptions {
   bool resume = false;             // continue from the NVMe store's committed step
   bool overwrite = false;          // start afresh even over a committed store (EngineOptions)
   runtime::Tracer* tracer = nullptr;
-};
-
-// One optimizer step, as the progress line reports it.
-struct StepReport {
-  std::uint64_t step = 0;
-  double loss = 0;           // mean over the step's micro-batches
-  std::uint64_t tokens = 0;  // predicted tokens in the step, this rank
-  double compute_s = 0;      // forward + backward arithmetic
-  double gather_wait_s = 0;  // blocked in Engine::gather (NVMe reads, all-gathers, casts)
-  double grads_s = 0;        // in Engine::reduce_grads (reduce-scatter, moves to the grad tier)
-  double total_s = 0;
-  runtime::StepStats optimizer;  // the Engine's own figures (optimizer time, I/O, bytes)
 };
 
 class GptTrainer {
@@ -74,7 +63,7 @@ class GptTrainer {
  private:
   // Forward of every unit over `tokens`; returns the loss. Keeps activations for backward.
   double forward(std::span<const std::int32_t> tokens, StepReport* report);
-  void backward(StepReport& report, float gradient_scale);
+  UnitPasses<gpt::GptModel> passes();
   void position_sampler();  // at the Engine's step
 
   runtime::Config config_;
@@ -86,12 +75,7 @@ class GptTrainer {
   std::vector<runtime::UnitId> units_;
   std::optional<gpt::BatchSampler> sampler_;
   std::vector<std::int32_t> batch_;
-  // One unit's gradient at a time: host memory, or device memory on CUDA (with the stream that
-  // scales it).
-  std::vector<float> grads_;
-  tiers::DeviceBuffer device_grads_;
-  std::optional<tiers::Stream> grad_stream_;
-  std::span<float> grad_buffer_;
+  std::optional<UnitGradBuffer> grads_;  // emplaced before the Engine takes the rest of the budget
 };
 
 }  // namespace strata::examples

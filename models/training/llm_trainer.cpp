@@ -1,7 +1,6 @@
 #include "models/training/llm_trainer.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <exception>
 
 #include "models/checkpoint/hf_checkpoint.hpp"
@@ -12,18 +11,6 @@
 
 namespace strata::llm {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::vector<std::span<const float>> views_of(const runtime::GatheredUnit& unit) {
-  std::vector<std::span<const float>> views;
-  for (std::size_t i = 0; i < unit.tensor_count(); ++i) views.push_back(unit.tensor(i));
-  return views;
-}
 
 std::int32_t eos_of(const HfConfig& config, const Tokenizer& tokenizer) {
   if (!config.eos_token_ids.empty()) return config.eos_token_ids.front();
@@ -76,14 +63,7 @@ LlmTrainer::LlmTrainer(const runtime::Config& config, tiers::Device& device,
   // The model's device memory (activations above, this gradient) is taken before the Engine
   // finalizes, so the gathered units it caches fill only what is left of the budget; the memory
   // plan counts both (model_plan.hpp's plan_inputs).
-  if (device.kind() == tiers::DeviceKind::kCuda) {
-    device_grads_ = device.allocate(largest * sizeof(float));
-    grad_buffer_ = std::span<float>(device_grads_.span().as<float>(), largest);
-    grad_stream_.emplace(device.create_stream());
-  } else {
-    grads_.resize(largest);
-    grad_buffer_ = grads_;
-  }
+  grads_.emplace(device, largest);
   engine_ = std::make_unique<runtime::Engine>(config, device, comm, engine_options);
   for (const UnitSpec& unit : model_->units()) units_.push_back(engine_->add_unit(engine_unit(unit)));
   engine_->finalize();
@@ -98,90 +78,26 @@ LlmTrainer::LlmTrainer(const runtime::Config& config, tiers::Device& device,
 
 LlmTrainer::~LlmTrainer() = default;
 
-double LlmTrainer::forward(const Batch& batch, LlmStepReport* report) {
+examples::UnitPasses<DecoderModel> LlmTrainer::passes() {
+  return {*model_, *engine_, units_, options_.tracer};
+}
+
+double LlmTrainer::forward(const Batch& batch, examples::StepReport* report) {
   model_->set_batch(batch.tokens, data_->window_tokens(), batch.weights);
-  for (std::size_t u = 0; u < units_.size(); ++u) {
-    const auto wait_start = Clock::now();
-    runtime::GatheredUnit unit = engine_->gather(units_[u]);
-    std::optional<runtime::GatheredUnit> embedding;
-    if (model_->units()[u].reads_embedding) embedding.emplace(engine_->gather(units_[0]));
-    const auto compute_start = Clock::now();
-    if (report != nullptr) report->gather_wait_s += since(wait_start);
-    const std::vector<std::span<const float>> views = views_of(unit);
-    std::vector<std::span<const float>> shared;
-    if (embedding) shared = views_of(*embedding);
-    {
-      runtime::Tracer::Scope scope(options_.tracer, runtime::TraceTrack::kCompute,
-                                   "forward " + model_->units()[u].name);
-      model_->forward_unit(u, views, shared);
-    }
-    if (report != nullptr) report->compute_s += since(compute_start);
-  }
-  return model_->loss();
+  return passes().forward(report);
 }
 
-void LlmTrainer::backward(LlmStepReport& report, float gradient_scale) {
-  for (std::size_t u = units_.size(); u-- > 0;) {
-    const UnitSpec& spec = model_->units()[u];
-    const auto wait_start = Clock::now();
-    runtime::GatheredUnit unit = engine_->gather(units_[u]);
-    std::optional<runtime::GatheredUnit> embedding;
-    if (spec.reads_embedding) embedding.emplace(engine_->gather(units_[0]));
-    const auto compute_start = Clock::now();
-    report.gather_wait_s += since(wait_start);
-    const std::vector<std::span<const float>> views = views_of(unit);
-    std::vector<std::span<const float>> shared;
-    if (embedding) shared = views_of(*embedding);
-    const std::span<float> grads = grad_buffer_.first(spec.numel);
-    {
-      runtime::Tracer::Scope scope(options_.tracer, runtime::TraceTrack::kCompute,
-                                   "backward " + spec.name);
-      const std::vector<std::span<float>> grad_views = split_unit(spec, grads);
-      model_->backward_unit(u, views, grad_views, shared);
-      if (gradient_scale != 1.0f) {
-        if (grad_stream_) {
-          grad_stream_->scale({reinterpret_cast<std::byte*>(grads.data()), grads.size_bytes()},
-                              gradient_scale);
-          grad_stream_->synchronize();
-        } else {
-          for (float& g : grads) g *= gradient_scale;
-        }
-      }
-    }
-    report.compute_s += since(compute_start);
-    embedding.reset();
-    const auto grads_start = Clock::now();
-    engine_->reduce_grads(units_[u], grads);
-    report.grads_s += since(grads_start);
-  }
-}
-
-LlmStepReport LlmTrainer::train_step() {
-  const auto start = Clock::now();
-  LlmStepReport report;
-  const std::uint32_t micro_batches = options_.grad_accumulation;
-  // Summed over micro-batches: 1/micro_batches gives the mean; the loss scale (fp16) is divided
-  // out again by the Engine.
-  const float scale = static_cast<float>(engine_->loss_scale() / micro_batches);
-  const std::uint64_t first_index = engine_->step_count() * micro_batches;
-  for (std::uint32_t m = 0; m < micro_batches; ++m) {
-    data_->train_batch(first_index + m, batch_);
-    report.loss += forward(batch_, &report) / micro_batches;
-    backward(report, scale);
-    report.tokens += batch_.sequences * (data_->window_tokens() - 1);
-  }
-  // Each rank's loss covers its part of the global batch: the line printed is the mean over ranks.
-  if (comm_->size() > 1) {
-    report.loss =
-        comm_->all_reduce_f32(static_cast<float>(report.loss), runtime::comm::ReduceOp::kAvg);
-  }
-  {
-    runtime::Tracer::Scope scope(options_.tracer, runtime::TraceTrack::kOptimizer, "step");
-    report.optimizer = engine_->step();
-  }
-  report.step = report.optimizer.step;
-  report.total_s = since(start);
-  return report;
+examples::StepReport LlmTrainer::train_step() {
+  // The training order is a pure function of the step: a resumed run goes on at the same batch.
+  const std::uint64_t first_index = engine_->step_count() * options_.grad_accumulation;
+  return examples::train_step(passes(), *grads_, *comm_, options_.grad_accumulation,
+                              [&](std::uint32_t m) {
+                                data_->train_batch(first_index + m, batch_);
+                                model_->set_batch(batch_.tokens, data_->window_tokens(),
+                                                  batch_.weights);
+                                return std::uint64_t{batch_.sequences} *
+                                       (data_->window_tokens() - 1);
+                              });
 }
 
 double LlmTrainer::validation_loss() {

@@ -22,6 +22,7 @@
 #include "models/decoder/hf_config.hpp"
 #include "models/checkpoint/hf_export.hpp"
 #include "models/tokenizer/tokenizer.hpp"
+#include "models/training/unit_passes.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/engine/engine.hpp"
 #include "runtime/engine/trace.hpp"
@@ -54,17 +55,6 @@ struct LlmTrainerOptions {
   runtime::Tracer* tracer = nullptr;
 };
 
-struct LlmStepReport {
-  std::uint64_t step = 0;
-  double loss = 0;           // mean over the step's micro-batches
-  std::uint64_t tokens = 0;  // input tokens in the step, this rank
-  double compute_s = 0;      // forward + backward arithmetic
-  double gather_wait_s = 0;  // blocked in Engine::gather
-  double grads_s = 0;        // in Engine::reduce_grads
-  double total_s = 0;
-  runtime::StepStats optimizer;
-};
-
 class LlmTrainer {
  public:
   // Throws HfConfigError, TokenizerError, CheckpointError, DataError (each naming its file) on
@@ -73,7 +63,7 @@ class LlmTrainer {
              runtime::comm::Communicator& comm, const LlmTrainerOptions& options);
   ~LlmTrainer();
 
-  LlmStepReport train_step();
+  examples::StepReport train_step();
   // Weighted mean loss over the first eval_batches validation batches (forward only).
   double validation_loss();
   // Every rank calls (the gathers are collective); rank 0 writes.
@@ -88,8 +78,8 @@ class LlmTrainer {
   bool gpt2_prefix_stripped() const { return gpt2_prefix_stripped_; }
 
  private:
-  double forward(const Batch& batch, LlmStepReport* report);
-  void backward(LlmStepReport& report, float gradient_scale);
+  double forward(const Batch& batch, examples::StepReport* report);
+  examples::UnitPasses<DecoderModel> passes();
 
   runtime::Config config_;
   runtime::comm::Communicator* comm_;
@@ -102,10 +92,7 @@ class LlmTrainer {
   bool gpt2_prefix_stripped_ = false;
   std::unique_ptr<runtime::Engine> engine_;
   std::vector<runtime::UnitId> units_;
-  std::vector<float> grads_;            // host device: the unit gradient buffer
-  tiers::DeviceBuffer device_grads_;    // CUDA device: the same, in device memory
-  std::span<float> grad_buffer_;        // whichever of the two
-  std::optional<tiers::Stream> grad_stream_;  // CUDA: scales gradients in place
+  std::optional<examples::UnitGradBuffer> grads_;  // emplaced before the Engine finalizes
   Batch batch_;
 };
 

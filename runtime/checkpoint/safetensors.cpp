@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -19,38 +20,52 @@ static_assert(std::endian::native == std::endian::little,
 constexpr std::size_t kLengthBytes = 8;
 constexpr const char* kMetadataKey = "__metadata__";
 
-std::string shape_text(std::span<const std::size_t> shape) {
-  std::string text = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    text += (i == 0 ? "" : ", ") + std::to_string(shape[i]);
-  }
-  return text + "]";
-}
-
-// The format's names of the three floating types it carries.
-const char* safetensors_dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::kFp32:
-      return "F32";
-    case DType::kBf16:
-      return "BF16";
-    case DType::kFp16:
-      return "F16";
-    case DType::kUint8:
-    case DType::kUint64:
-      break;  // never written: exports are floating
-  }
-  return "?";
-}
-
-bool parse_safetensors_dtype(const std::string& name, DType& dtype) {
+std::optional<DType> floating_dtype(const std::string& name) {
   for (const DType candidate : {DType::kFp32, DType::kBf16, DType::kFp16}) {
-    if (name == safetensors_dtype_name(candidate)) {
-      dtype = candidate;
-      return true;
-    }
+    if (name == safetensors_dtype_name(candidate)) return candidate;
   }
-  return false;
+  return std::nullopt;
+}
+
+// Bytes per element of every dtype the format defines; 0: not one of them.
+std::size_t format_element_bytes(const std::string& name) {
+  static const std::map<std::string, std::size_t> kSizes = {
+      {"F64", 8}, {"F32", 4}, {"F16", 2},  {"BF16", 2},    {"I64", 8},
+      {"U64", 8}, {"I32", 4}, {"U32", 4},  {"I16", 2},     {"U16", 2},
+      {"I8", 1},  {"U8", 1},  {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+  const auto found = kSizes.find(name);
+  return found == kSizes.end() ? 0 : found->second;
+}
+
+// The entry's dtype by `rules`: the floating three, or (kAnyCheckpoint) any the format defines.
+// Returns the bytes per element.
+std::size_t read_dtype(const nlohmann::json& dtype, SafetensorsRules rules, const std::string& file,
+                       SafetensorsEntry& entry) {
+  if (dtype.is_string()) {
+    entry.dtype_name = dtype.get<std::string>();
+    entry.dtype = floating_dtype(entry.dtype_name);
+  }
+  if (rules == SafetensorsRules::kStrataFile) {
+    if (!entry.dtype) {
+      throw SafetensorsError(
+          file, entry.name,
+          "unknown or unsupported dtype " + dtype.dump() + " (supported: F32, BF16, F16)");
+    }
+    return dtype_bytes(*entry.dtype);
+  }
+  const std::size_t element_bytes = format_element_bytes(entry.dtype_name);
+  if (element_bytes == 0) throw SafetensorsError(file, entry.name, "unknown dtype " + dtype.dump());
+  return element_bytes;
+}
+
+// Throws when the entry's dtype cannot be read as fp32 (kAnyCheckpoint lists such
+// entries).
+void check_readable(const SafetensorsEntry& entry, const std::string& file) {
+  if (!entry.dtype) {
+    throw SafetensorsError(
+        file, entry.name,
+        "dtype " + entry.dtype_name + " cannot be read as parameters (supported: F32, BF16, F16)");
+  }
 }
 
 // Reads a non-negative integer that fits size_t, else throws.
@@ -68,12 +83,13 @@ std::size_t read_count(const nlohmann::json& value, const std::string& file,
 }
 
 SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& value,
-                             const std::string& file) {
+                             const std::string& file, SafetensorsRules rules) {
   if (!value.is_object()) {
     throw SafetensorsError(file, name, "entry must be an object, got " + value.dump());
   }
   for (const auto& [key, unused] : value.items()) {
-    if (key != "dtype" && key != "shape" && key != "data_offsets") {
+    if (rules == SafetensorsRules::kStrataFile && key != "dtype" && key != "shape" &&
+        key != "data_offsets") {
       throw SafetensorsError(file, name,
                              "unknown key '" + key + "' (allowed: dtype, shape, data_offsets)");
     }
@@ -85,12 +101,7 @@ SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& valu
   }
   SafetensorsEntry entry;
   entry.name = name;
-  const nlohmann::json& dtype = value["dtype"];
-  if (!dtype.is_string() || !parse_safetensors_dtype(dtype.get<std::string>(), entry.dtype)) {
-    throw SafetensorsError(
-        file, name,
-        "unknown or unsupported dtype " + dtype.dump() + " (supported: F32, BF16, F16)");
-  }
+  const std::size_t element_bytes = read_dtype(value["dtype"], rules, file, entry);
   const nlohmann::json& shape = value["shape"];
   if (!shape.is_array()) {
     throw SafetensorsError(file, name, "shape must be an array, got " + shape.dump());
@@ -113,13 +124,12 @@ SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& valu
   if (entry.end < entry.begin) {
     throw SafetensorsError(file, name, "data_offsets " + offsets.dump() + " end before begin");
   }
-  const std::size_t expected = elements * dtype_bytes(entry.dtype);
+  const std::size_t expected = elements * element_bytes;
   if (entry.end - entry.begin != expected) {
     throw SafetensorsError(file, name,
-                           "shape " + shape.dump() + " of " + safetensors_dtype_name(entry.dtype) +
-                               " needs " + std::to_string(expected) + " bytes, data_offsets " +
-                               offsets.dump() + " hold " +
-                               std::to_string(entry.end - entry.begin));
+                           "shape " + shape.dump() + " of " + entry.dtype_name + " needs " +
+                               std::to_string(expected) + " bytes, data_offsets " + offsets.dump() +
+                               " hold " + std::to_string(entry.end - entry.begin));
   }
   return entry;
 }
@@ -137,7 +147,6 @@ std::uint64_t unit_numel(const UnitSpec& unit) {
 std::vector<std::size_t> shape_of(const TensorSpec& tensor) {
   return {tensor.shape.begin(), tensor.shape.end()};
 }
-
 
 // The header's length from the file's first 8 bytes (`prefix`, at least what the file has of
 // them), checked against the file's length.
@@ -165,7 +174,8 @@ struct ParsedHeader {
 };
 
 // The JSON header: every entry valid and inside the `data_bytes` of data, the entries tiling it.
-ParsedHeader parse_header(std::string_view text, std::size_t data_bytes, const std::string& name) {
+ParsedHeader parse_header(std::string_view text, std::size_t data_bytes, const std::string& name,
+                          SafetensorsRules rules) {
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(text.begin(), text.end());
@@ -192,7 +202,7 @@ ParsedHeader parse_header(std::string_view text, std::size_t data_bytes, const s
       }
       continue;
     }
-    SafetensorsEntry entry = parse_entry(key, value, name);
+    SafetensorsEntry entry = parse_entry(key, value, name, rules);
     if (entry.end > data_bytes) {
       throw SafetensorsError(name, key,
                              "data_offsets [" + std::to_string(entry.begin) + ", " +
@@ -252,6 +262,35 @@ void widen_in_place(DType dtype, std::span<float> out) {
 
 }  // namespace
 
+const char* safetensors_dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kFp32:
+      return "F32";
+    case DType::kBf16:
+      return "BF16";
+    case DType::kFp16:
+      return "F16";
+    case DType::kUint8:
+    case DType::kUint64:
+      break;  // never a tensor of a safetensors file strata reads or writes
+  }
+  return "?";
+}
+
+std::string shape_text(std::span<const std::size_t> shape) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    text += (i == 0 ? "" : ", ") + std::to_string(shape[i]);
+  }
+  return text + "]";
+}
+
+std::size_t SafetensorsEntry::numel() const {
+  std::size_t count = 1;
+  for (const std::size_t extent : shape) count *= extent;
+  return count;
+}
+
 SafetensorsError::SafetensorsError(std::string file, std::string tensor, std::string problem)
     : std::runtime_error("safetensors '" + file + "'" +
                          (tensor.empty() ? std::string() : ", tensor '" + tensor + "'") + ": " +
@@ -260,18 +299,19 @@ SafetensorsError::SafetensorsError(std::string file, std::string tensor, std::st
       tensor_(std::move(tensor)),
       problem_(std::move(problem)) {}
 
-SafetensorsFile SafetensorsFile::read(const std::filesystem::path& path) {
-  return parse(io::read_file_bytes(path), path.string());
+SafetensorsFile SafetensorsFile::read(const std::filesystem::path& path, SafetensorsRules rules) {
+  return parse(io::read_file_bytes(path), path.string(), rules);
 }
 
-SafetensorsFile SafetensorsFile::parse(std::vector<std::uint8_t> bytes, std::string file_name) {
+SafetensorsFile SafetensorsFile::parse(std::vector<std::uint8_t> bytes, std::string file_name,
+                                       SafetensorsRules rules) {
   SafetensorsFile file;
   file.file_name_ = std::move(file_name);
   const std::uint64_t header_bytes = header_length(bytes, bytes.size(), file.file_name_);
   file.data_offset_ = kLengthBytes + static_cast<std::size_t>(header_bytes);
   ParsedHeader parsed = parse_header(
       std::string_view(reinterpret_cast<const char*>(bytes.data()) + kLengthBytes, header_bytes),
-      bytes.size() - file.data_offset_, file.file_name_);
+      bytes.size() - file.data_offset_, file.file_name_, rules);
   file.entries_ = std::move(parsed.entries);
   file.metadata_ = std::move(parsed.metadata);
   file.bytes_ = std::move(bytes);
@@ -283,21 +323,23 @@ const SafetensorsEntry* SafetensorsFile::find(const std::string& name) const {
 }
 
 void SafetensorsFile::read_fp32(const SafetensorsEntry& entry, std::span<float> out) const {
-  const std::size_t element_bytes = dtype_bytes(entry.dtype);
-  STRATA_ASSERT(out.size() * element_bytes == entry.end - entry.begin, "wrong element count");
+  check_readable(entry, file_name_);
+  const DType dtype = *entry.dtype;
+  STRATA_ASSERT(out.size() * dtype_bytes(dtype) == entry.end - entry.begin, "wrong element count");
   const std::uint8_t* data = bytes_.data() + data_offset_ + entry.begin;
-  if (entry.dtype == DType::kFp32) {
+  if (dtype == DType::kFp32) {
     std::memcpy(out.data(), data, out.size() * sizeof(float));
     return;
   }
   for (std::size_t i = 0; i < out.size(); ++i) {
     std::uint16_t half = 0;
     std::memcpy(&half, data + 2 * i, 2);
-    out[i] = entry.dtype == DType::kBf16 ? to_float(Bf16{half}) : to_float(Fp16{half});
+    out[i] = dtype == DType::kBf16 ? to_float(Bf16{half}) : to_float(Fp16{half});
   }
 }
 
-SafetensorsReader SafetensorsReader::open(const std::filesystem::path& path) {
+SafetensorsReader SafetensorsReader::open(const std::filesystem::path& path,
+                                          SafetensorsRules rules) {
   // A header larger than this is refused before it is read (the reference implementation's
   // limit): the header is all a reader holds in memory.
   constexpr std::uint64_t kHeaderBytesMax = 100'000'000;
@@ -305,6 +347,9 @@ SafetensorsReader SafetensorsReader::open(const std::filesystem::path& path) {
   reader.file_name_ = path.string();
   reader.file_ = io::FileHandle::open(
       path, {io::CreateMode::kOpenExisting, io::DirectIo::kOff, io::Access::kReadOnly});
+  if (!reader.file_.is_regular_file()) {
+    throw io::IoError("open (not a regular file)", reader.file_name_, 0, 0, EISDIR);
+  }
   const std::uint64_t file_bytes = reader.file_.size_bytes();
   std::uint8_t prefix[kLengthBytes] = {};
   const std::size_t got = reader.file_.read_at(0, std::as_writable_bytes(std::span(prefix)));
@@ -320,7 +365,8 @@ SafetensorsReader SafetensorsReader::open(const std::filesystem::path& path) {
     throw SafetensorsError(reader.file_name_, "", "file shrank while its header was read");
   }
   reader.data_offset_ = kLengthBytes + static_cast<std::size_t>(header_bytes);
-  ParsedHeader parsed = parse_header(text, file_bytes - reader.data_offset_, reader.file_name_);
+  ParsedHeader parsed =
+      parse_header(text, file_bytes - reader.data_offset_, reader.file_name_, rules);
   reader.entries_ = std::move(parsed.entries);
   reader.metadata_ = std::move(parsed.metadata);
   return reader;
@@ -332,20 +378,20 @@ const SafetensorsEntry* SafetensorsReader::find(const std::string& name) const {
 
 void SafetensorsReader::read_fp32(const SafetensorsEntry& entry, std::size_t first,
                                   std::span<float> out) const {
-  const std::size_t element_bytes = dtype_bytes(entry.dtype);
+  check_readable(entry, file_name_);
+  const std::size_t element_bytes = dtype_bytes(*entry.dtype);
   STRATA_ASSERT((first + out.size()) * element_bytes <= entry.end - entry.begin,
                 "range past the tensor");
   if (out.empty()) return;
   const std::uint64_t offset = data_offset_ + entry.begin + first * element_bytes;
-  const std::span<std::byte> bytes =
-      std::as_writable_bytes(out).first(out.size() * element_bytes);
+  const std::span<std::byte> bytes = std::as_writable_bytes(out).first(out.size() * element_bytes);
   const std::size_t got = file_.read_at(offset, bytes);
   if (got != bytes.size()) {
     throw SafetensorsError(file_name_, entry.name,
                            "the file ends at byte " + std::to_string(offset + got) +
                                " inside the tensor (cut short after it was opened)");
   }
-  if (entry.dtype != DType::kFp32) widen_in_place(entry.dtype, out);
+  if (*entry.dtype != DType::kFp32) widen_in_place(*entry.dtype, out);
 }
 
 SafetensorsWriter::SafetensorsWriter(const std::filesystem::path& path,

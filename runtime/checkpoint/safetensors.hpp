@@ -6,7 +6,9 @@
 // Writes F32, BF16 or F16 (rounded to nearest even from fp32); reads the same three, converting to
 // fp32. Parsing is strict: anything malformed throws SafetensorsError naming the file, the tensor
 // (when one is at fault) and what was wrong; it never crashes (fuzzed: tests/fuzz/).
-// The Engine exports and imports with it; the built-in GPT's checkpoints (models/gpt) use it too.
+// The Engine exports and imports with it; the built-in GPT's checkpoints (models/gpt) and the
+// Hugging Face checkpoints (models/checkpoint, SafetensorsRules::kAnyCheckpoint) use it too: this
+// is strata's one safetensors header parser.
 #pragma once
 
 #include <cstddef>
@@ -14,6 +16,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -39,13 +42,30 @@ class SafetensorsError : public std::runtime_error {
   std::string file_, tensor_, problem_;
 };
 
+// What a header may hold.
+//   kStrataFile: F32, BF16 and F16 tensors, each entry exactly dtype, shape and data_offsets: the
+//     files strata writes (exports, the built-in GPT's checkpoints).
+//   kAnyCheckpoint: every dtype the format defines, and other keys of an entry ignored (as the
+//     reference reader ignores them): a Hugging Face checkpoint may hold I64 or BOOL buffers, which
+//     are listed (a loader skips them) but cannot be read as fp32.
+// The rest (offsets, shapes, tiling, metadata) is checked the same way under both.
+enum class SafetensorsRules { kStrataFile, kAnyCheckpoint };
+
 struct SafetensorsEntry {
   std::string name;
-  DType dtype = DType::kFp32;
+  std::string dtype_name;      // as the header names it: "F32", "BF16", "F16", "I64", ...
+  std::optional<DType> dtype;  // F32, BF16, F16: what read_fp32 converts; empty for the others
   std::vector<std::size_t> shape;
   std::size_t begin = 0;  // byte offsets from the start of the data section
   std::size_t end = 0;
+
+  std::size_t numel() const;
 };
+
+// "F32", "BF16", "F16": the format's names of the floating DTypes.
+const char* safetensors_dtype_name(DType dtype);
+// "[7, 6]": a shape as the error messages write it.
+std::string shape_text(std::span<const std::size_t> shape);
 
 // A whole safetensors file in memory, its header validated: every entry's dtype is known, its
 // byte range matches its shape, lies inside the data, and the ranges tile the data exactly
@@ -53,15 +73,18 @@ struct SafetensorsEntry {
 class SafetensorsFile {
  public:
   // Throws io::IoError when the file cannot be read, SafetensorsError when it is malformed.
-  static SafetensorsFile read(const std::filesystem::path& path);
+  static SafetensorsFile read(const std::filesystem::path& path,
+                              SafetensorsRules rules = SafetensorsRules::kStrataFile);
   // `file_name` stands for the file in error messages.
-  static SafetensorsFile parse(std::vector<std::uint8_t> bytes, std::string file_name);
+  static SafetensorsFile parse(std::vector<std::uint8_t> bytes, std::string file_name,
+                               SafetensorsRules rules = SafetensorsRules::kStrataFile);
 
   const std::string& file_name() const { return file_name_; }
   const std::vector<SafetensorsEntry>& entries() const { return entries_; }  // by begin offset
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const SafetensorsEntry* find(const std::string& name) const;
-  // The entry's elements converted to fp32; `out` holds exactly its element count.
+  // The entry's elements converted to fp32; `out` holds exactly its element count. Throws
+  // SafetensorsError when the entry's dtype is not F32, BF16 or F16.
   void read_fp32(const SafetensorsEntry& entry, std::span<float> out) const;
 
  private:
@@ -77,8 +100,10 @@ class SafetensorsFile {
 class SafetensorsReader {
  public:
   // Reads and checks the header (the same rules as SafetensorsFile, the data's length taken from
-  // the file's size). Throws io::IoError when unreadable, SafetensorsError when malformed.
-  static SafetensorsReader open(const std::filesystem::path& path);
+  // the file's size; a header over 100,000,000 bytes is refused unread). Throws io::IoError when
+  // unreadable or not a regular file, SafetensorsError when malformed.
+  static SafetensorsReader open(const std::filesystem::path& path,
+                                SafetensorsRules rules = SafetensorsRules::kStrataFile);
 
   const std::string& file_name() const { return file_name_; }
   const std::vector<SafetensorsEntry>& entries() const { return entries_; }  // by begin offset
@@ -86,7 +111,8 @@ class SafetensorsReader {
   const SafetensorsEntry* find(const std::string& name) const;
   // Elements [first, first + out.size()) of the entry, converted to fp32 (no buffer of its own:
   // 16-bit elements are read into `out` and widened in place). Throws io::IoError (or
-  // SafetensorsError when the file was cut short since it was opened).
+  // SafetensorsError when the file was cut short since it was opened, or the entry's dtype is not
+  // F32, BF16 or F16).
   void read_fp32(const SafetensorsEntry& entry, std::size_t first, std::span<float> out) const;
 
  private:
@@ -114,12 +140,12 @@ class SafetensorsWriter {
  private:
   DType dtype_;
   io::AtomicFileWriter file_;
-  std::uint64_t data_offset_ = 0;               // bytes before the data
-  std::vector<std::uint64_t> unit_offsets_;     // each unit's first byte within the data
+  std::uint64_t data_offset_ = 0;            // bytes before the data
+  std::vector<std::uint64_t> unit_offsets_;  // each unit's first byte within the data
   std::vector<std::uint64_t> unit_numels_;
   std::uint64_t elements_expected_ = 0;
   std::uint64_t elements_written_ = 0;
-  std::vector<std::uint16_t> converted_;        // one chunk in the 16-bit dtype
+  std::vector<std::uint16_t> converted_;  // one chunk in the 16-bit dtype
 };
 
 // Unit `index`'s flat fp32 values (its tensors concatenated in spec order) for the writer.

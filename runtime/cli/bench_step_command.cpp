@@ -86,9 +86,7 @@ std::optional<PlacedDevice> place_device(runtime::Config& config,
     std::cerr << "strata bench step: --device " << device_option << ": " << error.what() << "\n";
     return std::nullopt;
   }
-  config.tiers.device.kind = placed.device->kind() == tiers::DeviceKind::kCuda
-                                 ? runtime::DeviceKind::kCuda
-                                 : runtime::DeviceKind::kHost;
+  config.tiers.device.kind = placed.device->kind();
   return placed;
 }
 

@@ -341,18 +341,6 @@ std::string_view to_string(DType dtype) {
   return dtype_name(dtype);
 }
 
-std::string_view to_string(DeviceKind kind) {
-  switch (kind) {
-    case DeviceKind::kAuto:
-      return "auto";
-    case DeviceKind::kHost:
-      return "host";
-    case DeviceKind::kCuda:
-      return "cuda";
-  }
-  return "?";
-}
-
 std::string_view to_string(CommBackend backend) {
   switch (backend) {
     case CommBackend::kAuto:
@@ -361,18 +349,6 @@ std::string_view to_string(CommBackend backend) {
       return "mpi";
     case CommBackend::kNccl:
       return "nccl";
-  }
-  return "?";
-}
-
-std::string_view to_string(IoEngineKind kind) {
-  switch (kind) {
-    case IoEngineKind::kAuto:
-      return "auto";
-    case IoEngineKind::kIoUring:
-      return "io_uring";
-    case IoEngineKind::kPosix:
-      return "posix";
   }
   return "?";
 }

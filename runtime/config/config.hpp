@@ -16,16 +16,20 @@
 
 #include "base/dtype.hpp"
 #include "cpu_adam/state_dtype.hpp"
+#include "io/engine_options.hpp"
+#include "tiers/device/device_kind.hpp"
 
 namespace strata::runtime {
 
 enum class Tier { kDevice, kHost, kNvme };
-enum class DeviceKind { kAuto, kHost, kCuda };
+// [tiers.device] kind and [tiers.nvme] engine are the tiers' and io's own enums, handed on as they
+// are; their names are tiers::device_kind_name() and io::to_string().
+using tiers::DeviceKind;
+using io::IoEngineKind;
 // Which Communicator carries the collectives: kMpi (LocalComm for one rank, MpiComm under mpirun),
 // kNccl (NcclComm on device memory, bootstrapped over MPI), kAuto (NCCL when the build has it, the
 // device is CUDA and there is more than one rank).
 enum class CommBackend { kAuto, kMpi, kNccl };
-enum class IoEngineKind { kAuto, kIoUring, kPosix };
 // What a run that was not told to resume does when the NVMe store holds a committed step:
 // refuse (naming the store, the model and the step), overwrite it, or resume from it.
 enum class OnExistingStore { kRefuse, kOverwrite, kResume };
@@ -39,9 +43,7 @@ enum class MasterRounding { kStochastic, kKahan };
 std::string_view to_string(Tier tier);
 // The config name of a precision: dtype_name() (base/dtype.hpp).
 std::string_view to_string(DType dtype);
-std::string_view to_string(DeviceKind kind);
 std::string_view to_string(CommBackend backend);
-std::string_view to_string(IoEngineKind kind);
 std::string_view to_string(OnExistingStore policy);
 std::string_view to_string(OptimizerType type);
 std::string_view to_string(LrScheduleKind kind);

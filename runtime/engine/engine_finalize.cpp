@@ -26,9 +26,7 @@ constexpr std::uint64_t kMaxQueuedPieces = std::uint64_t{1} << 24;
 
 io::IoEngineOptions io_options_of(const NvmeTierConfig& nvme, io::FaultInjector* faults) {
   io::IoEngineOptions options;
-  options.kind = nvme.engine == IoEngineKind::kIoUring ? io::IoEngineKind::kIoUring
-                 : nvme.engine == IoEngineKind::kPosix ? io::IoEngineKind::kPosix
-                                                       : io::IoEngineKind::kAuto;
+  options.kind = nvme.engine;
   options.block_size_bytes = nvme.block_size;
   options.queue_depth = nvme.queue_depth;
   options.rings = nvme.rings;

@@ -30,10 +30,7 @@ Tracer::Tracer(std::size_t max_events) : max_events_(max_events), origin_(Clock:
 void Tracer::record(TraceTrack track, std::string name, Clock::time_point start,
                     Clock::time_point end) {
   std::lock_guard lock(mutex_);
-  if (events_.size() >= max_events_) {
-    ++dropped_;
-    return;
-  }
+  if (events_.size() >= max_events_) return;
   events_.push_back({track, std::move(name), start, end});
 }
 
@@ -45,11 +42,6 @@ std::vector<Tracer::Event> Tracer::events() const {
 std::size_t Tracer::event_count() const {
   std::lock_guard lock(mutex_);
   return events_.size();
-}
-
-std::size_t Tracer::dropped_count() const {
-  std::lock_guard lock(mutex_);
-  return dropped_;
 }
 
 void Tracer::write_chrome_json(const std::filesystem::path& path) const {

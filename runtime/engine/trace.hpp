@@ -1,6 +1,6 @@
 // Tracer: a timeline of what the runtime did, written as a Chrome trace (chrome://tracing,
 // Perfetto: "X" complete events), one track per kind of work so overlap is visible at a glance.
-// Thread-safe; bounded (events past max_events are counted, not kept).
+// Thread-safe; bounded (events past max_events are dropped).
 #pragma once
 
 #include <chrono>
@@ -33,7 +33,6 @@ class Tracer {
   std::size_t event_count() const;
   // A copy of the events kept, in the order they were recorded (tests read the timeline).
   std::vector<Event> events() const;
-  std::size_t dropped_count() const;
 
   // Records [construction, destruction) on `track`; a null tracer records nothing.
   class Scope {
@@ -61,7 +60,6 @@ class Tracer {
   const Clock::time_point origin_;
   mutable std::mutex mutex_;
   std::vector<Event> events_;
-  std::size_t dropped_ = 0;
 };
 
 }  // namespace strata::runtime

@@ -119,8 +119,7 @@ PlacementEnvironment detect_placement_environment(std::uint32_t ranks) {
 
 tiers::DeviceOptions placed_device_options(const RankPlacement& placement, const Config& config) {
   tiers::DeviceOptions options;
-  options.kind = placement.device_kind == DeviceKind::kCuda ? tiers::DeviceKind::kCuda
-                                                            : tiers::DeviceKind::kHost;
+  options.kind = placement.device_kind;
   options.index = static_cast<int>(placement.device_index);
   options.budget_bytes = config.tiers.device.budget_bytes;
   return options;

@@ -79,9 +79,7 @@ IoPointSpec spec_for(const NvmeTierConfig& nvme, const std::vector<std::filesyst
   spec.queue_depth = point.queue_depth;
   spec.rings = point.rings;
   spec.direct = nvme.direct ? io::DirectIo::kOn : io::DirectIo::kOff;
-  spec.engine = nvme.engine == IoEngineKind::kPosix     ? io::IoEngineKind::kPosix
-                : nvme.engine == IoEngineKind::kIoUring ? io::IoEngineKind::kIoUring
-                                                        : io::IoEngineKind::kAuto;
+  spec.engine = nvme.engine;
   return spec;
 }
 

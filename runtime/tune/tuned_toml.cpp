@@ -79,7 +79,7 @@ class Writer {
 
 void write_tiers(Writer& w, const TiersConfig& tiers) {
   w.section("tiers.device");
-  w.key("kind", toml_string(to_string(tiers.device.kind)));
+  w.key("kind", toml_string(tiers::device_kind_name(tiers.device.kind)));
   w.key("index", fmt::format("{}", tiers.device.index));
   w.key("budget", size_value(tiers.device.budget_bytes));
   w.section("tiers.host");

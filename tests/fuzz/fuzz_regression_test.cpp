@@ -90,7 +90,7 @@ TEST(FuzzRegression, SafetensorsCorpusParsesOrThrows) {
       const runtime::SafetensorsFile file = runtime::SafetensorsFile::read(entry.path());
       std::vector<float> values;
       for (const runtime::SafetensorsEntry& tensor : file.entries()) {
-        values.resize((tensor.end - tensor.begin) / dtype_bytes(tensor.dtype));
+        values.resize(tensor.numel());
         file.read_fp32(tensor, values);
       }
       ++parsed;

@@ -6,9 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -87,8 +87,10 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, SafetensorsRoundTrip,
 std::vector<std::uint8_t> make_file(const std::string& header, std::size_t data_bytes,
                                     std::uint64_t header_length_field) {
   std::vector<std::uint8_t> bytes(8 + header.size() + data_bytes, 0);
-  std::memcpy(bytes.data(), &header_length_field, 8);
-  std::memcpy(bytes.data() + 8, header.data(), header.size());
+  for (std::size_t i = 0; i < 8; ++i) {  // little-endian, byte by byte
+    bytes[i] = static_cast<std::uint8_t>(header_length_field >> (8 * i));
+  }
+  std::copy(header.begin(), header.end(), bytes.begin() + 8);
   return bytes;
 }
 
@@ -172,6 +174,44 @@ TEST(SafetensorsMalformed, FileShorterThanLengthField) {
     FAIL() << "parsed a 3-byte file";
   } catch (const SafetensorsError& error) {
     EXPECT_NE(error.problem().find("shorter than the 8-byte header length"), std::string::npos);
+  }
+}
+
+// Hugging Face checkpoints (SafetensorsRules::kAnyCheckpoint, models/checkpoint): the format's
+// other dtypes are listed with their names but refused when read; an entry's other keys are
+// ignored; a dtype the format does not define is still an error.
+TEST(SafetensorsAnyCheckpoint, ListsOtherDTypesAndRefusesToReadThem) {
+  const std::string header =
+      R"({"ids":{"dtype":"I64","shape":[2],"data_offsets":[0,16]},)"
+      R"("w":{"dtype":"BF16","shape":[2],"data_offsets":[16,20],"note":1}})";
+  const SafetensorsFile file = SafetensorsFile::parse(make_file(header, 20, header.size()),
+                                                      "hf.safetensors",
+                                                      SafetensorsRules::kAnyCheckpoint);
+  ASSERT_EQ(file.entries().size(), 2u);
+  const SafetensorsEntry& ids = *file.find("ids");
+  EXPECT_EQ(ids.dtype_name, "I64");
+  EXPECT_FALSE(ids.dtype.has_value());
+  EXPECT_EQ(file.find("w")->dtype, DType::kBf16);
+  std::vector<float> values(2);
+  file.read_fp32(*file.find("w"), values);
+  try {
+    file.read_fp32(ids, values);
+    FAIL() << "read an I64 tensor as fp32";
+  } catch (const SafetensorsError& error) {
+    EXPECT_EQ(error.tensor(), "ids");
+    EXPECT_NE(error.problem().find("dtype I64 cannot be read"), std::string::npos) << error.what();
+  }
+}
+
+TEST(SafetensorsAnyCheckpoint, UnknownDTypeIsAnError) {
+  const std::string header = R"({"a":{"dtype":"X9","shape":[1],"data_offsets":[0,1]}})";
+  try {
+    SafetensorsFile::parse(make_file(header, 1, header.size()), "hf.safetensors",
+                           SafetensorsRules::kAnyCheckpoint);
+    FAIL() << "parsed an unknown dtype";
+  } catch (const SafetensorsError& error) {
+    EXPECT_EQ(error.tensor(), "a");
+    EXPECT_NE(error.problem().find("unknown dtype \"X9\""), std::string::npos) << error.what();
   }
 }
 

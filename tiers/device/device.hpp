@@ -39,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "tiers/device/device_kind.hpp"
 #include "tiers/device/device_op.hpp"
 #include "base/dtype.hpp"
 #include "tiers/device/poison.hpp"
@@ -51,9 +52,6 @@ class PinnedAllocator;
 
 inline constexpr std::size_t kDeviceAlignment = 256;
 inline constexpr std::uint64_t kDeviceAllocationGranularity = 256;
-
-enum class DeviceKind { kHost, kCuda, kAuto };
-std::string_view device_kind_name(DeviceKind kind);
 
 struct DeviceOptions {
   DeviceKind kind = DeviceKind::kAuto;

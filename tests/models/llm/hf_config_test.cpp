@@ -95,7 +95,7 @@ TEST(HfConfigTest, ReadsLlama31WithGqaAndLlama3RopeScaling) {
   EXPECT_FALSE(c.tie_word_embeddings);
   EXPECT_FALSE(c.attention_qkv_bias);
   EXPECT_FALSE(c.sliding_window.has_value());
-  EXPECT_EQ(c.torch_dtype, TensorDType::kBf16);
+  EXPECT_EQ(c.torch_dtype, DType::kBf16);
   EXPECT_EQ(c.bos_token_ids, (std::vector<std::int32_t>{128000}));
   EXPECT_EQ(c.eos_token_ids, (std::vector<std::int32_t>{128001, 128008, 128009}));
   // The published count of Llama 3.1 8B, from the config and from the units alike.
@@ -147,7 +147,7 @@ TEST(HfConfigTest, ReadsGpt2Keys) {
   EXPECT_EQ(c.activation, Activation::kGeluTanh);
   EXPECT_TRUE(c.tie_word_embeddings);
   EXPECT_TRUE(c.attention_qkv_bias && c.attention_out_bias && c.mlp_bias);
-  EXPECT_EQ(c.torch_dtype, TensorDType::kFp32) << "no torch_dtype: fp32";
+  EXPECT_EQ(c.torch_dtype, DType::kFp32) << "no torch_dtype: fp32";
   EXPECT_EQ(c.parameter_count(), 124439808u);  // GPT-2 small
   EXPECT_EQ(unit_parameters(c), 124439808u);
 }

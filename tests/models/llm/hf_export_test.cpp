@@ -149,7 +149,7 @@ TEST(HfExport, ConfigJsonNamesTheDtypeTheWeightsAreStoredIn) {
   ASSERT_EQ(config["torch_dtype"], "float32");
   config["torch_dtype"] = "bfloat16";
   EXPECT_EQ(nlohmann::json::parse(read_text_file(out / "config.json")), config);
-  EXPECT_EQ(read_hf_config(out / "config.json").torch_dtype, TensorDType::kBf16);
+  EXPECT_EQ(read_hf_config(out / "config.json").torch_dtype, DType::kBf16);
 
   // transformers 5's key `dtype` is updated in place; no torch_dtype is added beside it.
   const std::filesystem::path renamed = scratch.path() / "config.json";

@@ -14,8 +14,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "models/checkpoint/safetensors_header.hpp"
 #include "models/checkpoint/tiny_model.hpp"
+#include "runtime/checkpoint/safetensors.hpp"
 #include "tests/io/io_test_support.hpp"
 
 namespace strata::llm::testing {
@@ -30,11 +30,12 @@ struct FloatTensor {
 
 // Every tensor of one safetensors file, as fp32, in data order.
 inline std::vector<FloatTensor> read_float_tensors(const std::filesystem::path& file) {
-  const ReadOnlyFile handle = ReadOnlyFile::open(file);
+  const runtime::SafetensorsReader reader =
+      runtime::SafetensorsReader::open(file, runtime::SafetensorsRules::kAnyCheckpoint);
   std::vector<FloatTensor> tensors;
-  for (const StoredTensor& stored : read_safetensors_header(handle).tensors) {
+  for (const runtime::SafetensorsEntry& stored : reader.entries()) {
     FloatTensor tensor{stored.name, stored.shape, std::vector<float>(stored.numel())};
-    read_tensor_elements(handle, stored, 0, tensor.values);
+    reader.read_fp32(stored, 0, tensor.values);
     tensors.push_back(std::move(tensor));
   }
   return tensors;

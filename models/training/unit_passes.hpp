@@ -1,0 +1,169 @@
+// The passes both trainers (gpt_trainer.hpp: the built-in GPT; llm_trainer.hpp: Hugging Face
+// decoders) run over their Engine, one unit at a time: each unit is gathered from wherever the
+// config homes it just before its forward and again for its backward (with the embedding unit
+// when it reads it: a tied head), and its gradient goes straight to reduce_grads. train_step()
+// runs an optimizer step of several micro-batches over them.
+//
+// A Model offers units() (each with name, numel and reads_embedding), forward_unit(u, params,
+// shared), backward_unit(u, params, grads, shared) and loss(); split_unit(spec, flat) (found by
+// argument-dependent lookup in the model's namespace) cuts a unit's flat gradient per tensor.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "runtime/comm/communicator.hpp"
+#include "runtime/engine/engine.hpp"
+#include "runtime/engine/trace.hpp"
+#include "tiers/device/device.hpp"
+
+namespace strata::examples {
+
+// One optimizer step, as the progress line reports it.
+struct StepReport {
+  std::uint64_t step = 0;
+  double loss = 0;           // mean over the step's micro-batches
+  std::uint64_t tokens = 0;  // predicted tokens in the step, this rank
+  double compute_s = 0;      // forward + backward arithmetic
+  double gather_wait_s = 0;  // blocked in Engine::gather (NVMe reads, all-gathers, casts)
+  double grads_s = 0;        // in Engine::reduce_grads (reduce-scatter, moves to the grad tier)
+  double total_s = 0;
+  runtime::StepStats optimizer;  // the Engine's own figures (optimizer time, I/O, bytes)
+};
+
+// One unit's gradient at a time, for units of up to `largest_numel` elements: device memory on a
+// CUDA device (with the stream that scales it there), host memory otherwise. A trainer creates it
+// before its Engine finalizes, so the gathered units the Engine caches fill only what is left of
+// the device budget (the memory plan counts both).
+class UnitGradBuffer {
+ public:
+  UnitGradBuffer(tiers::Device& device, std::size_t largest_numel);
+
+  // The buffer's first `numel` elements (numel <= largest_numel).
+  std::span<float> first(std::size_t numel) const { return buffer_.first(numel); }
+  // grads *= scale, in place, done when it returns; `grads` lies in this buffer.
+  void scale(std::span<float> grads, float scale);
+
+ private:
+  std::vector<float> host_;
+  tiers::DeviceBuffer device_;
+  std::optional<tiers::Stream> stream_;  // CUDA only
+  std::span<float> buffer_;              // host_ or device_
+};
+
+// What the passes run over: a model, the Engine that holds its parameters, the Engine's id of each
+// of the model's units (same order) and the tracer that records each unit's compute (may be null).
+template <class Model>
+struct UnitPasses {
+  Model& model;
+  runtime::Engine& engine;
+  std::span<const runtime::UnitId> units;
+  runtime::Tracer* tracer;
+
+  // Forward of every unit over the batch the model was given; returns its loss and keeps the
+  // activations for backward(). `report` (may be null) gains the gather wait and compute time.
+  double forward(StepReport* report) const;
+  // Backward of every unit, last to first: each unit's gradient, times `gradient_scale`, goes to
+  // reduce_grads. `report` gains the gather wait, compute and reduce_grads time.
+  void backward(UnitGradBuffer& grads, float gradient_scale, StepReport& report) const;
+};
+
+// One optimizer step of `micro_batches` micro-batches. next_batch(m) gives the model
+// micro-batch m and returns the tokens it predicts. Gradients are summed over the micro-batches:
+// each is scaled by 1/micro_batches for the mean, and by the loss scale for fp16 (the Engine
+// divides it out again before the update). The loss reported is the mean over ranks.
+template <class Model, class NextBatch>
+StepReport train_step(const UnitPasses<Model>& passes, UnitGradBuffer& grads,
+                      runtime::comm::Communicator& comm, std::uint32_t micro_batches,
+                      NextBatch&& next_batch);
+
+namespace detail {
+
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_between(Clock::time_point start, Clock::time_point end) {
+  return std::chrono::duration<double>(end - start).count();
+}
+
+// A gathered unit, the embedding unit when it reads it (a tied head), and their tensors' views.
+struct GatheredPair {
+  runtime::GatheredUnit unit;
+  std::optional<runtime::GatheredUnit> embedding;
+  std::vector<std::span<const float>> views;
+  std::vector<std::span<const float>> shared;  // empty without the embedding
+};
+// Gathers unit `u` and, when `reads_embedding`, the embedding unit (units[0]); `wait_s` (may be
+// null) gains the time blocked in the gathers.
+GatheredPair gather_unit(runtime::Engine& engine, std::span<const runtime::UnitId> units,
+                         std::size_t u, bool reads_embedding, double* wait_s);
+
+// All-reduces the loss to its mean over ranks, then runs the Engine's step under the tracer.
+void finish_step(runtime::Engine& engine, runtime::comm::Communicator& comm,
+                 runtime::Tracer* tracer, StepReport& report);
+
+}  // namespace detail
+
+template <class Model>
+double UnitPasses<Model>::forward(StepReport* report) const {
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    const auto& spec = model.units()[u];
+    const detail::GatheredPair gathered =
+        detail::gather_unit(engine, units, u, spec.reads_embedding,
+                            report != nullptr ? &report->gather_wait_s : nullptr);
+    const auto compute_start = detail::Clock::now();
+    {
+      runtime::Tracer::Scope scope(tracer, runtime::TraceTrack::kCompute, "forward " + spec.name);
+      model.forward_unit(u, gathered.views, gathered.shared);
+    }
+    if (report != nullptr) {
+      report->compute_s += detail::seconds_between(compute_start, detail::Clock::now());
+    }
+  }
+  return model.loss();
+}
+
+template <class Model>
+void UnitPasses<Model>::backward(UnitGradBuffer& grads, float gradient_scale,
+                                 StepReport& report) const {
+  for (std::size_t u = units.size(); u-- > 0;) {
+    const auto& spec = model.units()[u];
+    detail::GatheredPair gathered =
+        detail::gather_unit(engine, units, u, spec.reads_embedding, &report.gather_wait_s);
+    const auto compute_start = detail::Clock::now();
+    const std::span<float> unit_grads = grads.first(spec.numel);
+    {
+      runtime::Tracer::Scope scope(tracer, runtime::TraceTrack::kCompute, "backward " + spec.name);
+      model.backward_unit(u, gathered.views, split_unit(spec, unit_grads), gathered.shared);
+      if (gradient_scale != 1.0f) grads.scale(unit_grads, gradient_scale);
+    }
+    report.compute_s += detail::seconds_between(compute_start, detail::Clock::now());
+    gathered.embedding.reset();  // the embedding's lease ends before this unit's reduce_grads
+    const auto grads_start = detail::Clock::now();
+    engine.reduce_grads(units[u], unit_grads);
+    report.grads_s += detail::seconds_between(grads_start, detail::Clock::now());
+  }
+}
+
+template <class Model, class NextBatch>
+StepReport train_step(const UnitPasses<Model>& passes, UnitGradBuffer& grads,
+                      runtime::comm::Communicator& comm, std::uint32_t micro_batches,
+                      NextBatch&& next_batch) {
+  const auto start = detail::Clock::now();
+  StepReport report;
+  const float scale = static_cast<float>(passes.engine.loss_scale() / micro_batches);
+  for (std::uint32_t m = 0; m < micro_batches; ++m) {
+    const std::uint64_t tokens = next_batch(m);
+    report.loss += passes.forward(&report) / micro_batches;
+    passes.backward(grads, scale, report);
+    report.tokens += tokens;
+  }
+  detail::finish_step(passes.engine, comm, passes.tracer, report);
+  report.total_s = detail::seconds_between(start, detail::Clock::now());
+  return report;
+}
+
+}  // namespace strata::examples
