@@ -585,7 +585,7 @@ void render_pcie_lines(const PcieTraffic& pcie, std::string& out) {
     return format_decimal_bytes(static_cast<double>(value));
   };
   out += fmt::format("PCIe per optimizer step: h2d {}, d2h {}; at {:.4g} GB/s each way "
-                     "(--pcie-gbps) that is >= {:.3g} s per step\n",
+                     "(assumed; strata plan --pcie-gbps) that is >= {:.3g} s per step\n",
                      bytes(pcie.h2d_bytes()), bytes(pcie.d2h_bytes()), pcie.link_bytes_per_s / 1e9,
                      pcie.bound_s());
   out += fmt::format("  h2d: parameter gathers {} ({:.3g} per unit), gradient shards {}, optimizer "

@@ -1,8 +1,9 @@
 // The per-rank memory plan: bytes per state kind per tier, working buffers, totals against the
-// budgets, NVMe traffic, PCIe traffic (a CUDA device) and communication volume per optimizer step. Computed before anything is
-// allocated (`strata plan`). The state rows follow the ZeRO paper's arithmetic (stage 1 shards
-// optimizer state, stage 2 also gradients, stage 3 also parameters); the working buffers are the
-// Engine's own buffer plan (runtime/plan/buffer_plan.hpp), so what is printed is what it allocates.
+// budgets, NVMe traffic, PCIe traffic (a CUDA device) and communication volume per optimizer
+// step. Computed before anything is allocated (`strata plan`). The state rows follow the ZeRO
+// paper's arithmetic (stage 1 shards optimizer state, stage 2 also gradients, stage 3 also
+// parameters); the working buffers are the Engine's own buffer plan (runtime/plan/buffer_plan.hpp),
+// so what is printed is what it allocates.
 #pragma once
 
 #include <array>

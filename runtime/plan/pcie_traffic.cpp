@@ -13,12 +13,12 @@ namespace {
 // The kinds a sub-group's update reads and writes (runtime/engine/engine_state.hpp's
 // kUpdateReadKinds / kUpdateWriteKinds): stage_in copies the device-homed ones of the first d2h,
 // stage_out those of the second h2d.
-constexpr std::array<ShardKind, 5> kStagedInKinds = {
-    ShardKind::kMaster, ShardKind::kCompensation, ShardKind::kExpAvg, ShardKind::kExpAvgSq,
-    ShardKind::kGrad};
-constexpr std::array<ShardKind, 5> kStagedOutKinds = {
-    ShardKind::kMaster, ShardKind::kCompensation, ShardKind::kExpAvg, ShardKind::kExpAvgSq,
-    ShardKind::kParam};
+constexpr std::array<ShardKind, 5> kStagedInKinds = {ShardKind::kMaster, ShardKind::kCompensation,
+                                                     ShardKind::kExpAvg, ShardKind::kExpAvgSq,
+                                                     ShardKind::kGrad};
+constexpr std::array<ShardKind, 5> kStagedOutKinds = {ShardKind::kMaster, ShardKind::kCompensation,
+                                                      ShardKind::kExpAvg, ShardKind::kExpAvgSq,
+                                                      ShardKind::kParam};
 
 // Bytes of one kind over a shard, sub-group by sub-group (int8 sub-groups are padded to whole
 // pages), as the buffer plan sizes them.
@@ -96,8 +96,7 @@ double PcieTraffic::bound_s() const {
   return static_cast<double>(std::max(h2d_bytes(), d2h_bytes())) / link_bytes_per_s;
 }
 
-double gathers_per_step(bool kept_all_step, std::uint32_t micro_batches,
-                        double resident_fraction) {
+double gathers_per_step(bool kept_all_step, std::uint32_t micro_batches, double resident_fraction) {
   if (kept_all_step) return 1.0;
   const double uses = 2.0 * std::max<std::uint32_t>(1, micro_batches);
   const double kept = std::clamp(resident_fraction, 0.0, 1.0);
@@ -115,12 +114,11 @@ PcieTraffic count_pcie_traffic(const Config& config, const BufferPlan& buffers,
   double gathers = 0;
   for (std::size_t u = 0; u < inputs.unit_numels.size(); ++u) {
     const std::uint64_t numel = inputs.unit_numels[u];
-    const UnitLayout layout =
-        make_unit_layout(UnitSpec{"", {TensorSpec{"", {numel}, TensorInit::zeros()}}}, inputs.ranks);
+    const UnitLayout layout = make_unit_layout(
+        UnitSpec{"", {TensorSpec{"", {numel}, TensorInit::zeros()}}}, inputs.ranks);
     // Stages 0-2 keep every unit gathered; stage 3 the units under the persistence threshold
     // (engine_finalize.cpp, build_residency).
-    const bool kept_all_step =
-        config.zero.stage < 3 || numel < config.zero.persistence_threshold;
+    const bool kept_all_step = config.zero.stage < 3 || numel < config.zero.persistence_threshold;
     const double unit_gathers =
         gathers_per_step(kept_all_step, inputs.micro_batches, inputs.resident_fraction);
     gathers += unit_gathers;

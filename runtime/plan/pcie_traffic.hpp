@@ -46,11 +46,15 @@ struct PcieTraffic {
   std::uint64_t gather_d2h_bytes = 0;     // device-homed own shards, for a gather on the host
   std::uint64_t grad_d2h_bytes = 0;       // gradients, every micro-batch
   std::uint64_t optimizer_d2h_bytes = 0;  // stage_in of device-homed state before a CPU update
-  double gathers_per_unit = 0;  // gathers of a unit per step, averaged over the units
+  double gathers_per_unit = 0;            // gathers of a unit per step, averaged over the units
   double link_bytes_per_s = kAssumedPcieBytesPerS;
 
-  std::uint64_t h2d_bytes() const { return gather_h2d_bytes + grad_h2d_bytes + optimizer_h2d_bytes; }
-  std::uint64_t d2h_bytes() const { return gather_d2h_bytes + grad_d2h_bytes + optimizer_d2h_bytes; }
+  std::uint64_t h2d_bytes() const {
+    return gather_h2d_bytes + grad_h2d_bytes + optimizer_h2d_bytes;
+  }
+  std::uint64_t d2h_bytes() const {
+    return gather_d2h_bytes + grad_d2h_bytes + optimizer_d2h_bytes;
+  }
   // The least time the copies take per step: the two directions run at once (full duplex), so
   // the busier one bounds the step.
   double bound_s() const;

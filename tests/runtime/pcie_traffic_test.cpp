@@ -47,8 +47,8 @@ PlanInputs two_units(std::uint32_t ranks) {
 // Parameters and gradients in host memory, one rank, every unit cached on the device: each unit's
 // bf16 parameters go h2d once per step, its fp32 gradient d2h once per micro-batch (2).
 TEST(PcieTraffic, HostHomesGatherOncePerStepWhenCachedAndMoveGradientsPerMicroBatch) {
-  const MemoryPlan plan = make_memory_plan(cuda_config(Tier::kHost, Tier::kHost, Tier::kHost, 2),
-                                           two_units(1));
+  const MemoryPlan plan =
+      make_memory_plan(cuda_config(Tier::kHost, Tier::kHost, Tier::kHost, 2), two_units(1));
   ASSERT_TRUE(plan.pcie.has_value());
   const PcieTraffic& pcie = *plan.pcie;
   EXPECT_EQ(pcie.gather_h2d_bytes, kPsi * 2);
@@ -96,16 +96,16 @@ TEST(PcieTraffic, TheCpuOptimizerStagesDeviceHomedState) {
   }
   // The optimizer (fp32 master, exp_avg, exp_avg_sq) on the GPU with host gradients: the CPU
   // updates it, so it goes d2h and back, with the device-homed parameters it writes.
-  const MemoryPlan plan = make_memory_plan(
-      cuda_config(Tier::kDevice, Tier::kHost, Tier::kDevice, 1), two_units(1));
+  const MemoryPlan plan =
+      make_memory_plan(cuda_config(Tier::kDevice, Tier::kHost, Tier::kDevice, 1), two_units(1));
   EXPECT_EQ(plan.pcie->optimizer_d2h_bytes, kPsi * 12);
   EXPECT_EQ(plan.pcie->optimizer_h2d_bytes, kPsi * (12 + 2));
   EXPECT_EQ(plan.pcie->grad_d2h_bytes, kPsi * 4);
 }
 
 TEST(PcieTraffic, EverythingOnTheDeviceCrossesNothing) {
-  const MemoryPlan plan = make_memory_plan(
-      cuda_config(Tier::kDevice, Tier::kDevice, Tier::kDevice, 2), two_units(1));
+  const MemoryPlan plan =
+      make_memory_plan(cuda_config(Tier::kDevice, Tier::kDevice, Tier::kDevice, 2), two_units(1));
   ASSERT_TRUE(plan.pcie.has_value());
   EXPECT_EQ(plan.pcie->h2d_bytes(), 0u);
   EXPECT_EQ(plan.pcie->d2h_bytes(), 0u);
@@ -117,8 +117,8 @@ TEST(PcieTraffic, EverythingOnTheDeviceCrossesNothing) {
 // shard comes back h2d to its device home.
 TEST(PcieTraffic, SeveralRanksGatherAndReduceOnTheHost) {
   const std::uint64_t shard = kPsi / 2;
-  const MemoryPlan plan = make_memory_plan(
-      cuda_config(Tier::kDevice, Tier::kDevice, Tier::kHost, 1), two_units(2));
+  const MemoryPlan plan =
+      make_memory_plan(cuda_config(Tier::kDevice, Tier::kDevice, Tier::kHost, 1), two_units(2));
   ASSERT_TRUE(plan.pcie.has_value());
   const PcieTraffic& pcie = *plan.pcie;
   EXPECT_EQ(pcie.gather_h2d_bytes, kPsi * 2);
