@@ -59,8 +59,8 @@ plan() {  # shape, micro-batch, checkpointing (on/off), then strata plan's own f
   "$strata" plan "$path" "${flags[@]}" "$@"
 }
 
-echo "| config | largest model that fits | params | micro-batch x seq, checkpointing | device: state + compute + unit cache / budget | host / budget | NVMe / budget | NVMe read / write per step | next shape up (1 x $seq_len, checkpointing) |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| config | largest model that fits | params | micro-batch x seq, checkpointing | device: state + compute + unit cache / budget | host / budget | NVMe / budget | NVMe read / write per step | PCIe h2d / d2h per step, bound at 25 GB/s each way | next shape up (1 x $seq_len, checkpointing) |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 plans=()
 for config in ${H200_PLANS_CONFIGS:-all_device optimizer_host params_optimizer_host optimizer_nvme all_nvme}; do
   path="examples/configs/h200/$config.toml"
@@ -77,7 +77,7 @@ for config in ${H200_PLANS_CONFIGS:-all_device optimizer_host params_optimizer_h
     done
   done
   if ((found < 0)); then
-    echo "| \`$config\` | none of the shapes fits | | | | | | | |"
+    echo "| \`$config\` | none of the shapes fits | | | | | | | | |"
     continue
   fi
   plan "$name" "$micro" "$checkpointing" >"$work/$config.txt" || true
@@ -101,6 +101,7 @@ for config in ${H200_PLANS_CONFIGS:-all_device optimizer_host params_optimizer_h
     "$(tier host total_bytes) / $(tier host budget_bytes) GiB |" \
     "$(tier nvme total_bytes) / $(tier nvme budget_bytes) GiB |" \
     "$(field 'round(p["nvme_read_bytes_per_step"] / 1e9, 1)') / $(field 'round(p["nvme_write_bytes_per_step"] / 1e9, 1)') GB |" \
+    "$(field 'round(p["pcie"]["h2d_bytes_per_step"] / 1e9, 1)') / $(field 'round(p["pcie"]["d2h_bytes_per_step"] / 1e9, 1)') GB, >= $(field 'round(p["pcie"]["bound_s"], 2)') s |" \
     "$next |"
 done
 for config in "${plans[@]}"; do

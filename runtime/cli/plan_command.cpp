@@ -49,6 +49,7 @@ struct PlanOptions {
   std::optional<std::uint32_t> seq_len, micro_batch;  // default: [model]
   bool activation_checkpointing = false;
   std::string device;  // host, cuda; empty: [tiers.device] kind
+  double pcie_gbps = runtime::kAssumedPcieBytesPerS / 1e9;  // each way, for the PCIe bound
   bool json = false;
 };
 
@@ -94,6 +95,7 @@ int run_plan(const PlanOptions& options) {
   }
   inputs.params = config.parameter_count();
   inputs.ranks = ranks;
+  inputs.pcie_bytes_per_s = options.pcie_gbps * 1e9;
   if (!options.params.empty()) {
     const std::optional<std::uint64_t> params = parse_whole_count(options.params, 1e15);
     if (!params) {
@@ -149,6 +151,10 @@ void add_plan_command(CLI::App& app) {
                    "[tiers.device] kind; auto: cuda when a GPU is usable); the plan counts that "
                    "device's data path, and with --model its compute on a GPU")
       ->check(CLI::IsMember({"host", "cuda"}));
+  plan->add_option("--pcie-gbps", options->pcie_gbps,
+                   "--device cuda: the PCIe rate each way, GB/s, that the plan's bound on the step "
+                   "time from its host<->device copies assumes (default 25: PCIe Gen4 x16)")
+      ->check(CLI::Range(0.001, 1e6));
   plan->add_flag("--json", options->json, "print the plan as one JSON object");
   plan->callback([options] {
     const int code = run_plan(*options);

@@ -68,6 +68,25 @@ void use_exact_state(MemoryPlan& plan, const BufferPlan& buffers) {
   tier_row(plan, Tier::kNvme).state_bytes = buffers.nvme_state_bytes;
 }
 
+// Device memory of the gathered units: every unit at stages 0-2 (kept for the whole step); at
+// stage 3 the units the residency manager caches while the budget allows (units known:
+// docs/design.md, "Residency and prefetch"), or only Ψ known, the working set of prefetch_depth + 1
+// units.
+std::uint64_t gathered_device_bytes(const MemoryPlan& plan, const Config& config,
+                                    const BufferPlan& buffers, const PlanInputs& inputs) {
+  const std::uint64_t all = buffers.device_all_gathered_bytes();
+  if (plan.stage < 3) return all;
+  if (inputs.unit_numels.empty()) {
+    return std::min<std::uint64_t>(
+        all, (config.zero.prefetch_depth + 1) * buffers.gathered_unit_bytes_max);
+  }
+  const std::uint64_t fixed = buffers.device_state_bytes + buffers.device_scratch_bytes() +
+                              inputs.compute_device_bytes;
+  const std::uint64_t left =
+      config.tiers.device.budget_bytes > fixed ? config.tiers.device.budget_bytes - fixed : 0;
+  return std::min(all, std::max(left, buffers.gathered_unit_bytes_max));
+}
+
 void add_buffer_rows(MemoryPlan& plan, const Config& config, const BufferPlan& buffers,
                      const PlanInputs& inputs) {
   const bool exact = !inputs.unit_numels.empty();
@@ -77,25 +96,16 @@ void add_buffer_rows(MemoryPlan& plan, const Config& config, const BufferPlan& b
                                                                : inputs.compute_description,
                             Tier::kDevice, inputs.compute_device_bytes});
   }
-  std::uint64_t gathered = buffers.device_all_gathered_bytes();
   std::string gathered_purpose = "every unit gathered for the whole step (stages 0-2)";
   if (plan.stage >= 3 && exact) {
-    // The residency manager caches released units while the budget allows (docs/design.md).
-    const std::uint64_t fixed = buffers.device_state_bytes + buffers.device_scratch_bytes() +
-                                inputs.compute_device_bytes;
-    const std::uint64_t left = config.tiers.device.budget_bytes > fixed
-                                   ? config.tiers.device.budget_bytes - fixed
-                                   : 0;
-    gathered = std::min(gathered, std::max(left, buffers.gathered_unit_bytes_max));
     gathered_purpose = fmt::format("gathered units cached (all {} units, as far as the budget allows)",
                                    buffers.gathered_unit_bytes.size());
   } else if (plan.stage >= 3) {
-    gathered = std::min<std::uint64_t>(gathered,
-                                       (zero.prefetch_depth + 1) * buffers.gathered_unit_bytes_max);
     gathered_purpose = fmt::format("{} gathered units (prefetch_depth {} + 1) of {} params",
                                    zero.prefetch_depth + 1, zero.prefetch_depth, plan.unit_elements);
   }
-  plan.buffers.push_back({gathered_purpose, Tier::kDevice, gathered});
+  plan.buffers.push_back({gathered_purpose, Tier::kDevice,
+                          gathered_device_bytes(plan, config, buffers, inputs)});
   plan.buffers.push_back({"gradient of one unit (fp32) and its reduced shard, gather send copy",
                           Tier::kDevice, buffers.device_scratch_bytes()});
   if (buffers.pipeline_buffer_count > 0) {
@@ -306,6 +316,24 @@ void add_communication(MemoryPlan& plan, const Config& config, const BufferPlan&
       micro * psi * dtype_bytes(plan.reduce_dtype) + gathers * psi * param_bytes;
 }
 
+// The CUDA data path's host <-> device copies per step (pcie_traffic.hpp). The share of the
+// gathered units the device keeps from one use to the next is the share of them the plan's
+// gathered-unit buffer holds (1 at stages 0-2, and when the cache holds every unit).
+void add_pcie_traffic(MemoryPlan& plan, const Config& config, const BufferPlan& buffers,
+                      const PlanInputs& inputs, const std::vector<std::uint64_t>& unit_numels) {
+  const std::uint64_t all = buffers.device_all_gathered_bytes();
+  PcieInputs pcie;
+  pcie.unit_numels = unit_numels;
+  pcie.ranks = plan.ranks;
+  pcie.micro_batches = std::max<std::uint32_t>(1, config.model.grad_accumulation);
+  pcie.resident_fraction =
+      all == 0 ? 1.0
+               : static_cast<double>(gathered_device_bytes(plan, config, buffers, inputs)) /
+                     static_cast<double>(all);
+  pcie.link_bytes_per_s = inputs.pcie_bytes_per_s;
+  plan.pcie = count_pcie_traffic(config, buffers, pcie);
+}
+
 MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
   MemoryPlan plan;
   plan.params = inputs.params;
@@ -317,7 +345,8 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
   plan.unit_elements = inputs.unit_numels.empty() ? largest_unit_elements(config, plan.params)
                                                   : *std::max_element(inputs.unit_numels.begin(),
                                                                       inputs.unit_numels.end());
-  const BufferPlan buffers = make_buffer_plan(config, buffer_inputs(config, inputs, plan));
+  const BufferPlanInputs units = buffer_inputs(config, inputs, plan);
+  const BufferPlan buffers = make_buffer_plan(config, units);
   add_state_rows(plan, config, buffers);
   // Units known: the exact state of the buffer plan replaces the ZeRO arithmetic's.
   if (!inputs.unit_numels.empty()) use_exact_state(plan, buffers);
@@ -325,6 +354,9 @@ MemoryPlan compute(const Config& config, const PlanInputs& inputs) {
   total_tiers(plan, config);
   add_nvme_traffic(plan, config, buffers);
   add_communication(plan, config, buffers);
+  if (config.tiers.device.kind == DeviceKind::kCuda) {
+    add_pcie_traffic(plan, config, buffers, inputs, units.unit_numels);
+  }
   return plan;
 }
 
@@ -546,12 +578,32 @@ void render_tier_section(const MemoryPlan& plan, std::string& out) {
   }
 }
 
+// The CUDA data path's copies per step, each direction's total and parts, and the time the
+// busier direction takes at the assumed link rate.
+void render_pcie_lines(const PcieTraffic& pcie, std::string& out) {
+  const auto bytes = [](std::uint64_t value) {
+    return format_decimal_bytes(static_cast<double>(value));
+  };
+  out += fmt::format("PCIe per optimizer step: h2d {}, d2h {}; at {:.4g} GB/s each way "
+                     "(assumed; strata plan --pcie-gbps) that is >= {:.3g} s per step\n",
+                     bytes(pcie.h2d_bytes()), bytes(pcie.d2h_bytes()), pcie.link_bytes_per_s / 1e9,
+                     pcie.bound_s());
+  out += fmt::format("  h2d: parameter gathers {} ({:.3g} per unit), gradient shards {}, optimizer "
+                     "staging {}\n",
+                     bytes(pcie.gather_h2d_bytes), pcie.gathers_per_unit,
+                     bytes(pcie.grad_h2d_bytes), bytes(pcie.optimizer_h2d_bytes));
+  out += fmt::format("  d2h: gradients {}, own parameter shards {}, optimizer staging {}\n",
+                     bytes(pcie.grad_d2h_bytes), bytes(pcie.gather_d2h_bytes),
+                     bytes(pcie.optimizer_d2h_bytes));
+}
+
 void render_traffic_section(const MemoryPlan& plan, std::string& out) {
   auto line = [&out](const std::string& text) { out += text + "\n"; };
   line("");
   line(fmt::format("NVMe per optimizer step: read {}, write {}",
                    format_decimal_bytes(static_cast<double>(plan.nvme_read_bytes_per_step)),
                    format_decimal_bytes(static_cast<double>(plan.nvme_write_bytes_per_step))));
+  if (plan.pcie) render_pcie_lines(*plan.pcie, out);
   if (plan.ranks > 1) {
     line(fmt::format("communication per rank per step: {:.0f}Ψ = {:.4g} elements, {} (gradients "
                      "reduce-scattered in {}{})",
@@ -636,6 +688,20 @@ nlohmann::json plan_to_json(const MemoryPlan& plan, const Config& config) {
   out["comm_elements_per_rank"] = plan.comm_elements_per_rank;
   out["comm_bytes_per_rank"] = plan.comm_bytes_per_rank;
   out["reduce_dtype"] = to_string(plan.reduce_dtype);
+  if (plan.pcie) {  // the CUDA data path only
+    const PcieTraffic& pcie = *plan.pcie;
+    out["pcie"] = {{"h2d_bytes_per_step", pcie.h2d_bytes()},
+                   {"d2h_bytes_per_step", pcie.d2h_bytes()},
+                   {"gather_h2d_bytes", pcie.gather_h2d_bytes},
+                   {"grad_h2d_bytes", pcie.grad_h2d_bytes},
+                   {"optimizer_h2d_bytes", pcie.optimizer_h2d_bytes},
+                   {"gather_d2h_bytes", pcie.gather_d2h_bytes},
+                   {"grad_d2h_bytes", pcie.grad_d2h_bytes},
+                   {"optimizer_d2h_bytes", pcie.optimizer_d2h_bytes},
+                   {"gathers_per_unit", pcie.gathers_per_unit},
+                   {"link_bytes_per_s", pcie.link_bytes_per_s},
+                   {"bound_s", pcie.bound_s()}};
+  }
   out["fits"] = plan.fits();
   out["suggestions"] = plan.suggestions;
   return out;

@@ -1,18 +1,21 @@
 // The per-rank memory plan: bytes per state kind per tier, working buffers, totals against the
-// budgets, NVMe traffic and communication volume per optimizer step. Computed before anything is
-// allocated (`strata plan`). The state rows follow the ZeRO paper's arithmetic (stage 1 shards
-// optimizer state, stage 2 also gradients, stage 3 also parameters); the working buffers are the
-// Engine's own buffer plan (runtime/plan/buffer_plan.hpp), so what is printed is what it allocates.
+// budgets, NVMe traffic, PCIe traffic (a CUDA device) and communication volume per optimizer
+// step. Computed before anything is allocated (`strata plan`). The state rows follow the ZeRO
+// paper's arithmetic (stage 1 shards optimizer state, stage 2 also gradients, stage 3 also
+// parameters); the working buffers are the Engine's own buffer plan (runtime/plan/buffer_plan.hpp),
+// so what is printed is what it allocates.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
 #include "runtime/config/config.hpp"
+#include "runtime/plan/pcie_traffic.hpp"
 
 namespace strata::runtime {
 
@@ -44,6 +47,10 @@ struct PlanInputs {
     std::uint64_t bytes = 0;
   };
   std::vector<ComputeAlternative> compute_alternatives;
+
+  // The PCIe link rate each way the plan's bound assumes (a CUDA device; `strata plan
+  // --pcie-gbps`), in bytes per second.
+  double pcie_bytes_per_s = kAssumedPcieBytesPerS;
 };
 
 enum class StateKind { kParams, kGrads, kOptimizer };
@@ -101,6 +108,9 @@ struct MemoryPlan {
   std::uint64_t comm_bytes_per_rank = 0;
   std::uint32_t micro_batches = 1;  // [model] grad_accumulation
   DType reduce_dtype = DType::kFp32;  // the gradient reduce-scatter's ([precision] reduce_dtype)
+  // Host <-> device copies per step on the CUDA data path ([tiers.device] kind "cuda"); none on
+  // the host device, whose memory is host memory.
+  std::optional<PcieTraffic> pcie;
   std::vector<std::string> suggestions;  // when it does not fit: changes that would
 
   std::uint64_t model_state_bytes_per_rank() const;  // the seeds' "GB per GPU"

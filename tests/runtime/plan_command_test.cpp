@@ -120,6 +120,35 @@ TEST(PlanCommand, DeviceFlagDecidesTheDataPathWhateverTheConfigsKind) {
               ::testing::Not(HasSubstr("CUDA data path")));
 }
 
+// A GPU's plan prints its PCIe bytes per step and the bound at --pcie-gbps (text and JSON); the
+// host device's, none.
+TEST(PlanCommand, PrintsPcieBytesForTheCudaDataPathOnly) {
+  const std::string config = write_temp(
+      "plan_pcie.toml", "[tiers.device]\nbudget = \"64GiB\"\n[tiers.host]\nbudget = \"64GiB\"\n"
+                        "[zero]\nparams = \"host\"\ngrads = \"host\"\noptimizer = \"host\"\n");
+  const std::string cuda = "plan " + config + " --params 819200000 --device cuda --pcie-gbps 50";
+  const Result text = run_cli(cuda);
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_THAT(text.output, HasSubstr("PCIe per optimizer step: h2d "));
+  EXPECT_THAT(text.output,
+              HasSubstr("at 50 GB/s each way (assumed; strata plan --pcie-gbps) that is >= "));
+
+  const Result json = run_cli(cuda + " --json");
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  const nlohmann::json plan = nlohmann::json::parse(json.output);
+  ASSERT_TRUE(plan.contains("pcie")) << json.output;
+  // One rank: the gradients leave the GPU in fp32, 4 bytes per parameter per micro-batch (four
+  // units of 100,000 shard granules: no padding).
+  EXPECT_EQ(plan["pcie"]["grad_d2h_bytes"].get<std::uint64_t>(), 4 * 819'200'000u);
+  EXPECT_DOUBLE_EQ(plan["pcie"]["link_bytes_per_s"].get<double>(), 50e9);
+
+  const Result host = run_cli("plan " + config + " --params 819200000 --device host");
+  ASSERT_EQ(host.exit_code, 0) << host.output;
+  EXPECT_THAT(host.output, ::testing::Not(HasSubstr("PCIe")));
+  const Result host_json = run_cli("plan " + config + " --params 819200000 --device host --json");
+  EXPECT_FALSE(nlohmann::json::parse(host_json.output).contains("pcie"));
+}
+
 // The events of the Chrome trace at `path` (empty when it is missing or not a trace).
 nlohmann::json trace_events(const std::filesystem::path& path) {
   std::ifstream file(path);
