@@ -42,6 +42,9 @@ std::optional<PlacedDevice> place_device(runtime::Config& config, runtime::Devic
     std::cerr << "strata-finetune: " << error.what() << "\n";
     return std::nullopt;
   }
+  // The memory check and the Engine count the data path of the device this rank got ("auto"
+  // resolved), not the host device's: a GPU stages through pinned memory and keeps no undo copies.
+  config.tiers.device.kind = placed.device->kind();
   placed.engine_comm = placed.device_comm ? placed.device_comm.get() : &comm;
   return placed;
 }
