@@ -7,6 +7,7 @@
 #include "base/assert.hpp"
 #include "base/float16.hpp"
 #include "models/checkpoint/file_io.hpp"
+#include "io/whole_file.hpp"
 #include "models/checkpoint/hf_checkpoint.hpp"
 #include "runtime/checkpoint/safetensors.hpp"
 
@@ -67,12 +68,6 @@ const char* config_dtype_name(DType dtype) {
   return "float32";
 }
 
-void write_text(const std::filesystem::path& path, const std::string& text) {
-  io::AtomicFileWriter file = io::AtomicFileWriter::create(path);
-  file.append(std::as_bytes(std::span<const char>(text)));
-  file.commit();
-}
-
 }  // namespace
 
 void record_export_dtype(const std::filesystem::path& config_json, DType dtype) {
@@ -97,7 +92,7 @@ void record_export_dtype(const std::filesystem::path& config_json, DType dtype) 
     config["torch_dtype"] = name;
     changed = true;
   }
-  if (changed) write_text(config_json, config.dump(2) + "\n");
+  if (changed) io::write_file_atomically(config_json, config.dump(2) + "\n");
 }
 
 const std::vector<std::string>& model_side_files() {
@@ -196,7 +191,7 @@ void HfExportWriter::finish() {
   for (const PlannedTensor& tensor : plan_.tensors) {
     index["weight_map"][tensor.name] = plan_.file_names[tensor.shard];
   }
-  write_text(out_dir_ / kIndexFileName, index.dump(2) + "\n");
+  io::write_file_atomically(out_dir_ / kIndexFileName, index.dump(2) + "\n");
 }
 
 }  // namespace strata::llm

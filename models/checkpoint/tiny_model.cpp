@@ -1,10 +1,10 @@
 #include "models/checkpoint/tiny_model.hpp"
 
 #include <cmath>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "io/whole_file.hpp"
 #include "models/decoder/decoder_model.hpp"
 #include "models/checkpoint/hf_export.hpp"
 
@@ -106,12 +106,6 @@ float normal_at(std::uint64_t seed, std::uint64_t tensor, std::uint64_t index) {
   const double u1 = (static_cast<double>(key >> 11) + 0.5) * 0x1p-53;
   const double u2 = static_cast<double>(mix(key) >> 11) * 0x1p-53;
   return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
-}
-
-void write_text(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
 }  // namespace
@@ -240,9 +234,9 @@ std::string tiny_config_json(const TinyModelOptions& options) {
 
 void write_tiny_model(const std::filesystem::path& dir, const TinyModelOptions& options) {
   std::filesystem::create_directories(dir);
-  write_text(dir / "config.json", tiny_config_json(options));
-  write_text(dir / "tokenizer.json", tiny_tokenizer_json(options.family));
-  write_text(dir / "tokenizer_config.json", tiny_tokenizer_config_json(options.family));
+  io::write_file_atomically(dir / "config.json", tiny_config_json(options));
+  io::write_file_atomically(dir / "tokenizer.json", tiny_tokenizer_json(options.family));
+  io::write_file_atomically(dir / "tokenizer_config.json", tiny_tokenizer_config_json(options.family));
   const HfConfig config = read_hf_config(dir / "config.json");
   const std::vector<UnitSpec> units = decoder_units(config);
   ExportOptions export_options;

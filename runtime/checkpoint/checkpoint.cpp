@@ -24,7 +24,6 @@ namespace {
 
 constexpr const char* kFormat = "strata-checkpoint";
 constexpr int kVersion = 1;
-constexpr const char* kManifestName = "manifest.json";
 
 // The kinds a checkpoint keeps: the fp32 master weights and the optimizer's moments. The 16-bit
 // parameters are the master rounded (rebuilt on load), the gradients are zero between steps.

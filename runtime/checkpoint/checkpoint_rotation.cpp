@@ -6,8 +6,6 @@
 namespace strata::runtime::detail {
 namespace {
 
-constexpr const char* kManifestName = "manifest.json";
-
 std::filesystem::path with_suffix(const std::filesystem::path& dir, const char* suffix) {
   std::filesystem::path result = dir;
   result += suffix;

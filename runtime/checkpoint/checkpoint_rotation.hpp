@@ -19,6 +19,9 @@
 
 namespace strata::runtime::detail {
 
+// The file whose presence marks a checkpoint directory complete (written last, atomically).
+inline constexpr const char* kManifestName = "manifest.json";
+
 // The points between the durable steps of publish_checkpoint, for tests that crash there.
 enum class PublishStep {
   kOldDiscarded,    // "<dir>.old" removed (only when "<dir>" was complete)

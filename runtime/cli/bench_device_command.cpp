@@ -26,17 +26,6 @@ struct BenchDeviceOptions {
   std::string optimizer_params = "1e7";  // "0": no optimizer rows
 };
 
-template <typename Body>
-double seconds_per_iteration(int iterations, Body body) {
-  body();  // warm-up: first touch, page faults, kernel JIT
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < iterations; ++i) {
-    body();
-  }
-  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-  return elapsed.count() / iterations;
-}
-
 // --optimizer-params: 0 (no optimizer rows) or a whole count.
 std::uint64_t parse_optimizer_params(const std::string& text) {
   if (text == "0") return 0;

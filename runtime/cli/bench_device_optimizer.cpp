@@ -6,18 +6,6 @@
 #include "cpu_adam/optimizer.hpp"
 
 namespace strata::cli {
-namespace {
-
-template <typename Body>
-double seconds_per_iteration(int iterations, Body body) {
-  body();  // warm-up: first touch, occupancy queries
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < iterations; ++i) body();
-  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-  return elapsed.count() / iterations;
-}
-
-}  // namespace
 
 std::uint64_t device_optimizer_bytes(std::uint64_t params) {
   // fp32 master, exp_avg, exp_avg_sq; bf16 grads and params; the norm's scratch and its sum.

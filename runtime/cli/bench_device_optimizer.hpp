@@ -3,11 +3,23 @@
 // device's own stream.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 
 #include "tiers/device/device.hpp"
 
 namespace strata::cli {
+
+// Wall seconds per call of `body` over `iterations` calls, after one warm-up call (first touch,
+// page faults, occupancy queries, kernel JIT). The caller's body waits for its own work.
+template <typename Body>
+double seconds_per_iteration(int iterations, Body body) {
+  body();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iterations; ++i) body();
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+  return elapsed.count() / iterations;
+}
 
 struct DeviceOptimizerFigures {
   std::uint64_t params = 0;

@@ -21,7 +21,7 @@ namespace {
 constexpr std::uint64_t kParams = std::uint64_t{1} << 22;
 constexpr std::uint64_t kFewGroups = 4;
 constexpr std::uint64_t kManyGroups = 32;
-constexpr std::uint32_t kSteps = 2;
+constexpr std::uint32_t kCalibrationSteps = 2;
 
 struct Sample {
   double measured_s = 0;
@@ -35,7 +35,7 @@ Sample sample(runtime::Config config, std::uint64_t groups,
   const runtime::tune::StepPrediction prediction =
       runtime::tune::predict_step(config, runtime::PlanInputs(kParams, 1, {kParams}), profile);
   std::unique_ptr<runtime::comm::Communicator> comm = runtime::comm::make_communicator();
-  const Timings timings = run_steps_on_host(config, *comm, kParams, kParams, kSteps);
+  const Timings timings = run_steps_on_host(config, *comm, kParams, kParams, kCalibrationSteps);
   return {median(timings.step_s), prediction.optimizer_s, prediction.sub_groups};
 }
 
@@ -141,7 +141,7 @@ std::optional<std::vector<runtime::tune::RoundFigures>> time_points(
     for (std::uint32_t round = 0; round < kEngineIoRounds; ++round) {
       for (std::size_t position : runtime::tune::round_order(points.size(), round)) {
         use_io_point(config, profile.io[points[position]]);
-        const Timings timings = run_steps_on_host(config, *comm, params, unit_params, kSteps);
+        const Timings timings = run_steps_on_host(config, *comm, params, unit_params, kCalibrationSteps);
         round_s[position].push_back(median(timings.step_s));
       }
     }

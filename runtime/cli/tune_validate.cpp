@@ -19,7 +19,7 @@ namespace {
 
 // Real steps timed per config and round (as many I/O-only steps alternate with them): the median
 // of three keeps one disturbed step on a shared machine out of the round's figure.
-constexpr std::uint32_t kSteps = 3;
+constexpr std::uint32_t kValidationSteps = 3;
 
 struct HandConfig {
   std::string name;
@@ -167,12 +167,12 @@ void validate_choice(const runtime::Config& given, const runtime::Config& tuned,
       "round(s), each timing every config once (median of {} real steps) in an order that changes "
       "each round; per config the median over the rounds and its min..max spread, against the "
       "predicted optimizer phase\n",
-      params, units.size(), rounds, kSteps);
+      params, units.size(), rounds, kValidationSteps);
   std::unique_ptr<runtime::comm::Communicator> comm = runtime::comm::make_communicator();
   for (std::uint32_t round = 0; round < rounds; ++round) {
     for (std::size_t position : runtime::tune::round_order(fitting.size(), round)) {
       Row& row = rows[fitting[position]];
-      const Timings timings = run_steps_on_host(row.config, *comm, params, unit_params, kSteps);
+      const Timings timings = run_steps_on_host(row.config, *comm, params, unit_params, kValidationSteps);
       row.round_s.push_back(median(timings.step_s));
     }
   }
