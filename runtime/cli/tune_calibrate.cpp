@@ -55,6 +55,7 @@ double calibrate_sub_group_overhead(const runtime::Config& given,
   config.zero.optimizer = runtime::Tier::kNvme;
   config.zero.params_host_fraction = config.zero.grads_host_fraction = 0;
   config.zero.optimizer_host_fraction = 0;
+  config.zero.optimizer_device_fraction = 0;
   config.zero.buffer_count = std::max<std::uint32_t>(config.zero.buffer_count, 3);
   // Three rounds, the two sizes alternately (round_order), each size's median: one pair of samples
   // swung the per-sub-group figure by 2x between runs on the development VM.

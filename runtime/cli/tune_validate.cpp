@@ -47,6 +47,11 @@ std::vector<HandConfig> grid(const runtime::Config& given, const runtime::Config
       z.optimizer_host_fraction = z.params_host_fraction = z.grads_host_fraction = 0;
     });
   }
+  if (zero.optimizer_device_fraction > 0) {
+    variant("no optimizer on the device", [](runtime::ZeroConfig& z, auto&) {
+      z.optimizer_device_fraction = 0;
+    });
+  }
   variant("1 MiB x 16 x 1 ring", [](auto&, runtime::NvmeTierConfig& n) {
     n.block_size = 1 << 20;
     n.queue_depth = 16;

@@ -81,6 +81,7 @@ void read_zero(TableReader& root, ZeroConfig& zero) {
   section->read_enum("optimizer", zero.optimizer, tiers);
   section->read_count("sub_group_size", zero.sub_group_size, 1024, kMaxElements);
   section->read_double("optimizer_host_fraction", zero.optimizer_host_fraction, 0.0, 1.0);
+  section->read_double("optimizer_device_fraction", zero.optimizer_device_fraction, 0.0, 1.0);
   section->read_bool("overlap_optimizer", zero.overlap_optimizer);
   section->read_bool("defer_update", zero.defer_update);
   section->read_double("params_host_fraction", zero.params_host_fraction, 0.0, 1.0);
@@ -273,6 +274,33 @@ void read_run(TableReader& root, RunConfig& run) {
   section->finish();
 }
 
+// [zero] optimizer_device_fraction keeps a share of host- or NVMe-homed optimizer state on the
+// device, where the device's optimizer op updates it: that op reads the gradient and writes the
+// parameters in device memory, so both must be homed there.
+template <typename Fail>
+void check_optimizer_device_fraction(const ZeroConfig& zero, const Fail& fail_zero) {
+  const double fraction = zero.optimizer_device_fraction;
+  if (fraction <= 0) return;
+  const std::string_view key = "optimizer_device_fraction";
+  if (zero.optimizer == Tier::kDevice) {
+    fail_zero(key, fmt::format("optimizer_device_fraction = {} has no effect with optimizer = "
+                               "\"device\" (all of it is on the device already); it keeps a share "
+                               "of host- or NVMe-homed optimizer state on the device",
+                               fraction));
+  }
+  if (zero.params != Tier::kDevice || zero.grads != Tier::kDevice) {
+    fail_zero(key, fmt::format("optimizer_device_fraction = {} needs params = \"device\" and "
+                               "grads = \"device\" (the device's update reads the gradients and "
+                               "writes the parameters there); params is \"{}\", grads is \"{}\"",
+                               fraction, to_string(zero.params), to_string(zero.grads)));
+  }
+  if (zero.optimizer_host_fraction + fraction > 1.0) {
+    fail_zero(key, fmt::format("optimizer_device_fraction = {} and optimizer_host_fraction = {} "
+                               "add up to more than 1",
+                               fraction, zero.optimizer_host_fraction));
+  }
+}
+
 // Checks that need several sections at once.
 void check_consistency(const Config& config, TableReader& root) {
   const ZeroConfig& zero = config.zero;
@@ -306,6 +334,7 @@ void check_consistency(const Config& config, TableReader& root) {
                                  key, fraction, kind, what, kind, to_string(home)));
     }
   }
+  check_optimizer_device_fraction(zero, fail_zero);
   if (zero.params == Tier::kNvme && zero.stage < 3) {
     fail_zero("params", fmt::format("params = \"nvme\" needs stage = 3 (parameter partitioning); "
                                     "stage is {}",

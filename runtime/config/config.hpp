@@ -102,6 +102,11 @@ struct ZeroConfig {
   // optimizer = kNvme only: the share of the optimizer state (whole units, in registration order)
   // kept in host memory instead; the rest streams from NVMe. 0: all on NVMe.
   double optimizer_host_fraction = 0.0;
+  // optimizer = kHost or kNvme, with params and grads on the device: the share of the optimizer
+  // state (whole units from the first, the units the next forward needs first) kept in device
+  // memory and updated there by the device's optimizer op; the rest is updated by the CPU. With
+  // optimizer = kNvme, optimizer_host_fraction's units follow these. 0: none on the device.
+  double optimizer_device_fraction = 0.0;
   // Each unit's optimizer update starts as soon as its gradient is complete, during the rest of
   // the backward, and is confirmed or redone at step() (runtime/engine/speculation.hpp). false: the
   // whole update runs in step(), after the last gradient. Bitwise the same either way.

@@ -17,7 +17,7 @@ Config with_debug_knobs(Config config) {
   if (force_nvme_knob()) {
     config.zero.stage = 3;
     config.zero.params = config.zero.grads = config.zero.optimizer = Tier::kNvme;
-    config.zero.optimizer_host_fraction = 0;
+    config.zero.optimizer_host_fraction = config.zero.optimizer_device_fraction = 0;
     config.zero.params_host_fraction = config.zero.grads_host_fraction = 0;
     if (config.tiers.nvme.paths.empty()) config.tiers.nvme.paths = {test_tmpdir_knob().string()};
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "base/assert.hpp"
 #include "base/units.hpp"
 #include "runtime/plan/partition.hpp"
 #include "tiers/device/device.hpp"
@@ -56,27 +57,42 @@ SubGroupCount count_sub_groups(std::uint64_t shard_numel, std::uint64_t sub_grou
   return count;
 }
 
-// The units whose `kind` group stays in host memory: the longest prefix whose shards hold at most
+// The units from `first` on that a share keeps apart: the longest run whose shards hold at most
 // `fraction` of every shard's elements (whole units, so each unit has one home per kind).
-HostShare plan_host_share(Tier home, double fraction, const std::vector<UnitLayout>& layouts) {
-  HostShare share;
+UnitShare plan_share(double fraction, const std::vector<UnitLayout>& layouts, std::size_t first) {
+  UnitShare share;
+  share.first_unit = first;
   for (const UnitLayout& layout : layouts) share.numel += layout.shard_numel;
-  if (home != Tier::kNvme || fraction <= 0) return share;
+  if (fraction <= 0) return share;
   const auto allowed = static_cast<std::uint64_t>(fraction * static_cast<double>(share.numel));
-  for (const UnitLayout& layout : layouts) {
-    if (share.host_numel + layout.shard_numel > allowed) break;
-    share.host_numel += layout.shard_numel;
-    ++share.host_units;
+  for (std::size_t u = first; u < layouts.size(); ++u) {
+    if (share.share_numel + layouts[u].shard_numel > allowed) break;
+    share.share_numel += layouts[u].shard_numel;
+    ++share.units;
   }
   return share;
 }
 
-void plan_host_shares(BufferPlan& plan, const Config& config,
-                      const std::vector<UnitLayout>& layouts) {
+// A host share splits a kind homed on NVMe only (the config refuses one elsewhere).
+UnitShare plan_host_share(Tier home, double fraction, const std::vector<UnitLayout>& layouts,
+                          std::size_t first = 0) {
+  return plan_share(home == Tier::kNvme ? fraction : 0.0, layouts, first);
+}
+
+void plan_shares(BufferPlan& plan, const Config& config, const std::vector<UnitLayout>& layouts) {
   const ZeroConfig& zero = config.zero;
   plan.params_share = plan_host_share(zero.params, zero.params_host_fraction, layouts);
   plan.grads_share = plan_host_share(zero.grads, zero.grads_host_fraction, layouts);
-  plan.optimizer_share = plan_host_share(zero.optimizer, zero.optimizer_host_fraction, layouts);
+  // The device share first: the first units are the ones the next forward needs first, and
+  // their updates run last in the step.
+  const bool device_share = zero.optimizer != Tier::kDevice;
+  plan.optimizer_device_share =
+      plan_share(device_share ? zero.optimizer_device_fraction : 0.0, layouts, 0);
+  STRATA_ASSERT(plan.optimizer_device_share.share_numel <= plan.optimizer_device_share.numel);
+  plan.optimizer_share = plan_host_share(zero.optimizer, zero.optimizer_host_fraction, layouts,
+                                         plan.optimizer_device_share.units);
+  STRATA_ASSERT(!plan.optimizer_share.holds(0) || plan.optimizer_device_share.units == 0,
+                "the optimizer's host and device shares overlap");
 }
 
 void plan_state(BufferPlan& plan, const Config& config, const UnitLayout& layout,
@@ -122,8 +138,15 @@ void plan_nvme_staging(BufferPlan& plan, const Config& config) {
 
 void plan_staged_path(BufferPlan& plan, const Config& config, const BufferPlanInputs& inputs) {
   if (inputs.device_addressable) return;
+  // The optimizer_device_fraction's units are updated in place on the device; their slots are for
+  // a unit that must be staged all the same (updates_on_device: a run without Adam, or more
+  // tensors than the gradient scratch has room to describe).
+  const bool device_share = plan.optimizer_device_share.units > 0;
   for (ShardKind kind : kAllShardKinds) {
-    if (!plan.on(kind, Tier::kDevice)) continue;
+    const bool optimizer_kind = kind != ShardKind::kParam && kind != ShardKind::kGrad;
+    if (!plan.on(kind, Tier::kDevice) && !(device_share && optimizer_kind && plan.kind(kind).kept)) {
+      continue;
+    }
     plan.device_staging_offsets[static_cast<std::size_t>(kind)] = plan.device_staging_slot_bytes;
     plan.device_staging_slot_bytes +=
         aligned(plan.kind(kind).bytes(plan.largest_group_numel));
@@ -241,7 +264,7 @@ BufferPlan make_buffer_plan(const Config& config, const BufferPlanInputs& inputs
       4 + (param_dtype == DType::kFp32 ? 0 : param_bytes);
   std::vector<UnitLayout> layouts;
   for (std::uint64_t numel : inputs.unit_numels) layouts.push_back(layout_of(numel, inputs.ranks));
-  plan_host_shares(plan, config, layouts);
+  plan_shares(plan, config, layouts);
   for (std::size_t u = 0; u < layouts.size(); ++u) {
     const UnitLayout& layout = layouts[u];
     plan.largest_padded_numel = std::max(plan.largest_padded_numel, layout.padded_numel);
@@ -265,7 +288,7 @@ BufferPlan make_buffer_plan(const Config& config, const BufferPlanInputs& inputs
   return plan;
 }
 
-const HostShare& BufferPlan::share_of(ShardKind k) const {
+const UnitShare& BufferPlan::share_of(ShardKind k) const {
   switch (k) {
     case ShardKind::kParam:
       return params_share;
@@ -277,7 +300,9 @@ const HostShare& BufferPlan::share_of(ShardKind k) const {
 }
 
 Tier BufferPlan::tier_of(ShardKind k, std::size_t unit_index) const {
-  if (unit_index < share_of(k).host_units) return Tier::kHost;
+  const bool optimizer_kind = k != ShardKind::kParam && k != ShardKind::kGrad;
+  if (optimizer_kind && optimizer_device_share.holds(unit_index)) return Tier::kDevice;
+  if (share_of(k).holds(unit_index)) return Tier::kHost;
   return kind(k).tier;
 }
 

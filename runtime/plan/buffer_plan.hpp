@@ -71,14 +71,18 @@ struct BufferPlanInputs {
 };
 
 // The part of one state kind group (parameters, gradients, or the optimizer's master and moments)
-// that a [zero] *_host_fraction keeps in host memory: whole units, a prefix in registration order,
-// so each unit has one home per kind.
-struct HostShare {
-  std::size_t host_units = 0;
-  std::uint64_t host_numel = 0;  // their shard elements
+// that a [zero] *_host_fraction keeps in host memory, or optimizer_device_fraction in device
+// memory: whole units, one run in registration order, so each unit has one home per kind.
+struct UnitShare {
+  std::size_t first_unit = 0;    // the run's first unit
+  std::size_t units = 0;         // how many units it holds
+  std::uint64_t share_numel = 0;  // their shard elements
   std::uint64_t numel = 0;       // every unit's shard elements
+  bool holds(std::size_t unit_index) const {
+    return unit_index >= first_unit && unit_index - first_unit < units;
+  }
   double fraction() const {
-    return numel == 0 ? 0.0 : static_cast<double>(host_numel) / static_cast<double>(numel);
+    return numel == 0 ? 0.0 : static_cast<double>(share_numel) / static_cast<double>(numel);
   }
 };
 
@@ -145,16 +149,21 @@ struct BufferPlan {
   std::uint64_t nvme_read_cache_bytes = 0;
   bool any_nvme = false;
 
-  // [zero] params_host_fraction, grads_host_fraction, optimizer_host_fraction: the first
-  // host_units units keep that state kind group in host memory although it is homed on NVMe.
-  HostShare params_share, grads_share, optimizer_share;
+  // [zero] params_host_fraction, grads_host_fraction, optimizer_host_fraction: a run of units
+  // keeps that state kind group in host memory although it is homed on NVMe (from the first unit;
+  // the optimizer's from the first unit after its device share).
+  UnitShare params_share, grads_share, optimizer_share;
+  // [zero] optimizer_device_fraction: the first units keep their optimizer state in device memory
+  // although it is homed on the host or NVMe.
+  UnitShare optimizer_device_share;
 
   const KindPlacement& kind(ShardKind k) const { return kinds[static_cast<std::size_t>(k)]; }
   bool on(ShardKind k, Tier tier) const { return kind(k).kept && kind(k).tier == tier; }
-  // The share of kind `k`'s group (master and moments share the optimizer's).
-  const HostShare& share_of(ShardKind k) const;
+  // The host share of kind `k`'s group (master and moments share the optimizer's).
+  const UnitShare& share_of(ShardKind k) const;
   // The tier of kind `k` in the unit at `unit_index`: its kind's tier, except in the units its
-  // group's host fraction keeps in host memory.
+  // group's host fraction keeps in host memory, and the units optimizer_device_fraction keeps on
+  // the device.
   Tier tier_of(ShardKind k, std::size_t unit_index) const;
   std::uint64_t device_scratch_bytes() const;
   // What finalize needs of the device budget: state, scratch and one gathered unit.

@@ -151,15 +151,27 @@ std::uint64_t param_bytes_read_from_nvme(const StateRow& params, const BufferPla
 
 // [zero] params_host_fraction, grads_host_fraction, optimizer_host_fraction: the buffer plan keeps
 // whole units of each NVMe-homed kind on the host; each row moves that share from the NVMe tier
-// (two slots) to the host tier.
-void keep_shares_on_host(MemoryPlan& plan, const BufferPlan& buffers) {
+// (two slots) to the host tier. optimizer_device_fraction moves the optimizer row's device share
+// from its home tier (one slot on the host, two on NVMe) to the device tier.
+void keep_shares_apart(MemoryPlan& plan, const BufferPlan& buffers) {
   for (StateRow& row : plan.states) {
-    const HostShare& share = row.kind == StateKind::kParams ? buffers.params_share
+    const auto bytes_of = [&](const UnitShare& share) {  // rounded: 1/3 of 3k bytes is k
+      return static_cast<std::uint64_t>(
+          std::llround(share.fraction() * static_cast<double>(row.bytes_per_rank)));
+    };
+    if (row.kind == StateKind::kOptimizer && buffers.optimizer_device_share.share_numel > 0) {
+      const UnitShare& share = buffers.optimizer_device_share;
+      row.device_bytes_per_rank = bytes_of(share);
+      row.layout += fmt::format(" ({:.0f}% on device)", 100 * share.fraction());
+      tier_row(plan, Tier::kDevice).state_bytes += row.device_bytes_per_rank;
+      tier_row(plan, row.home).state_bytes -=
+          row.device_bytes_per_rank * (row.home == Tier::kNvme ? 2 : 1);
+    }
+    const UnitShare& share = row.kind == StateKind::kParams ? buffers.params_share
                              : row.kind == StateKind::kGrads ? buffers.grads_share
                                                              : buffers.optimizer_share;
-    if (share.host_numel == 0) continue;
-    row.host_bytes_per_rank =
-        static_cast<std::uint64_t>(share.fraction() * static_cast<double>(row.bytes_per_rank));
+    if (share.share_numel == 0) continue;
+    row.host_bytes_per_rank = bytes_of(share);
     row.layout += fmt::format(" ({:.0f}% on host)", 100 * share.fraction());
     tier_row(plan, Tier::kHost).state_bytes += row.host_bytes_per_rank;
     tier_row(plan, Tier::kNvme).state_bytes -= 2 * row.host_bytes_per_rank;
@@ -228,7 +240,7 @@ void add_state_rows(MemoryPlan& plan, const Config& config, const BufferPlan& bu
       [&](std::uint64_t elements) { return elements * grad_bytes; }, plan.stage >= 2, zero.grads);
   add_state(plan, StateKind::kOptimizer, optimizer_layout(buffers), optimizer_bytes,
             plan.stage >= 1, zero.optimizer);
-  keep_shares_on_host(plan, buffers);
+  keep_shares_apart(plan, buffers);
 }
 
 // Each tier's buffer total, budget and name.
@@ -246,8 +258,9 @@ void total_tiers(MemoryPlan& plan, const Config& config) {
 NvmeTraffic state_nvme_traffic(const StateRow& state, const Config& config,
                                const BufferPlan& buffers) {
   NvmeTraffic traffic;
-  // What a host fraction keeps in memory moves no NVMe bytes.
-  const std::uint64_t streamed = state.bytes_per_rank - state.host_bytes_per_rank;
+  // What a host or device fraction keeps in memory moves no NVMe bytes.
+  const std::uint64_t streamed =
+      state.bytes_per_rank - state.host_bytes_per_rank - state.device_bytes_per_rank;
   switch (state.kind) {
     case StateKind::kOptimizer:  // read, update, write back
       traffic.read_bytes = streamed;
@@ -668,7 +681,8 @@ nlohmann::json plan_to_json(const MemoryPlan& plan, const Config& config) {
                              {"home", to_string(state.home)},
                              {"elements_per_rank", state.elements_per_rank},
                              {"bytes_per_rank", state.bytes_per_rank},
-                             {"host_bytes_per_rank", state.host_bytes_per_rank}});
+                             {"host_bytes_per_rank", state.host_bytes_per_rank},
+                             {"device_bytes_per_rank", state.device_bytes_per_rank}});
   }
   out["buffers"] = nlohmann::json::array();
   for (const BufferRow& buffer : plan.buffers) {

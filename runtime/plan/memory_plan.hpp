@@ -67,6 +67,9 @@ struct StateRow {
   // Of bytes_per_rank, kept in host memory by the kind's [zero] *_host_fraction (kind homed on
   // NVMe only): whole units, as the Engine splits them.
   std::uint64_t host_bytes_per_rank = 0;
+  // Of bytes_per_rank, kept in device memory by [zero] optimizer_device_fraction (the optimizer
+  // row only).
+  std::uint64_t device_bytes_per_rank = 0;
 };
 
 struct BufferRow {

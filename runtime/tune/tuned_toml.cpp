@@ -120,6 +120,13 @@ void write_zero(Writer& w, const ZeroConfig& zero) {
       w.commented_key(key, "0.0", fmt::format("{} = \"nvme\" only", kind));
     }
   }
+  if (zero.optimizer != Tier::kDevice && zero.params == Tier::kDevice &&
+      zero.grads == Tier::kDevice) {
+    w.key("optimizer_device_fraction", float_value(zero.optimizer_device_fraction));
+  } else {
+    w.commented_key("optimizer_device_fraction", "0.0",
+                    "optimizer on host or nvme, params and grads on device");
+  }
   w.key("prefetch_depth", fmt::format("{}", zero.prefetch_depth));
   w.key("buffer_count", fmt::format("{}", zero.buffer_count));
   w.key("persistence_threshold", fmt::format("{}", zero.persistence_threshold));

@@ -124,8 +124,8 @@ TEST(BufferPlan, OptimizerHostFractionKeepsWholeUnitsOnTheHost) {
         std::tuple{1.0, 3u, 8192u}}) {
     config.zero.optimizer_host_fraction = fraction;
     const BufferPlan plan = make_buffer_plan(config, inputs);
-    EXPECT_EQ(plan.optimizer_share.host_units, units) << fraction;
-    EXPECT_EQ(plan.optimizer_share.host_numel, numel) << fraction;
+    EXPECT_EQ(plan.optimizer_share.units, units) << fraction;
+    EXPECT_EQ(plan.optimizer_share.share_numel, numel) << fraction;
     EXPECT_EQ(plan.tier_of(ShardKind::kMaster, 0), Tier::kHost);
     EXPECT_EQ(plan.tier_of(ShardKind::kMaster, 2), units == 3 ? Tier::kHost : Tier::kNvme);
     EXPECT_EQ(plan.tier_of(ShardKind::kParam, 0), Tier::kDevice);  // only the optimizer moves
@@ -143,6 +143,65 @@ TEST(BufferPlan, OptimizerHostFractionKeepsWholeUnitsOnTheHost) {
       << printed.dump(1);
 }
 
+// [zero] optimizer_device_fraction keeps the first units' optimizer state on the device, and
+// optimizer_host_fraction's run starts after them; the plan still equals what the Engine allocates
+// on both data paths (on the staged one, with slots for a device-share unit that must be staged).
+TEST(BufferPlan, OptimizerDeviceFractionKeepsTheFirstUnitsOnTheDevice) {
+  io::testing::ScratchDir dir;
+  Config config = testing::engine_test_config(dir.path().string());
+  config.zero.optimizer = Tier::kNvme;
+  BufferPlanInputs inputs;
+  inputs.unit_numels = {1800, 2920, 328};  // shards of 2048, 4096 and 2048 elements
+  const BufferPlan all_nvme = make_buffer_plan(config, inputs);
+  config.zero.optimizer_device_fraction = 0.25;  // unit 0: 2048 of 8192
+  config.zero.optimizer_host_fraction = 0.5;     // then unit 1: 4096
+  const BufferPlan plan = make_buffer_plan(config, inputs);
+  EXPECT_EQ(plan.optimizer_device_share.first_unit, 0u);
+  EXPECT_EQ(plan.optimizer_device_share.units, 1u);
+  EXPECT_EQ(plan.optimizer_device_share.share_numel, 2048u);
+  EXPECT_EQ(plan.optimizer_share.first_unit, 1u);
+  EXPECT_EQ(plan.optimizer_share.units, 1u);
+  EXPECT_EQ(plan.optimizer_share.share_numel, 4096u);
+  for (ShardKind kind : {ShardKind::kMaster, ShardKind::kExpAvg, ShardKind::kExpAvgSq}) {
+    EXPECT_EQ(plan.tier_of(kind, 0), Tier::kDevice);
+    EXPECT_EQ(plan.tier_of(kind, 1), Tier::kHost);
+    EXPECT_EQ(plan.tier_of(kind, 2), Tier::kNvme);
+  }
+  EXPECT_EQ(plan.tier_of(ShardKind::kParam, 1), Tier::kDevice);  // params and grads stay home
+  EXPECT_EQ(plan.tier_of(ShardKind::kGrad, 2), Tier::kDevice);
+  // fp32 master and moments, 12 bytes an element; both NVMe slots of the moved units gone.
+  EXPECT_EQ(plan.device_state_bytes, all_nvme.device_state_bytes + 2048u * 12);
+  EXPECT_EQ(plan.host_state_bytes, all_nvme.host_state_bytes + 4096u * 12);
+  EXPECT_EQ(plan.nvme_state_bytes, all_nvme.nvme_state_bytes - 2 * (2048u + 4096u) * 12);
+  // A fraction too small for the first unit keeps none; the host share then starts at unit 0.
+  config.zero.optimizer_device_fraction = 0.2;
+  const BufferPlan none = make_buffer_plan(config, inputs);
+  EXPECT_EQ(none.optimizer_device_share.units, 0u);
+  EXPECT_EQ(none.tier_of(ShardKind::kMaster, 0), Tier::kHost);
+  // Device staging slots for the optimizer's kinds on the staged path only when the share holds
+  // a unit.
+  inputs.device_addressable = false;
+  config.zero.optimizer = Tier::kHost;
+  config.zero.optimizer_host_fraction = 0;
+  config.zero.optimizer_device_fraction = 0;
+  const std::uint64_t slot_without = make_buffer_plan(config, inputs).device_staging_slot_bytes;
+  config.zero.optimizer_device_fraction = 0.25;
+  EXPECT_GT(make_buffer_plan(config, inputs).device_staging_slot_bytes, slot_without);
+  if (nvme_forced()) return;  // the knob homes everything on NVMe behind the plan's back
+  for (Access access : {Access::kAuto, Access::kStaged}) {
+    const nlohmann::json printed = printed_plan(config, access);
+    const HighWater measured = train_and_measure(config, access);
+    // The test model's own gradient in device memory on the staged path (PlanMatchesEngine).
+    const std::uint64_t model_gradient =
+        access == Access::kStaged ? round_up((72 * 40 + 40) * sizeof(float), 256) : 0;
+    EXPECT_EQ(measured.device,
+              printed["tiers"]["device"]["total_bytes"].get<std::uint64_t>() + model_gradient)
+        << printed.dump(1);
+    EXPECT_EQ(measured.host, printed["tiers"]["host"]["total_bytes"].get<std::uint64_t>())
+        << printed.dump(1);
+  }
+}
+
 // [zero] params_host_fraction and grads_host_fraction split their kinds the same way: whole units,
 // the others' homes untouched, and the plan still equals what the Engine allocates.
 TEST(BufferPlan, ParamsAndGradsHostFractionsKeepWholeUnitsOnTheHost) {
@@ -156,11 +215,11 @@ TEST(BufferPlan, ParamsAndGradsHostFractionsKeepWholeUnitsOnTheHost) {
   config.zero.params_host_fraction = 0.75;  // units 0 and 1: 6144 of 8192 elements
   config.zero.grads_host_fraction = 0.25;   // unit 0: 2048
   const BufferPlan plan = make_buffer_plan(config, inputs);
-  EXPECT_EQ(plan.params_share.host_units, 2u);
-  EXPECT_EQ(plan.params_share.host_numel, 6144u);
-  EXPECT_EQ(plan.grads_share.host_units, 1u);
-  EXPECT_EQ(plan.grads_share.host_numel, 2048u);
-  EXPECT_EQ(plan.optimizer_share.host_units, 0u);
+  EXPECT_EQ(plan.params_share.units, 2u);
+  EXPECT_EQ(plan.params_share.share_numel, 6144u);
+  EXPECT_EQ(plan.grads_share.units, 1u);
+  EXPECT_EQ(plan.grads_share.share_numel, 2048u);
+  EXPECT_EQ(plan.optimizer_share.units, 0u);
   EXPECT_EQ(plan.tier_of(ShardKind::kParam, 1), Tier::kHost);
   EXPECT_EQ(plan.tier_of(ShardKind::kParam, 2), Tier::kNvme);
   EXPECT_EQ(plan.tier_of(ShardKind::kGrad, 0), Tier::kHost);

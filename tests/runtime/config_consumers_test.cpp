@@ -49,6 +49,8 @@ const std::map<std::string, Consumer> kConsumers = {
     {"zero.sub_group_size", {"runtime/engine/engine_finalize.cpp", "config_.zero.sub_group_size"}},
     // engine_test.cpp: EngineOptimizerHostFraction
     {"zero.optimizer_host_fraction", {"runtime/plan/buffer_plan.cpp", "zero.optimizer_host_fraction"}},
+    // engine_test.cpp: EngineOptimizerDeviceFraction
+    {"zero.optimizer_device_fraction", {"runtime/plan/buffer_plan.cpp", "zero.optimizer_device_fraction"}},
     // engine_test.cpp: EngineParamsGradsHostFraction
     {"zero.params_host_fraction", {"runtime/plan/buffer_plan.cpp", "zero.params_host_fraction"}},
     {"zero.grads_host_fraction", {"runtime/plan/buffer_plan.cpp", "zero.grads_host_fraction"}},

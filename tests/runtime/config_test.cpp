@@ -265,6 +265,28 @@ TEST(Config, OptimizerHostFractionNeedsTheOptimizerOnNvme) {
             0.5);
 }
 
+// optimizer_device_fraction: a share of host- or NVMe-homed optimizer state on the device, where
+// the device's update reads the gradients and writes the parameters: both must be there too.
+TEST(Config, OptimizerDeviceFractionNeedsTheStateOffTheDeviceAndParamsGradsOnIt) {
+  const ConfigError on_device =
+      expect_error("[zero]\noptimizer = \"device\"\noptimizer_device_fraction = 0.5\n");
+  EXPECT_EQ(on_device.key_path(), "zero.optimizer_device_fraction");
+  EXPECT_THAT(on_device.message(), HasSubstr("has no effect with optimizer = \"device\""));
+  const ConfigError params_off = expect_error(
+      "[zero]\nparams = \"host\"\noptimizer_device_fraction = 0.5\n");
+  EXPECT_EQ(params_off.key_path(), "zero.optimizer_device_fraction");
+  EXPECT_THAT(params_off.message(), HasSubstr("params is \"host\""));
+  const ConfigError too_much = expect_error(
+      "[tiers.nvme]\npaths = [\"/x\"]\n[zero]\noptimizer = \"nvme\"\n"
+      "optimizer_host_fraction = 0.6\noptimizer_device_fraction = 0.5\n");
+  EXPECT_THAT(too_much.message(), HasSubstr("add up to more than 1"));
+  EXPECT_EQ(expect_error("[zero]\noptimizer_device_fraction = -0.1\n").key_path(),
+            "zero.optimizer_device_fraction");
+  EXPECT_EQ(parse_config("[zero]\noptimizer = \"host\"\noptimizer_device_fraction = 0.25\n")
+                .zero.optimizer_device_fraction,
+            0.25);
+}
+
 // The same keys for the parameters (params = "nvme", stage 3) and the gradients (grads = "nvme").
 TEST(Config, ParamsAndGradsHostFractionsNeedTheirKindOnNvme) {
   for (const std::string kind : {"params", "grads"}) {

@@ -46,6 +46,7 @@ struct RunResult {
   std::vector<std::vector<float>> exp_avg_sqs;
   std::uint64_t host_high_water = 0;
   std::uint64_t nvme_bytes = 0;  // read + written over the run's steps
+  std::uint64_t device_updated_groups = 0;  // sub-groups the device's optimizer op updated
 };
 
 Config base_config(const ScratchDir& dir) {
@@ -64,6 +65,7 @@ RunResult train(const Config& config, int steps = kSteps, const EngineOptions& o
     result.losses.push_back(model.train_step(engine));
     const StepStats stats = engine.step();
     result.nvme_bytes += stats.nvme.read_bytes + stats.nvme.written_bytes;
+    result.device_updated_groups += stats.device_updated_groups;
     EXPECT_FALSE(stats.skipped);
     EXPECT_EQ(stats.step, static_cast<std::uint64_t>(step + 1));
   }
@@ -177,6 +179,83 @@ INSTANTIATE_TEST_SUITE_P(Fractions, EngineOptimizerHostFraction,
                            return fmt::format("percent_{}",
                                               static_cast<int>(param_info.param * 100));
                          });
+
+// [zero] optimizer_device_fraction keeps the first units' optimizer state on the device, beside a
+// host- or NVMe-homed rest (and optimizer_host_fraction's units after them): bitwise the same as
+// all on the device, on both data paths. On the staged path (the code CUDA runs) the device's
+// optimizer op updates those units in place, and the CPU the others.
+struct DeviceFraction {
+  Tier optimizer;
+  double device, host;
+  Access access;
+};
+
+class EngineOptimizerDeviceFraction : public ::testing::TestWithParam<DeviceFraction> {};
+
+TEST_P(EngineOptimizerDeviceFraction, IsBitwiseIdenticalToAllOnDevice) {
+  const DeviceFraction fraction = GetParam();
+  ScratchDir reference_dir;
+  const RunResult reference = train(base_config(reference_dir));
+  ScratchDir dir;
+  Config config = base_config(dir);
+  config.zero.params = config.zero.grads = Tier::kDevice;
+  config.zero.optimizer = fraction.optimizer;
+  config.zero.optimizer_device_fraction = fraction.device;
+  config.zero.optimizer_host_fraction = fraction.host;
+  const RunResult result = train(config, kSteps, with_access(fraction.access));
+  const std::string what =
+      fmt::format("optimizer {}, optimizer_device_fraction {}, optimizer_host_fraction {}, {} path",
+                  to_string(fraction.optimizer), fraction.device, fraction.host,
+                  access_name(fraction.access));
+  expect_bitwise_equal(reference, result, what);
+  if (nvme_forced()) return;
+  if (fraction.access == Access::kAuto) {
+    EXPECT_EQ(result.device_updated_groups, 0u) << what << ": the CPU updates addressable state";
+    return;
+  }
+  // Staged: the device share is updated by the device, the rest by the CPU.
+  ScratchDir all_device_dir;
+  Config all_device_config = base_config(all_device_dir);
+  all_device_config.zero.optimizer = Tier::kDevice;
+  const RunResult all_device = train(all_device_config, kSteps, with_access(Access::kStaged));
+  ASSERT_GT(all_device.device_updated_groups, 0u);
+  EXPECT_GT(result.device_updated_groups, 0u) << what;
+  if (fraction.device < 1.0) {
+    EXPECT_LT(result.device_updated_groups, all_device.device_updated_groups) << what;
+  } else {
+    EXPECT_EQ(result.device_updated_groups, all_device.device_updated_groups) << what;
+  }
+  // Every NVMe case below leaves the last unit (the model's third) on NVMe.
+  EXPECT_EQ(result.nvme_bytes > 0, fraction.optimizer == Tier::kNvme)
+      << what << ": NVMe traffic " << result.nvme_bytes;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fractions, EngineOptimizerDeviceFraction,
+    // The units' shards hold 2048, 4096 and 2048 of 8192 elements: 0.4 keeps the first on the
+    // device (0.6 too: the second does not fit), 0.6 after it the second on the host.
+    ::testing::Values(DeviceFraction{Tier::kHost, 0.4, 0.0, Access::kStaged},
+                      DeviceFraction{Tier::kHost, 0.6, 0.0, Access::kAuto},
+                      DeviceFraction{Tier::kHost, 1.0, 0.0, Access::kStaged},
+                      DeviceFraction{Tier::kNvme, 0.6, 0.0, Access::kStaged},
+                      DeviceFraction{Tier::kNvme, 0.4, 0.6, Access::kStaged},
+                      DeviceFraction{Tier::kNvme, 0.4, 0.6, Access::kAuto}),
+    [](const auto& param_info) {
+      const DeviceFraction& f = param_info.param;
+      return fmt::format("optimizer_{}_device_{}_host_{}_{}", to_string(f.optimizer),
+                         static_cast<int>(f.device * 100), static_cast<int>(f.host * 100),
+                         access_name(f.access));
+    });
+
+// A unit whose optimizer state the device keeps is not updated by the CPU on the staged path: the
+// all-host optimizer updates nothing on the device.
+TEST(EngineOptimizerDeviceFractionCounts, NoDeviceUpdatesWithoutTheShare) {
+  if (nvme_forced()) GTEST_SKIP() << "STRATA_FORCE_NVME homes the optimizer on NVMe";
+  ScratchDir dir;
+  Config config = base_config(dir);
+  config.zero.optimizer = Tier::kHost;
+  EXPECT_EQ(train(config, kSteps, with_access(Access::kStaged)).device_updated_groups, 0u);
+}
 
 // [zero] params_host_fraction and grads_host_fraction do the same for the parameters and the
 // gradients (with the optimizer's share too in one case), on both data paths: bitwise the same as

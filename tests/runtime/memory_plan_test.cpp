@@ -8,23 +8,14 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/runtime/plan_test_config.hpp"
+
 namespace strata::runtime {
 namespace {
 
 using ::testing::HasSubstr;
 
-Config roomy_config() {
-  Config config = parse_config(R"(
-[tiers.device]
-budget = "1TiB"
-[tiers.host]
-budget = "1TiB"
-[tiers.nvme]
-paths = ["/mnt/nvme"]
-budget = "16TiB"
-)");
-  return config;
-}
+Config roomy_config() { return testing::roomy_plan_config(); }
 
 // The seeds' table: Ψ = 7.5e9, N = 64, K = 12 gives 120.0, 31.4, 16.6 and 1.9 GB per GPU.
 TEST(MemoryPlan, ReproducesTheSeedsZeroTable) {

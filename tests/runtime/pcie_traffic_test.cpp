@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/config/byte_size.hpp"
+#include "tests/runtime/plan_test_config.hpp"
 
 namespace strata::runtime {
 namespace {
@@ -23,15 +24,7 @@ constexpr std::uint64_t kLargeUnit = 200 * 2048;
 constexpr std::uint64_t kPsi = kSmallUnit + kLargeUnit;
 
 Config cuda_config(Tier params, Tier grads, Tier optimizer, std::uint32_t micro_batches) {
-  Config config = parse_config(R"(
-[tiers.device]
-budget = "1TiB"
-[tiers.host]
-budget = "1TiB"
-[tiers.nvme]
-paths = ["/mnt/nvme"]
-budget = "16TiB"
-)");
+  Config config = testing::roomy_plan_config();
   config.tiers.device.kind = DeviceKind::kCuda;
   config.zero.params = params;
   config.zero.grads = grads;
@@ -101,6 +94,24 @@ TEST(PcieTraffic, TheCpuOptimizerStagesDeviceHomedState) {
   EXPECT_EQ(plan.pcie->optimizer_d2h_bytes, kPsi * 12);
   EXPECT_EQ(plan.pcie->optimizer_h2d_bytes, kPsi * (12 + 2));
   EXPECT_EQ(plan.pcie->grad_d2h_bytes, kPsi * 4);
+}
+
+// [zero] optimizer_device_fraction: the units whose optimizer state the device keeps are updated
+// there, so their gradients and parameters stay on the device; the CPU's units move as before.
+TEST(PcieTraffic, TheOptimizersDeviceShareCrossesNothing) {
+  Config config = cuda_config(Tier::kDevice, Tier::kDevice, Tier::kHost, 1);
+  config.zero.optimizer_device_fraction = 0.34;  // the small unit: 204,800 of 614,400 elements
+  const MemoryPlan plan = make_memory_plan(config, two_units(1));
+  ASSERT_TRUE(plan.pcie.has_value());
+  EXPECT_EQ(plan.pcie->optimizer_d2h_bytes, kLargeUnit * 2);
+  EXPECT_EQ(plan.pcie->optimizer_h2d_bytes, kLargeUnit * 2);
+  // The small unit's 12 bytes an element of master and moments are on the device tier.
+  EXPECT_EQ(plan.tier(Tier::kDevice).state_bytes -
+                make_memory_plan(cuda_config(Tier::kDevice, Tier::kDevice, Tier::kHost, 1),
+                                 two_units(1))
+                    .tier(Tier::kDevice)
+                    .state_bytes,
+            kSmallUnit * 12);
 }
 
 TEST(PcieTraffic, EverythingOnTheDeviceCrossesNothing) {

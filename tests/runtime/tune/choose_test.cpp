@@ -2,8 +2,10 @@
 // rates of the update the config runs), the fastest predicted placement among those that fit
 // (ties to the higher tier), the budgets respected, nothing when nothing fits, and the same answer
 // every time.
+#include <algorithm>
 #include <vector>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "runtime/tune/choose.hpp"
@@ -156,6 +158,41 @@ TEST(TuneChoice, HostFractionsKeepWhatTheHostBudgetHoldsOfParamsAndGrads) {
       EXPECT_FALSE(p.plan.fits()) << more.zero.*fraction;
     }
   }
+}
+
+// A GPU whose budget holds the parameters, the gradients and part of the optimizer state: the
+// optimizer goes to the host with the largest device share the budget holds (the device's update
+// is faster than the CPU's and crosses no bus), and a larger share does not fit. On the host
+// device the same budgets keep no share (the CPU updates "device" memory all the same).
+TEST(TuneChoice, TheDeviceKeepsTheShareOfTheOptimizerItsBudgetHolds) {
+  // 400 M parameters in 16 units: 800 MB of bf16 parameters, as much of gradients, 4.8 GB of
+  // fp32 master and moments; a 3 GiB device holds a quarter of the optimizer state beside them.
+  Config base = config_with("budget = \"3GiB\"\n[tiers.host]\nbudget = \"64GiB\"\n");
+  base.tiers.device.kind = DeviceKind::kCuda;
+  const PlanInputs inputs(400'000'000, 1, std::vector<std::uint64_t>(16, 25'000'000));
+  MachineProfile machine = synthetic_machine();
+  machine.h2d_gb_per_s = 20;
+  machine.d2h_gb_per_s = 20;
+  const std::optional<TuneChoice> choice = choose_config(base, inputs, machine);
+  ASSERT_TRUE(choice.has_value());
+  const ZeroConfig& zero = choice->config.zero;
+  EXPECT_EQ(zero.params, Tier::kDevice);
+  EXPECT_EQ(zero.grads, Tier::kDevice);
+  EXPECT_NE(zero.optimizer, Tier::kDevice);
+  EXPECT_GT(zero.optimizer_device_fraction, 0.0);
+  EXPECT_LT(zero.optimizer_device_fraction, 1.0);
+  Config more = choice->config;
+  more.zero.optimizer_device_fraction += 0.25;
+  EXPECT_FALSE(predict_step(more, inputs, machine).plan.fits()) << more.zero.optimizer_device_fraction;
+  const auto reason = std::find_if(choice->reasons.begin(), choice->reasons.end(), [](const auto& r) {
+    return r.first == "zero.optimizer_device_fraction";
+  });
+  ASSERT_NE(reason, choice->reasons.end());
+  EXPECT_THAT(reason->second, ::testing::HasSubstr("the largest share the device budget holds"));
+  base.tiers.device.kind = DeviceKind::kHost;
+  const std::optional<TuneChoice> host = choose_config(base, inputs, machine);
+  ASSERT_TRUE(host.has_value());
+  EXPECT_EQ(host->config.zero.optimizer_device_fraction, 0.0);
 }
 
 TEST(TuneChoice, NothingWhenNoPlacementFits) {

@@ -216,6 +216,32 @@ TEST(CostModel, GpuCopiesCountOnlyOnARealDevice) {
   EXPECT_DOUBLE_EQ(cuda.transfer_s, 2 * params_bytes / 20e9);  // two gathers at stage 3
 }
 
+// [zero] optimizer_device_fraction on a real device: the CPU updates only the rest, and only the
+// rest's gradients and parameters cross the bus; all state on the device crosses nothing. On the
+// host device the CPU updates everything whatever the share.
+TEST(CostModel, TheDeviceShareOfTheOptimizerLeavesTheCpuAndTheBus) {
+  Config c = base_config();
+  c.zero.optimizer = Tier::kHost;
+  MachineProfile m = synthetic_machine();
+  m.h2d_gb_per_s = 20;
+  m.d2h_gb_per_s = 10;
+  const PlanInputs inputs(1'000'000'000, 1, std::vector<std::uint64_t>(4, 250'000'000));
+  const StepPrediction host_device = predict_step(c, inputs, m);
+  c.zero.optimizer_device_fraction = 0.5;
+  EXPECT_DOUBLE_EQ(predict_step(c, inputs, m).adam_s, host_device.adam_s);
+  c.tiers.device.kind = DeviceKind::kCuda;
+  const StepPrediction half = predict_step(c, inputs, m);
+  c.zero.optimizer_device_fraction = 0;
+  const StepPrediction none = predict_step(c, inputs, m);
+  EXPECT_DOUBLE_EQ(none.adam_s, host_device.adam_s);
+  EXPECT_NEAR(half.adam_s, none.adam_s / 2, none.adam_s * 1e-6);
+  EXPECT_LT(half.optimizer_s, none.optimizer_s);
+  c.zero.optimizer = Tier::kDevice;
+  const StepPrediction all_device = predict_step(c, inputs, m);
+  EXPECT_EQ(all_device.adam_s, 0);
+  EXPECT_EQ(all_device.optimizer_s, 0);
+}
+
 TEST(CostModel, NvmeStateOnUnmeasuredDrivesIsNotPredicted) {
   Config c = base_config();
   c.zero.optimizer = Tier::kNvme;
