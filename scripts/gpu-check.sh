@@ -241,7 +241,7 @@ print(L * (2 * d * d + 2 * d * kv + 3 * d * i + 2 * d) + 2 * V * d + d)")
   flop=$(awk -v n="$params" -v l="$llama_layers" -v d="$llama_hidden" 'BEGIN { print 6 * n + 12 * l * d * 1024 }')
   note "Llama folder: $params parameters, $(awk -v f="$flop" 'BEGIN { printf "%.2f", f / 1e9 }') GFLOP/token at seq 1024"
   declare -A tokens_of
-  for placement in ${GPU_CHECK_PLACEMENTS:-all_device optimizer_host}; do
+  for placement in ${GPU_CHECK_PLACEMENTS:-all_device optimizer_host optimizer_split}; do
     name=${placement//\//-}  # h200/all_device -> h200-all_device
     big_config "$placement" "$work/$name-big.toml"
     log="$work/llama-$name.log"
@@ -273,6 +273,7 @@ print(L * (2 * d * d + 2 * d * kv + 3 * d * i + 2 * d) + 2 * V * d + d)")
   note "ratio strata optimizer_host / PyTorch plain: $(ratio "${tokens_of[optimizer_host]:-0}" "${tokens_of[plain]:-0}")"
   note "ratio strata optimizer_host / FSDP2 CPUOffloadPolicy: $(ratio "${tokens_of[optimizer_host]:-0}" "${tokens_of[fsdp2_offload]:-0}")"
   note "ratio strata optimizer_host / strata all_device: $(ratio "${tokens_of[optimizer_host]:-0}" "${tokens_of[all_device]:-0}")"
+  note "ratio strata optimizer_split / strata all_device: $(ratio "${tokens_of[optimizer_split]:-0}" "${tokens_of[all_device]:-0}")"
 fi
 
 # --- losses: the 1.08 B folder's first steps on cuda (the host device's run is in docs) ---

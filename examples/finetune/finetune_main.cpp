@@ -175,7 +175,7 @@ void print_model_and_plan(const strata::runtime::Config& config,
       "  state: params on {}, grads on {}, optimizer on {}; model state {} per rank\n"
       "  budgets: device {}, host {}, nvme {} ({})\n",
       runtime::to_string(config.zero.params), runtime::to_string(config.zero.grads),
-      runtime::to_string(config.zero.optimizer),
+      strata::examples::describe_optimizer_home(config.zero),
       format_decimal_bytes(static_cast<double>(plan.model_state_bytes_per_rank())),
       format_binary_bytes(config.tiers.device.budget_bytes),
       format_binary_bytes(config.tiers.host.budget_bytes),

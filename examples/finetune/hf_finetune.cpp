@@ -65,7 +65,7 @@ void print_model_and_plan(const runtime::Config& config, const HfFinetuneOptions
       hf_config.hidden_size, hf_config.num_heads, hf_config.num_kv_heads, trainer_opts.seq_len,
       trainer_opts.micro_batch, trainer_opts.grad_accumulation, config.run.ranks,
       runtime::to_string(config.zero.params), runtime::to_string(config.zero.grads),
-      runtime::to_string(config.zero.optimizer),
+      describe_optimizer_home(config.zero),
       format_decimal_bytes(static_cast<double>(plan.model_state_bytes_per_rank())));
   std::cout << "  optimizer: " << describe_optimizer(config.optimizer) << "\n";
 }

@@ -62,6 +62,12 @@ std::unique_ptr<tiers::GpuProfiler> start_profiler(bool wanted, const PlacedDevi
   return tiers::start_gpu_profiler();
 }
 
+std::string describe_optimizer_home(const runtime::ZeroConfig& zero) {
+  const std::string home(runtime::to_string(zero.optimizer));
+  if (zero.optimizer_device_fraction <= 0 || zero.optimizer == runtime::Tier::kDevice) return home;
+  return fmt::format("{} ({:.0f}% on device)", home, 100 * zero.optimizer_device_fraction);
+}
+
 std::string describe_optimizer(const runtime::OptimizerConfig& optimizer) {
   std::string text =
       fmt::format("{}, lr {:g}, weight decay {:g} (matrices and embeddings)",

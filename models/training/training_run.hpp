@@ -87,6 +87,9 @@ std::unique_ptr<tiers::GpuProfiler> start_profiler(bool wanted, const PlacedDevi
 
 // "adamw, lr 0.0003, weight decay 0.1 (...), warm-up 10 steps, cosine decay to 3e-05 at step 100".
 std::string describe_optimizer(const runtime::OptimizerConfig& optimizer);
+// Where the optimizer state lives: its home tier, and the share [zero] optimizer_device_fraction
+// keeps on the device ("host (50% on device)").
+std::string describe_optimizer_home(const runtime::ZeroConfig& zero);
 // Printed before the first step: "resumed at step N from <source>: M steps left" when
 // first_step > 0, and a note when the run's last step (run_end_step) lies past lr_decay_steps.
 void print_start_notes(const runtime::OptimizerConfig& optimizer, std::uint64_t first_step,
