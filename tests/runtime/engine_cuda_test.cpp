@@ -123,6 +123,27 @@ TEST_F(EngineCudaCompressed, DeviceStateTrainsBitwiseLikeTheHostDevice) {
   }
 }
 
+// [zero] optimizer_device_fraction: the first units' optimizer state in GPU memory, updated there
+// by the fused CUDA optimizer, the rest on the host (or NVMe) updated by the CPU: bitwise the host
+// device's parameters, the GPU's and the CPU's updates side by side in one step.
+TEST_F(EngineCudaCompressed, OptimizerSplitBetweenGpuAndCpuTrainsBitwiseLikeTheHostDevice) {
+  for (const auto& [home, host_fraction] : {std::pair{Tier::kHost, 0.0}, std::pair{Tier::kNvme, 0.6}}) {
+    const auto configure = [&](const ScratchDir& dir) {
+      Config config = cuda_config(dir, Tier::kDevice, Tier::kDevice, home);
+      config.zero.optimizer_device_fraction = 0.4;  // the first unit's shard: 2048 of 8192
+      config.zero.optimizer_host_fraction = host_fraction;
+      return config;
+    };
+    ScratchDir host_dir;
+    const auto host = train_on(tiers::DeviceKind::kHost, configure(host_dir));
+    ScratchDir cuda_dir;
+    const auto cuda = train_on(tiers::DeviceKind::kCuda, configure(cuda_dir));
+    expect_same(host, cuda,
+                fmt::format("optimizer {}, device fraction 0.4, host fraction {}", to_string(home),
+                            host_fraction));
+  }
+}
+
 #if defined(STRATA_HAVE_NCCL)
 // NcclComm takes device memory: the Engine hands it the gathered and gradient buffers directly.
 TEST_P(EngineCuda, TrainsWithNcclCommLikeTheHostDevice) {
