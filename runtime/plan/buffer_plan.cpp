@@ -88,11 +88,10 @@ void plan_shares(BufferPlan& plan, const Config& config, const std::vector<UnitL
   const bool device_share = zero.optimizer != Tier::kDevice;
   plan.optimizer_device_share =
       plan_share(device_share ? zero.optimizer_device_fraction : 0.0, layouts, 0);
-  STRATA_ASSERT(plan.optimizer_device_share.share_numel <= plan.optimizer_device_share.numel);
   plan.optimizer_share = plan_host_share(zero.optimizer, zero.optimizer_host_fraction, layouts,
                                          plan.optimizer_device_share.units);
-  STRATA_ASSERT(!plan.optimizer_share.holds(0) || plan.optimizer_device_share.units == 0,
-                "the optimizer's host and device shares overlap");
+  STRATA_ASSERT(plan.optimizer_device_share.units + plan.optimizer_share.units <= layouts.size(),
+                "the optimizer's device and host shares hold more units than there are");
 }
 
 void plan_state(BufferPlan& plan, const Config& config, const UnitLayout& layout,
@@ -143,8 +142,8 @@ void plan_staged_path(BufferPlan& plan, const Config& config, const BufferPlanIn
   // tensors than the gradient scratch has room to describe).
   const bool device_share = plan.optimizer_device_share.units > 0;
   for (ShardKind kind : kAllShardKinds) {
-    const bool optimizer_kind = kind != ShardKind::kParam && kind != ShardKind::kGrad;
-    if (!plan.on(kind, Tier::kDevice) && !(device_share && optimizer_kind && plan.kind(kind).kept)) {
+    if (!plan.on(kind, Tier::kDevice) &&
+        !(device_share && is_optimizer_kind(kind) && plan.kind(kind).kept)) {
       continue;
     }
     plan.device_staging_offsets[static_cast<std::size_t>(kind)] = plan.device_staging_slot_bytes;
@@ -300,8 +299,7 @@ const UnitShare& BufferPlan::share_of(ShardKind k) const {
 }
 
 Tier BufferPlan::tier_of(ShardKind k, std::size_t unit_index) const {
-  const bool optimizer_kind = k != ShardKind::kParam && k != ShardKind::kGrad;
-  if (optimizer_kind && optimizer_device_share.holds(unit_index)) return Tier::kDevice;
+  if (is_optimizer_kind(k) && optimizer_device_share.holds(unit_index)) return Tier::kDevice;
   if (share_of(k).holds(unit_index)) return Tier::kHost;
   return kind(k).tier;
 }

@@ -27,6 +27,9 @@ inline constexpr std::array<ShardKind, kShardKindCount> kAllShardKinds = {
 // The optimizer's kinds, in the order a sub-group's update reads them.
 inline constexpr std::array<ShardKind, 4> kOptimizerShardKinds = {
     ShardKind::kMaster, ShardKind::kCompensation, ShardKind::kExpAvg, ShardKind::kExpAvgSq};
+constexpr bool is_optimizer_kind(ShardKind k) {
+  return k != ShardKind::kParam && k != ShardKind::kGrad;
+}
 
 // Where one kind lives and in which element type; `kept` is false for a moment the optimizer
 // does not keep (Adagrad has no exp_avg, Lion no exp_avg_sq), and for parameters `in_master`.

@@ -68,6 +68,16 @@ void expect_same(const std::vector<std::vector<float>>& a, const std::vector<std
   }
 }
 
+// The config `configure(dir)` makes, trained on the host device and on CUDA: the same masters.
+template <typename Configure>
+void expect_cuda_like_host(const Configure& configure, const std::string& what) {
+  ScratchDir host_dir;
+  const auto host = train_on(tiers::DeviceKind::kHost, configure(host_dir));
+  ScratchDir cuda_dir;
+  const auto cuda = train_on(tiers::DeviceKind::kCuda, configure(cuda_dir));
+  expect_same(host, cuda, what);
+}
+
 class EngineCuda : public ::testing::TestWithParam<std::tuple<Tier, Tier, Tier>> {
  protected:
   void SetUp() override {
@@ -113,13 +123,9 @@ TEST_F(EngineCudaCompressed, DeviceStateTrainsBitwiseLikeTheHostDevice) {
       config.optimizer.master_rounding = rounding;
       return config;
     };
-    ScratchDir host_dir;
-    const auto host = train_on(tiers::DeviceKind::kHost, configure(host_dir));
-    ScratchDir cuda_dir;
-    const auto cuda = train_on(tiers::DeviceKind::kCuda, configure(cuda_dir));
-    expect_same(host, cuda,
-                fmt::format("{} moments, bf16 master ({})", cpu_adam::state_dtype_name(moments),
-                            to_string(rounding)));
+    expect_cuda_like_host(configure, fmt::format("{} moments, bf16 master ({})",
+                                                 cpu_adam::state_dtype_name(moments),
+                                                 to_string(rounding)));
   }
 }
 
@@ -134,13 +140,9 @@ TEST_F(EngineCudaCompressed, OptimizerSplitBetweenGpuAndCpuTrainsBitwiseLikeTheH
       config.zero.optimizer_host_fraction = host_fraction;
       return config;
     };
-    ScratchDir host_dir;
-    const auto host = train_on(tiers::DeviceKind::kHost, configure(host_dir));
-    ScratchDir cuda_dir;
-    const auto cuda = train_on(tiers::DeviceKind::kCuda, configure(cuda_dir));
-    expect_same(host, cuda,
-                fmt::format("optimizer {}, device fraction 0.4, host fraction {}", to_string(home),
-                            host_fraction));
+    expect_cuda_like_host(configure, fmt::format("optimizer {}, device fraction 0.4, host "
+                                                 "fraction {}",
+                                                 to_string(home), host_fraction));
   }
 }
 

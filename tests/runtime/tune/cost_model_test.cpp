@@ -202,12 +202,18 @@ TEST(CostModel, PrefetchOverlapsParameterReadsWithCompute) {
   EXPECT_DOUBLE_EQ(serial.forward_backward_s, serial.compute_s + serial.nvme_forward_backward_s);
 }
 
-TEST(CostModel, GpuCopiesCountOnlyOnARealDevice) {
-  Config c = base_config();
-  c.zero.params = Tier::kHost;
+// The synthetic machine with pinned copies measured: 20 GB/s h2d, 10 GB/s d2h.
+MachineProfile machine_with_a_gpu() {
   MachineProfile m = synthetic_machine();
   m.h2d_gb_per_s = 20;
   m.d2h_gb_per_s = 10;
+  return m;
+}
+
+TEST(CostModel, GpuCopiesCountOnlyOnARealDevice) {
+  Config c = base_config();
+  c.zero.params = Tier::kHost;
+  const MachineProfile m = machine_with_a_gpu();
   const StepPrediction host = predict_step(c, PlanInputs(1'000'000'000, 1), m);
   EXPECT_EQ(host.transfer_s, 0);  // the host device addresses every home
   c.tiers.device.kind = DeviceKind::kCuda;
@@ -222,9 +228,7 @@ TEST(CostModel, GpuCopiesCountOnlyOnARealDevice) {
 TEST(CostModel, TheDeviceShareOfTheOptimizerLeavesTheCpuAndTheBus) {
   Config c = base_config();
   c.zero.optimizer = Tier::kHost;
-  MachineProfile m = synthetic_machine();
-  m.h2d_gb_per_s = 20;
-  m.d2h_gb_per_s = 10;
+  const MachineProfile m = machine_with_a_gpu();
   const PlanInputs inputs(1'000'000'000, 1, std::vector<std::uint64_t>(4, 250'000'000));
   const StepPrediction host_device = predict_step(c, inputs, m);
   c.zero.optimizer_device_fraction = 0.5;
