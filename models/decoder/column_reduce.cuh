@@ -58,4 +58,23 @@ cudaError_t column_reduce(Term term, std::size_t rows, std::size_t cols, ColumnO
   return cudaGetLastError();
 }
 
+// The norms' parameter gradients over fp32 dy and x [rows × dim], for the fp32 path's
+// rms_norm_backward / layer_norm_backward and the bf16 path's norm_backward_bf16 alike.
+struct RmsWeightTerm {  // dweight[c] = Σ_r dy·x·rstd
+  const float *dy, *x, *rstd;
+  std::size_t dim;
+  __device__ void operator()(std::size_t r, std::size_t c, float (&sums)[1]) const {
+    sums[0] += dy[r * dim + c] * x[r * dim + c] * rstd[r];
+  }
+};
+struct LayerNormParameterTerm {  // dweight[c] = Σ_r dy·(x - mean)·rstd, dbias[c] = Σ_r dy
+  const float *dy, *x, *mean, *rstd;
+  std::size_t dim;
+  __device__ void operator()(std::size_t r, std::size_t c, float (&sums)[2]) const {
+    const float g = dy[r * dim + c];
+    sums[0] += g * (x[r * dim + c] - mean[r]) * rstd[r];
+    sums[1] += g;
+  }
+};
+
 }  // namespace strata::llm::cuda::detail

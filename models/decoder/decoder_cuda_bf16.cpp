@@ -151,9 +151,10 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
               first == 0 ? nullptr : dhead);
     }
     if (rows_ == 0) fill_zero(dhead, vocab * d);
-    check(cudaMemsetAsync(d_resid_, 0, rows_ * d * sizeof(float), stream_), "cudaMemsetAsync");
+    // The first gradient into d_resid: written, not added (no memset first).
     norm_backward(p[head_.norm_weight].data(), resid_.back(), head_mean_, head_rstd_,
-                  g[head_.norm_weight].data(), tensor(g, head_.norm_bias));
+                  g[head_.norm_weight].data(), tensor(g, head_.norm_bias),
+                  cuda::DxUpdate::kOverwrite);
     finish();
   }
 
@@ -429,22 +430,15 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
 
   // --- backward ----------------------------------------------------------------------------------
 
-  // d_resid += dL/d(norm input) from d_norm_; the weight's (and bias's) gradients overwritten;
-  // then the bf16 copy of d_resid the next products read.
+  // d_resid += dL/d(norm input) from d_norm_ (or =, kOverwrite) and, in the same pass, the bf16
+  // copy of d_resid the next products read; the weight's (and bias's) gradients overwritten.
   void norm_backward(const float* weight, const float* x, const float* mean, const float* rstd,
-                     float* dweight, float* dbias) {
-    if (dims_.gpt2) {
-      check(cuda::layer_norm_backward(d_norm_, x, mean, rstd, weight, d_resid_, dweight, dbias,
-                                      rows_, dims_.hidden, stream_),
-            "layer_norm_backward");
-    } else {
-      check(cuda::rms_norm_backward(d_norm_, x, rstd, weight, d_resid_, dweight, rows_,
-                                    dims_.hidden, stream_),
-            "rms_norm_backward");
-    }
-    check(cuda::cast_to_bf16(d_resid_, dims_.hidden, d_resid_bf16_, dims_.hidden, rows_,
-                             dims_.hidden, stream_),
-          "cast_to_bf16");
+                     float* dweight, float* dbias,
+                     cuda::DxUpdate update = cuda::DxUpdate::kAccumulate) {
+    check(cuda::norm_backward_bf16(d_norm_, x, dims_.gpt2 ? mean : nullptr, rstd, weight, d_resid_,
+                                   d_resid_bf16_, dweight, dims_.gpt2 ? dbias : nullptr, rows_,
+                                   dims_.hidden, update, stream_),
+          "norm_backward_bf16");
   }
 
   void mlp_backward(UnitParams p, UnitGrads g, Layer& a) {

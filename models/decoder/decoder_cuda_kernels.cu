@@ -22,6 +22,8 @@ using detail::kThreads;
 using detail::kWarp;
 using detail::kWarpsPerBlock;
 using detail::lane_id;
+using detail::LayerNormParameterTerm;
+using detail::RmsWeightTerm;
 using detail::row_blocks;
 using detail::warp_id;
 using detail::warp_row;
@@ -90,28 +92,13 @@ __global__ void broadcast_rows_kernel(const float* bias, float* out, std::size_t
   }
 }
 
-// The terms of the column reductions (column_reduce.cuh).
+// The term of column_sums (column_reduce.cuh; the norms' terms are there, shared with the bf16
+// path's norm backward).
 struct ColumnTerm {
   const float* m;
   std::size_t ld;
   __device__ void operator()(std::size_t r, std::size_t c, float (&sums)[1]) const {
     sums[0] += m[r * ld + c];
-  }
-};
-struct RmsWeightTerm {  // dweight[c] = Σ_r dy·x·rstd
-  const float *dy, *x, *rstd;
-  std::size_t dim;
-  __device__ void operator()(std::size_t r, std::size_t c, float (&sums)[1]) const {
-    sums[0] += dy[r * dim + c] * x[r * dim + c] * rstd[r];
-  }
-};
-struct LayerNormParameterTerm {  // dweight[c] = Σ_r dy·(x - mean)·rstd, dbias[c] = Σ_r dy
-  const float *dy, *x, *mean, *rstd;
-  std::size_t dim;
-  __device__ void operator()(std::size_t r, std::size_t c, float (&sums)[2]) const {
-    const float g = dy[r * dim + c];
-    sums[0] += g * (x[r * dim + c] - mean[r]) * rstd[r];
-    sums[1] += g;
   }
 };
 

@@ -1,6 +1,10 @@
-// The bf16 decoder's element-wise and row-wise kernels (fused_kernels.hpp). Norms give each row
-// one warp (as decoder_cuda_kernels.cu's), the loss one block per row (a vocabulary row is long),
-// element-wise work is grid-stride loops over bf16 loaded into fp32 registers.
+// The bf16 decoder's element-wise and loss kernels (fused_kernels.hpp; the norms are in
+// fused_norms.cu). Element-wise work goes in chunks of 8 elements per thread (vector_access.cuh):
+// rows in blockIdx.y and a row's chunks in x, or flat arrays strided by chunks, 16-byte accesses
+// where the host found the pointers and strides aligned. The loss gives each row one block (a
+// vocabulary row is long). The arithmetic per element is the same as before these kernels were
+// vectorised (and as decoder_cuda_kernels.cu's where both exist): the same fp32 operations in
+// the same order, on the same floats.
 #include "models/decoder/fused_kernels.hpp"
 
 #include <algorithm>
@@ -9,193 +13,208 @@
 #include "models/decoder/activation_math.cuh"
 #include "models/decoder/column_reduce.cuh"
 #include "models/decoder/kernel_geometry.cuh"
+#include "models/decoder/vector_access.cuh"
 
 namespace strata::llm::cuda {
 namespace {
 
+using bf16 = __nv_bfloat16;
 using detail::activate;
+using detail::chunks_of;
 using detail::derivative;
-
-using detail::elementwise_blocks;
-using detail::global_index;
-using detail::grid_stride;
-using detail::kMaxBlocks;
+using detail::for_each_chunk;
+using detail::for_each_row_chunk;
+using detail::kChunk;
+using detail::kMaxRowElements;
 using detail::kThreads;
 using detail::kWarp;
 using detail::kWarpsPerBlock;
 using detail::lane_id;
-using detail::row_blocks;
+using detail::load_chunk;
+using detail::store_chunk;
 using detail::warp_id;
-using detail::warp_row;
-using detail::warp_sum;
+using detail::wide_access;
 
-__device__ float load(const __nv_bfloat16* p) {
-  return __bfloat162float(*p);
+unsigned flat_blocks(std::size_t count) {
+  return detail::elementwise_blocks(chunks_of(count));
 }
-__device__ void store(__nv_bfloat16* p, float value) {
-  *p = __float2bfloat16_rn(value);
+detail::ChunkLaunch row_launch(std::size_t rows, std::size_t cols) {
+  return detail::chunk_launch(rows, chunks_of(cols));
 }
 
 // --- casts ---------------------------------------------------------------------------------------
 
-__global__ void round_to_bf16_kernel(const float* src, __nv_bfloat16* dst, std::size_t count) {
-  for (std::size_t e = global_index(); e < count; e += grid_stride()) store(dst + e, src[e]);
+__global__ void round_to_bf16_kernel(const float* src, bf16* dst, std::size_t count, bool wide) {
+  for_each_chunk(count, [&](std::size_t first, unsigned n) {
+    float v[kChunk];
+    load_chunk(src + first, n, wide, v);
+    store_chunk(dst + first, n, wide, v);
+  });
 }
 
-__global__ void widen_to_fp32_kernel(const __nv_bfloat16* src, std::size_t ld_src, float* dst,
-                                     std::size_t ld_dst, std::size_t rows, std::size_t cols) {
-  for (std::size_t e = global_index(); e < rows * cols; e += grid_stride()) {
-    const std::size_t r = e / cols;
-    const std::size_t c = e % cols;
-    dst[r * ld_dst + c] = load(src + r * ld_src + c);
-  }
+__global__ void widen_to_fp32_kernel(const bf16* src, std::size_t ld_src, float* dst,
+                                     std::size_t ld_dst, std::size_t rows, unsigned cols,
+                                     bool wide) {
+  for_each_row_chunk(rows, cols, [&](std::size_t r, unsigned c, unsigned n) {
+    float v[kChunk];
+    load_chunk(src + r * ld_src + c, n, wide, v);
+    store_chunk(dst + r * ld_dst + c, n, wide, v);
+  });
 }
 
 template <typename T>
-__global__ void add_row_bias_kernel(T* d, std::size_t ld, std::size_t rows, std::size_t cols,
-                                    const T* bias) {
-  for (std::size_t e = global_index(); e < rows * cols; e += grid_stride()) {
-    T* at = d + (e / cols) * ld + e % cols;
-    if constexpr (sizeof(T) == sizeof(float)) {
-      *at += bias[e % cols];
-    } else {
-      store(at, load(at) + load(bias + e % cols));
-    }
-  }
-}
-
-// --- norms ---------------------------------------------------------------------------------------
-
-// RMSNorm when bias is null, LayerNorm otherwise; the statistics as the fp32 kernels take them.
-__global__ void norm_forward_bf16_kernel(const float* x, const float* weight, const float* bias,
-                                         __nv_bfloat16* y, float* mean, float* rstd,
-                                         std::size_t rows, std::size_t dim, float eps) {
-  const std::size_t row = warp_row();
-  if (row >= rows) return;  // the whole warp leaves together
-  const float* in = x + row * dim;
-  const float inv_dim = 1.0f / static_cast<float>(dim);
-  float mu = 0.0f;
-  if (bias != nullptr) {
-    float sum = 0.0f;
-    for (std::size_t i = lane_id(); i < dim; i += kWarp) sum += in[i];
-    mu = warp_sum(sum) * inv_dim;
-  }
-  float sum_sq = 0.0f;
-  for (std::size_t i = lane_id(); i < dim; i += kWarp) sum_sq += (in[i] - mu) * (in[i] - mu);
-  const float s = rsqrtf(warp_sum(sum_sq) * inv_dim + eps);
-  __nv_bfloat16* out = y + row * dim;
-  if (bias != nullptr) {
-    for (std::size_t i = lane_id(); i < dim; i += kWarp) {
-      store(out + i, (in[i] - mu) * s * weight[i] + bias[i]);
-    }
-  } else {
-    for (std::size_t i = lane_id(); i < dim; i += kWarp) store(out + i, in[i] * s * weight[i]);
-  }
-  if (lane_id() == 0) {
-    mean[row] = mu;
-    rstd[row] = s;
-  }
+__global__ void add_row_bias_kernel(T* d, std::size_t ld, std::size_t rows, unsigned cols,
+                                    const T* bias, bool wide) {
+  for_each_row_chunk(rows, cols, [&](std::size_t r, unsigned c, unsigned n) {
+    float v[kChunk], b[kChunk];
+    load_chunk(d + r * ld + c, n, wide, v);
+    load_chunk(bias + c, n, wide, b);
+    for (unsigned j = 0; j < kChunk; ++j) v[j] += b[j];
+    store_chunk(d + r * ld + c, n, wide, v);
+  });
 }
 
 // --- RoPE ----------------------------------------------------------------------------------------
 
-__global__ void rope_forward_bf16_kernel(__nv_bfloat16* x, std::size_t ld, std::size_t rows,
-                                         std::size_t heads, std::size_t half,
-                                         const std::uint32_t* row_positions, const float* cos,
-                                         const float* sin) {
-  for (std::size_t e = global_index(); e < rows * heads * half; e += grid_stride()) {
-    const std::size_t i = e % half;
-    const std::size_t h = (e / half) % heads;
-    const std::size_t r = e / (half * heads);
-    const std::size_t position = row_positions[r];
-    __nv_bfloat16* x1 = x + r * ld + h * 2 * half + i;
-    __nv_bfloat16* x2 = x1 + half;
-    const float c = cos[position * half + i];
-    const float s = sin[position * half + i];
-    const float a = load(x1);
-    const float b = load(x2);
-    store(x1, a * c - b * s);
-    store(x2, b * c + a * s);
+// Where a row's rotated chunks are: head h's pairs (x1 at columns h·2·half + i, x2 half later),
+// head_chunks chunks of i per head.
+struct RopeRows {
+  std::size_t ld, rows;
+  unsigned half, head_chunks, rotated_units;
+  const std::uint32_t* row_positions;
+  const float *cos, *sin;
+  bool wide;
+};
+
+// Unit u < rotated_units of a row: head h = u / head_chunks, pairs [i, i + n).
+struct RopeUnit {
+  unsigned column, i, n;
+  __device__ RopeUnit(const RopeRows& g, unsigned u) {
+    const unsigned h = u / g.head_chunks;
+    i = (u - h * g.head_chunks) * kChunk;
+    column = h * 2 * g.half + i;
+    n = min(g.half - i, kChunk);
+  }
+};
+
+__global__ void rope_forward_bf16_kernel(bf16* x, RopeRows g) {
+  const unsigned u = detail::chunk_index();
+  if (u >= g.rotated_units) return;
+  const RopeUnit unit(g, u);
+  for (std::size_t r = blockIdx.y; r < g.rows; r += gridDim.y) {
+    const std::size_t angles = static_cast<std::size_t>(g.row_positions[r]) * g.half + unit.i;
+    bf16* x1 = x + r * g.ld + unit.column;
+    bf16* x2 = x1 + g.half;
+    float a[kChunk], b[kChunk], c[kChunk], s[kChunk], o1[kChunk], o2[kChunk];
+    load_chunk(x1, unit.n, g.wide, a);
+    load_chunk(x2, unit.n, g.wide, b);
+    load_chunk(g.cos + angles, unit.n, g.wide, c);
+    load_chunk(g.sin + angles, unit.n, g.wide, s);
+    for (unsigned j = 0; j < kChunk; ++j) {
+      o1[j] = a[j] * c[j] - b[j] * s[j];
+      o2[j] = b[j] * c[j] + a[j] * s[j];
+    }
+    store_chunk(x1, unit.n, g.wide, o1);
+    store_chunk(x2, unit.n, g.wide, o2);
   }
 }
 
-// One thread per rotated pair (the first heads·half units of a row) or per copied column.
-__global__ void rope_backward_to_bf16_kernel(float* dx, __nv_bfloat16* out, std::size_t ld,
-                                             std::size_t rows, std::size_t cols, std::size_t heads,
-                                             std::size_t half, const std::uint32_t* row_positions,
-                                             const float* cos, const float* sin) {
-  const std::size_t pairs = heads * half;
-  const std::size_t units = pairs + (cols - 2 * pairs);
-  for (std::size_t e = global_index(); e < rows * units; e += grid_stride()) {
-    const std::size_t r = e / units;
-    const std::size_t u = e % units;
-    if (u >= pairs) {
-      const std::size_t c = 2 * pairs + (u - pairs);
-      store(out + r * ld + c, dx[r * ld + c]);
-      continue;
+// Units [0, rotated_units) rotate pairs back, the rest copy columns [copy_first, copy_end) in
+// chunks; both write dx (fp32) and out (bf16).
+__global__ void rope_backward_to_bf16_kernel(float* dx, bf16* out, RopeRows g, unsigned copy_first,
+                                             unsigned copy_end) {
+  const unsigned u = detail::chunk_index();
+  if (u >= g.rotated_units) {
+    const unsigned c = copy_first + (u - g.rotated_units) * kChunk;
+    if (c >= copy_end) return;
+    const unsigned n = min(copy_end - c, kChunk);
+    for (std::size_t r = blockIdx.y; r < g.rows; r += gridDim.y) {
+      float v[kChunk];
+      load_chunk(dx + r * g.ld + c, n, g.wide, v);
+      store_chunk(out + r * g.ld + c, n, g.wide, v);
     }
-    const std::size_t i = u % half;
-    const std::size_t h = u / half;
-    const std::size_t position = row_positions[r];
-    const std::size_t c1 = r * ld + h * 2 * half + i;
-    const std::size_t c2 = c1 + half;
-    const float c = cos[position * half + i];
-    const float s = sin[position * half + i];
-    const float a = dx[c1];
-    const float b = dx[c2];
+    return;
+  }
+  const RopeUnit unit(g, u);
+  for (std::size_t r = blockIdx.y; r < g.rows; r += gridDim.y) {
+    const std::size_t angles = static_cast<std::size_t>(g.row_positions[r]) * g.half + unit.i;
+    const std::size_t c1 = r * g.ld + unit.column;
+    const std::size_t c2 = c1 + g.half;
+    float a[kChunk], b[kChunk], c[kChunk], s[kChunk], ra[kChunk], rb[kChunk];
+    load_chunk(dx + c1, unit.n, g.wide, a);
+    load_chunk(dx + c2, unit.n, g.wide, b);
+    load_chunk(g.cos + angles, unit.n, g.wide, c);
+    load_chunk(g.sin + angles, unit.n, g.wide, s);
     // The transpose of [c -s; s c]: decoder_cuda_kernels' rope_rotate with sign -1.
-    const float ra = a * c - b * (-s);
-    const float rb = b * c + a * (-s);
-    dx[c1] = ra;
-    dx[c2] = rb;
-    store(out + c1, ra);
-    store(out + c2, rb);
+    for (unsigned j = 0; j < kChunk; ++j) {
+      ra[j] = a[j] * c[j] - b[j] * (-s[j]);
+      rb[j] = b[j] * c[j] + a[j] * (-s[j]);
+    }
+    store_chunk(dx + c1, unit.n, g.wide, ra);
+    store_chunk(dx + c2, unit.n, g.wide, rb);
+    store_chunk(out + c1, unit.n, g.wide, ra);
+    store_chunk(out + c2, unit.n, g.wide, rb);
   }
 }
 
 // --- MLP activations -----------------------------------------------------------------------------
 
-__global__ void gated_forward_bf16_kernel(ActivationCode act, const __nv_bfloat16* pre,
-                                          __nv_bfloat16* h, std::size_t rows, std::size_t inner) {
-  for (std::size_t e = global_index(); e < rows * inner; e += grid_stride()) {
-    const __nv_bfloat16* gate = pre + (e / inner) * 2 * inner + e % inner;
-    store(h + e, activate(act, load(gate)) * load(gate + inner));
-  }
+__global__ void gated_forward_bf16_kernel(ActivationCode act, const bf16* pre, bf16* h,
+                                          std::size_t rows, unsigned inner, bool wide) {
+  for_each_row_chunk(rows, inner, [&](std::size_t r, unsigned c, unsigned n) {
+    const bf16* gate = pre + r * 2 * inner + c;
+    float g[kChunk], up[kChunk], out[kChunk];
+    load_chunk(gate, n, wide, g);
+    load_chunk(gate + inner, n, wide, up);
+    for (unsigned j = 0; j < kChunk; ++j) out[j] = activate(act, g[j]) * up[j];
+    store_chunk(h + r * inner + c, n, wide, out);
+  });
 }
 
-__global__ void gated_backward_bf16_kernel(ActivationCode act, const __nv_bfloat16* dh,
-                                           const __nv_bfloat16* pre, __nv_bfloat16* dpre,
-                                           std::size_t rows, std::size_t inner) {
-  for (std::size_t e = global_index(); e < rows * inner; e += grid_stride()) {
-    const std::size_t at = (e / inner) * 2 * inner + e % inner;
-    const float gate = load(pre + at);
-    const float up = load(pre + at + inner);
-    const float g = load(dh + e);
-    store(dpre + at, g * up * derivative(act, gate));
-    store(dpre + at + inner, g * activate(act, gate));
-  }
+__global__ void gated_backward_bf16_kernel(ActivationCode act, const bf16* dh, const bf16* pre,
+                                           bf16* dpre, std::size_t rows, unsigned inner,
+                                           bool wide) {
+  for_each_row_chunk(rows, inner, [&](std::size_t r, unsigned c, unsigned n) {
+    const std::size_t at = r * 2 * inner + c;
+    float gate[kChunk], up[kChunk], g[kChunk], dgate[kChunk], dup[kChunk];
+    load_chunk(pre + at, n, wide, gate);
+    load_chunk(pre + at + inner, n, wide, up);
+    load_chunk(dh + r * inner + c, n, wide, g);
+    for (unsigned j = 0; j < kChunk; ++j) {
+      dgate[j] = g[j] * up[j] * derivative(act, gate[j]);
+      dup[j] = g[j] * activate(act, gate[j]);
+    }
+    store_chunk(dpre + at, n, wide, dgate);
+    store_chunk(dpre + at + inner, n, wide, dup);
+  });
 }
 
-__global__ void plain_forward_bf16_kernel(ActivationCode act, const __nv_bfloat16* pre,
-                                          __nv_bfloat16* h, std::size_t count) {
-  for (std::size_t e = global_index(); e < count; e += grid_stride()) {
-    store(h + e, activate(act, load(pre + e)));
-  }
+__global__ void plain_forward_bf16_kernel(ActivationCode act, const bf16* pre, bf16* h,
+                                          std::size_t count, bool wide) {
+  for_each_chunk(count, [&](std::size_t first, unsigned n) {
+    float x[kChunk], out[kChunk];
+    load_chunk(pre + first, n, wide, x);
+    for (unsigned j = 0; j < kChunk; ++j) out[j] = activate(act, x[j]);
+    store_chunk(h + first, n, wide, out);
+  });
 }
 
-__global__ void plain_backward_bf16_kernel(ActivationCode act, const __nv_bfloat16* dh,
-                                           const __nv_bfloat16* pre, __nv_bfloat16* dpre,
-                                           std::size_t count) {
-  for (std::size_t e = global_index(); e < count; e += grid_stride()) {
-    store(dpre + e, load(dh + e) * derivative(act, load(pre + e)));
-  }
+__global__ void plain_backward_bf16_kernel(ActivationCode act, const bf16* dh, const bf16* pre,
+                                           bf16* dpre, std::size_t count, bool wide) {
+  for_each_chunk(count, [&](std::size_t first, unsigned n) {
+    float g[kChunk], x[kChunk], out[kChunk];
+    load_chunk(dh + first, n, wide, g);
+    load_chunk(pre + first, n, wide, x);
+    for (unsigned j = 0; j < kChunk; ++j) out[j] = g[j] * derivative(act, x[j]);
+    store_chunk(dpre + first, n, wide, out);
+  });
 }
 
 struct Bf16ColumnTerm {
-  const __nv_bfloat16* m;
+  const bf16* m;
   std::size_t ld;
   __device__ void operator()(std::size_t r, std::size_t c, float (&sums)[1]) const {
-    sums[0] += load(m + r * ld + c);
+    sums[0] += __bfloat162float(m[r * ld + c]);
   }
 };
 
@@ -212,22 +231,29 @@ __device__ SoftmaxSum combine(SoftmaxSum a, SoftmaxSum b) {
   return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
 }
 
-// One block per row: each thread folds its strided logits, the warps combine by butterflies and
-// warp 0 combines the eight warps in order.
+// A logit folded into a running pair with one exp.
+__device__ void fold(SoftmaxSum& part, float x) {
+  if (x > part.max) {
+    part.sum = part.sum * expf(part.max - x) + 1.0f;
+    part.max = x;
+  } else {
+    part.sum += expf(x - part.max);
+  }
+}
+
+// One block per row: each thread folds its chunks of 8 logits (threads 256 chunks apart), the
+// warps combine by butterflies and warp 0 combines the eight warps in order.
 __global__ void cross_entropy_forward_kernel(const float* logits, const std::int32_t* targets,
                                              const float* weights, float* lse, double* row_loss,
-                                             std::size_t vocab) {
+                                             unsigned vocab, bool wide) {
   const std::size_t r = blockIdx.x;
   const float* row = logits + r * vocab;
   SoftmaxSum part{-INFINITY, 0.0f};
-  for (std::size_t i = threadIdx.x; i < vocab; i += kThreads) {  // one exp per logit
-    const float x = row[i];
-    if (x > part.max) {
-      part.sum = part.sum * expf(part.max - x) + 1.0f;
-      part.max = x;
-    } else {
-      part.sum += expf(x - part.max);
-    }
+  for (unsigned c = threadIdx.x * kChunk; c < vocab; c += kThreads * kChunk) {
+    const unsigned n = min(vocab - c, kChunk);
+    float x[kChunk];
+    load_chunk(row + c, n, wide, x);
+    for (unsigned j = 0; j < n; ++j) fold(part, x[j]);
   }
   for (unsigned offset = kWarp / 2; offset > 0; offset /= 2) {
     const SoftmaxSum other{__shfl_xor_sync(0xffffffffu, part.max, offset),
@@ -247,26 +273,32 @@ __global__ void cross_entropy_forward_kernel(const float* logits, const std::int
       weights[r] == 0.0f ? 0.0 : static_cast<double>(row_lse) - static_cast<double>(target_logit);
 }
 
-// Blocks over (column tiles of the vocabulary, rows): no division per element.
+// Rows in y, a row's chunks in x: no division per element.
 __global__ void cross_entropy_backward_kernel(const float* logits, const float* lse,
                                               const std::int32_t* targets, const float* weights,
-                                              float inv_weight, __nv_bfloat16* dlogits,
-                                              std::size_t rows, std::size_t vocab) {
-  for (std::size_t r = blockIdx.y; r < rows; r += gridDim.y) {
+                                              float inv_weight, bf16* dlogits, std::size_t rows,
+                                              unsigned vocab, bool wide) {
+  for_each_row_chunk(rows, vocab, [&](std::size_t r, unsigned c, unsigned n) {
     const float scale = weights[r] * inv_weight;
     const float row_lse = lse[r];
-    const auto target = static_cast<std::size_t>(targets[r]);
-    const float* row = logits + r * vocab;
-    __nv_bfloat16* drow = dlogits + r * vocab;
-    for (std::size_t i = global_index(); i < vocab; i += grid_stride()) {
+    const auto target = static_cast<unsigned>(targets[r]);
+    float x[kChunk], d[kChunk];
+    load_chunk(logits + r * vocab + c, n, wide, x);
+    for (unsigned j = 0; j < kChunk; ++j) {
       float value = 0.0f;
       if (scale != 0.0f) {
-        value = expf(row[i] - row_lse) * scale;
-        if (i == target) value -= scale;
+        value = expf(x[j] - row_lse) * scale;
+        if (c + j == target) value -= scale;
       }
-      store(drow + i, value);
+      d[j] = value;
     }
-  }
+    store_chunk(dlogits + r * vocab + c, n, wide, d);
+  });
+}
+
+// Whether a row width (or a flat count's chunk index) fits the kernels' 32-bit columns.
+bool fits(std::size_t cols) {
+  return cols < kMaxRowElements;
 }
 
 }  // namespace
@@ -274,7 +306,8 @@ __global__ void cross_entropy_backward_kernel(const float* logits, const float* 
 cudaError_t round_to_bf16(const float* src, __nv_bfloat16* dst, std::size_t count,
                           cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  round_to_bf16_kernel<<<elementwise_blocks(count), kThreads, 0, stream>>>(src, dst, count);
+  round_to_bf16_kernel<<<flat_blocks(count), kThreads, 0, stream>>>(src, dst, count,
+                                                                    wide_access({src, dst}, {}));
   return cudaGetLastError();
 }
 
@@ -282,43 +315,67 @@ cudaError_t widen_to_fp32(const __nv_bfloat16* src, std::size_t ld_src, float* d
                           std::size_t ld_dst, std::size_t rows, std::size_t cols,
                           cudaStream_t stream) {
   if (rows * cols == 0) return cudaSuccess;
-  widen_to_fp32_kernel<<<elementwise_blocks(rows * cols), kThreads, 0, stream>>>(
-      src, ld_src, dst, ld_dst, rows, cols);
+  if (!fits(cols)) return cudaErrorInvalidValue;
+  const detail::ChunkLaunch launch = row_launch(rows, cols);
+  widen_to_fp32_kernel<<<launch.grid, launch.threads, 0, stream>>>(
+      src, ld_src, dst, ld_dst, rows, static_cast<unsigned>(cols),
+      wide_access({src, dst}, {ld_src, ld_dst}));
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_add_row_bias(T* d, std::size_t ld, std::size_t rows, std::size_t cols,
+                                const T* bias, cudaStream_t stream) {
+  if (rows * cols == 0) return cudaSuccess;
+  if (!fits(cols)) return cudaErrorInvalidValue;
+  const detail::ChunkLaunch launch = row_launch(rows, cols);
+  add_row_bias_kernel<<<launch.grid, launch.threads, 0, stream>>>(
+      d, ld, rows, static_cast<unsigned>(cols), bias, wide_access({d, bias}, {ld}));
   return cudaGetLastError();
 }
 
 cudaError_t add_row_bias(float* d, std::size_t ld, std::size_t rows, std::size_t cols,
                          const float* bias, cudaStream_t stream) {
-  if (rows * cols == 0) return cudaSuccess;
-  add_row_bias_kernel<<<elementwise_blocks(rows * cols), kThreads, 0, stream>>>(d, ld, rows, cols,
-                                                                                bias);
-  return cudaGetLastError();
+  return launch_add_row_bias(d, ld, rows, cols, bias, stream);
 }
 
 cudaError_t add_row_bias(__nv_bfloat16* d, std::size_t ld, std::size_t rows, std::size_t cols,
                          const __nv_bfloat16* bias, cudaStream_t stream) {
-  if (rows * cols == 0) return cudaSuccess;
-  add_row_bias_kernel<<<elementwise_blocks(rows * cols), kThreads, 0, stream>>>(d, ld, rows, cols,
-                                                                                bias);
-  return cudaGetLastError();
+  return launch_add_row_bias(d, ld, rows, cols, bias, stream);
 }
 
-cudaError_t norm_forward_bf16(const float* x, const float* weight, const float* bias,
-                              __nv_bfloat16* y, float* mean, float* rstd, std::size_t rows,
-                              std::size_t dim, float eps, cudaStream_t stream) {
-  if (rows == 0) return cudaSuccess;
-  norm_forward_bf16_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(x, weight, bias, y, mean,
-                                                                      rstd, rows, dim, eps);
-  return cudaGetLastError();
+namespace {
+
+// The rotated heads' geometry; false when a row is too wide for 32-bit columns.
+bool rope_rows(std::size_t ld, std::size_t rows, std::size_t heads, std::size_t half,
+               const std::uint32_t* row_positions, const float* cos, const float* sin,
+               const void* x, const void* out, RopeRows& g) {
+  if (!fits(ld) || !fits(2 * heads * half)) return false;
+  const std::size_t head_chunks = chunks_of(half);
+  g = RopeRows{ld,
+               rows,
+               static_cast<unsigned>(half),
+               static_cast<unsigned>(head_chunks),
+               static_cast<unsigned>(heads * head_chunks),
+               row_positions,
+               cos,
+               sin,
+               wide_access({x, out, cos, sin}, {ld, half})};
+  return true;
 }
+
+}  // namespace
 
 cudaError_t rope_forward_bf16(__nv_bfloat16* x, std::size_t ld, std::size_t rows, std::size_t heads,
                               std::size_t half, const std::uint32_t* row_positions,
                               const float* cos, const float* sin, cudaStream_t stream) {
-  const std::size_t count = rows * heads * half;
-  if (count == 0) return cudaSuccess;
-  rope_forward_bf16_kernel<<<elementwise_blocks(count), kThreads, 0, stream>>>(
-      x, ld, rows, heads, half, row_positions, cos, sin);
+  if (rows * heads * half == 0) return cudaSuccess;
+  RopeRows g{};
+  if (!rope_rows(ld, rows, heads, half, row_positions, cos, sin, x, nullptr, g)) {
+    return cudaErrorInvalidValue;
+  }
+  const detail::ChunkLaunch launch = detail::chunk_launch(rows, g.rotated_units);
+  rope_forward_bf16_kernel<<<launch.grid, launch.threads, 0, stream>>>(x, g);
   return cudaGetLastError();
 }
 
@@ -327,18 +384,26 @@ cudaError_t rope_backward_to_bf16(float* dx, __nv_bfloat16* out, std::size_t ld,
                                   const std::uint32_t* row_positions, const float* cos,
                                   const float* sin, cudaStream_t stream) {
   if (2 * heads * half > cols) return cudaErrorInvalidValue;
-  const std::size_t count = rows * (cols - heads * half);
-  if (count == 0) return cudaSuccess;
-  rope_backward_to_bf16_kernel<<<elementwise_blocks(count), kThreads, 0, stream>>>(
-      dx, out, ld, rows, cols, heads, half, row_positions, cos, sin);
+  if (rows * (cols - heads * half) == 0) return cudaSuccess;
+  RopeRows g{};
+  if (!fits(cols) || !rope_rows(ld, rows, heads, half, row_positions, cos, sin, dx, out, g)) {
+    return cudaErrorInvalidValue;
+  }
+  const auto copy_first = static_cast<unsigned>(2 * heads * half);
+  const std::size_t units = g.rotated_units + chunks_of(cols - copy_first);
+  const detail::ChunkLaunch launch = detail::chunk_launch(rows, units);
+  rope_backward_to_bf16_kernel<<<launch.grid, launch.threads, 0, stream>>>(
+      dx, out, g, copy_first, static_cast<unsigned>(cols));
   return cudaGetLastError();
 }
 
 cudaError_t gated_forward_bf16(ActivationCode act, const __nv_bfloat16* pre, __nv_bfloat16* h,
                                std::size_t rows, std::size_t inner, cudaStream_t stream) {
   if (rows * inner == 0) return cudaSuccess;
-  gated_forward_bf16_kernel<<<elementwise_blocks(rows * inner), kThreads, 0, stream>>>(act, pre, h,
-                                                                                       rows, inner);
+  if (!fits(2 * inner)) return cudaErrorInvalidValue;
+  const detail::ChunkLaunch launch = row_launch(rows, inner);
+  gated_forward_bf16_kernel<<<launch.grid, launch.threads, 0, stream>>>(
+      act, pre, h, rows, static_cast<unsigned>(inner), wide_access({pre, h}, {inner}));
   return cudaGetLastError();
 }
 
@@ -346,15 +411,19 @@ cudaError_t gated_backward_bf16(ActivationCode act, const __nv_bfloat16* dh,
                                 const __nv_bfloat16* pre, __nv_bfloat16* dpre, std::size_t rows,
                                 std::size_t inner, cudaStream_t stream) {
   if (rows * inner == 0) return cudaSuccess;
-  gated_backward_bf16_kernel<<<elementwise_blocks(rows * inner), kThreads, 0, stream>>>(
-      act, dh, pre, dpre, rows, inner);
+  if (!fits(2 * inner)) return cudaErrorInvalidValue;
+  const detail::ChunkLaunch launch = row_launch(rows, inner);
+  gated_backward_bf16_kernel<<<launch.grid, launch.threads, 0, stream>>>(
+      act, dh, pre, dpre, rows, static_cast<unsigned>(inner),
+      wide_access({dh, pre, dpre}, {inner}));
   return cudaGetLastError();
 }
 
 cudaError_t plain_forward_bf16(ActivationCode act, const __nv_bfloat16* pre, __nv_bfloat16* h,
                                std::size_t count, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  plain_forward_bf16_kernel<<<elementwise_blocks(count), kThreads, 0, stream>>>(act, pre, h, count);
+  plain_forward_bf16_kernel<<<flat_blocks(count), kThreads, 0, stream>>>(act, pre, h, count,
+                                                                         wide_access({pre, h}, {}));
   return cudaGetLastError();
 }
 
@@ -362,8 +431,8 @@ cudaError_t plain_backward_bf16(ActivationCode act, const __nv_bfloat16* dh,
                                 const __nv_bfloat16* pre, __nv_bfloat16* dpre, std::size_t count,
                                 cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  plain_backward_bf16_kernel<<<elementwise_blocks(count), kThreads, 0, stream>>>(act, dh, pre, dpre,
-                                                                                 count);
+  plain_backward_bf16_kernel<<<flat_blocks(count), kThreads, 0, stream>>>(
+      act, dh, pre, dpre, count, wide_access({dh, pre, dpre}, {}));
   return cudaGetLastError();
 }
 
@@ -376,8 +445,10 @@ cudaError_t cross_entropy_forward(const float* logits, const std::int32_t* targe
                                   const float* weights, float* lse, double* row_loss,
                                   std::size_t rows, std::size_t vocab, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
+  if (!fits(vocab) || !fits(rows)) return cudaErrorInvalidValue;
   cross_entropy_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      logits, targets, weights, lse, row_loss, vocab);
+      logits, targets, weights, lse, row_loss, static_cast<unsigned>(vocab),
+      wide_access({logits}, {vocab}));
   return cudaGetLastError();
 }
 
@@ -386,12 +457,11 @@ cudaError_t cross_entropy_backward(const float* logits, const float* lse,
                                    float inv_weight, __nv_bfloat16* dlogits, std::size_t rows,
                                    std::size_t vocab, cudaStream_t stream) {
   if (rows * vocab == 0) return cudaSuccess;
-  constexpr std::size_t kMaxRowBlocks = 65535;  // gridDim.y's limit; rows stride beyond
-  const dim3 grid(static_cast<unsigned>(std::min<std::size_t>(
-                      (vocab + 4 * kThreads - 1) / (4 * kThreads), kMaxBlocks)),
-                  static_cast<unsigned>(std::min(rows, kMaxRowBlocks)));
-  cross_entropy_backward_kernel<<<grid, kThreads, 0, stream>>>(logits, lse, targets, weights,
-                                                               inv_weight, dlogits, rows, vocab);
+  if (!fits(vocab)) return cudaErrorInvalidValue;
+  const detail::ChunkLaunch launch = row_launch(rows, vocab);
+  cross_entropy_backward_kernel<<<launch.grid, launch.threads, 0, stream>>>(
+      logits, lse, targets, weights, inv_weight, dlogits, rows, static_cast<unsigned>(vocab),
+      wide_access({logits, dlogits}, {vocab}));
   return cudaGetLastError();
 }
 

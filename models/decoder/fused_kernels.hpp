@@ -4,9 +4,13 @@
 // bf16 path reuses those whose inputs stay fp32 (the norm backward, the embedding, column sums).
 //
 // Rounding: every bf16 store rounds to nearest even (__float2bfloat16_rn).
-// Determinism: no atomics. Row-wise kernels give each row one warp (the norms) or one block (the
-// loss) and combine partial results in a fixed butterfly / tree order; element-wise kernels
-// compute each output from its own inputs only.
+// Determinism: no atomics. Row-wise kernels give each row one warp (the norms, fused_norms.cu)
+// or one block (the loss) and combine partial results in a fixed butterfly / tree order;
+// element-wise kernels compute each output from its own inputs only.
+// Memory: made to run at memory bandwidth (strata-kernel-bench times each against a
+// device-to-device copy): 16-byte accesses where the pointers and row strides allow, element by
+// element otherwise (vector_access.cuh), the same results either way; 32-bit column indices
+// (rows or row widths of 2³¹ elements or more are refused with cudaErrorInvalidValue).
 // Profiler classes (tiers/device/gpu_profile.hpp sorts kernels by name): the loss kernels carry
 // "cross_entropy" in their names, everything else here is element-wise.
 // Each launcher returns cudaGetLastError() (cudaSuccess for empty work). Only CUDA-side sources
@@ -43,6 +47,19 @@ cudaError_t add_row_bias(__nv_bfloat16* d, std::size_t ld, std::size_t rows, std
 cudaError_t norm_forward_bf16(const float* x, const float* weight, const float* bias,
                               __nv_bfloat16* y, float* mean, float* rstd, std::size_t rows,
                               std::size_t dim, float eps, cudaStream_t stream);
+
+// The backward of norm_forward_bf16 on the residual stream's gradient, over fp32 dy (d_norm) and
+// the norm's fp32 input x [rows × dim] (mean null: RMSNorm): dx (+)= dL/dx, dx_bf16 = bf16(dx)
+// (the copy the next products read, rounded in the same pass), dweight (and dbias, LayerNorm)
+// overwritten: rms_norm_backward / layer_norm_backward's formulas (each lane sums its elements in
+// fused_norms.cu's order) followed by cast_to_bf16, in one pass over the rows.
+// kOverwrite writes dx as if it had been zeroed first (the head's, the first into d_resid).
+enum class DxUpdate : std::uint8_t { kOverwrite, kAccumulate };
+cudaError_t norm_backward_bf16(const float* dy, const float* x, const float* mean,
+                               const float* rstd, const float* weight, float* dx,
+                               __nv_bfloat16* dx_bf16, float* dweight, float* dbias,
+                               std::size_t rows, std::size_t dim, DxUpdate update,
+                               cudaStream_t stream);
 
 // RoPE in place on the first `heads` heads of each bf16 row of x [rows × ld] (q's heads then
 // k's: they are adjacent in the q | k | v rows, so one launch rotates both); head h at columns
