@@ -17,8 +17,8 @@ arch=${GPU_ARCH:-90}
 build=build/gpu
 out=.gpu-bundle
 targets=(strata strata-finetune strata-make-tiny-model strata-eval strata-generate strata-attention-bench
-         strata_tiers_tests strata_runtime_tests strata_gpt_tests strata_finetune_tests
-         strata_llm_model_tests strata_llm_tests)
+         strata-kernel-bench strata_tiers_tests strata_runtime_tests strata_gpt_tests
+         strata_finetune_tests strata_llm_model_tests strata_llm_tests)
 
 ./scripts/install-deps.sh
 launcher=()

@@ -8,7 +8,8 @@
 # Sections, in the order they run (GPU_CHECK_ONLY="tests bench" runs a subset):
 #  tests      every CUDA test of every suite (filter *Cuda*:*cuda*:*Nccl*); fails if any skips
 #  bench      pinned h2d/d2h GB/s, `strata bench step --device cuda` (optimizer on host and NVMe),
-#             the GPU optimizer and attention kernels' timings where this build has them
+#             the GPU optimizer and attention kernels' timings where this build has them, and the
+#             bf16 decoder's element-wise, norm and loss kernels' GB/s against a device copy
 #  llama      a 1.08 B Llama folder (hidden 2048, 24 layers, 16/4 heads, inner 5632), seq 1024 x 8:
 #             strata all on the GPU and optimizer on the host, next to PyTorch + transformers
 #             (sdpa, bf16 autocast, fused AdamW, all on the GPU) and FSDP2 + CPUOffloadPolicy
@@ -107,8 +108,9 @@ else
   build=build/gpu-check
   cmake --preset release -B "$build" -DSTRATA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=native >/dev/null
   cmake --build "$build" -j "$(nproc)" --target strata strata-finetune strata-make-tiny-model \
-    strata-eval strata-generate strata-attention-bench strata_tiers_tests strata_runtime_tests \
-    strata_gpt_tests strata_finetune_tests strata_llm_model_tests strata_llm_tests || exit 1
+    strata-eval strata-generate strata-attention-bench strata-kernel-bench strata_tiers_tests \
+    strata_runtime_tests strata_gpt_tests strata_finetune_tests strata_llm_model_tests \
+    strata_llm_tests || exit 1
   data_dir=/usr/share/common-licenses
 fi
 strata="$build/runtime/strata"
@@ -172,7 +174,7 @@ fi
 # --- bench ---
 if wanted bench; then
   stamp bench
-  benches=${GPU_CHECK_BENCH:-device step attention}  # a subset for a short lease
+  benches=${GPU_CHECK_BENCH:-device step attention kernels}  # a subset for a short lease
   if [[ $benches == *device* ]]; then
     "$strata" bench device --device "$device" --mib 256 --iterations 20 \
       --optimizer-params "$([[ $device == cuda ]] && echo 1.08e9 || echo 1e7)" | tee "$work/device.log"
@@ -220,6 +222,25 @@ EOF
       done
   else
     fail "attention bench"; tail -n 20 "$work/attention.log"
+  fi
+  # The bf16 decoder's element-wise, norm and loss kernels one by one on the 1.08 B Llama's shape
+  # (8192 rows, hidden 2048, inner 5632, 16/4 heads of 128; the loss on one chunk of a 32000 and
+  # a 128256 vocabulary), lines "kernel-bench: <kernel> ms <ms> MB <MB> GB/s <GB/s> of-copy <f>"
+  # (f: the fraction of the same run's device-to-device copy GB/s), then a step estimate per
+  # vocabulary (each kernel's time x its calls in one step).
+  if [[ $benches != *kernels* ]]; then
+    :
+  elif [[ $device != cuda ]]; then
+    note "kernel bench: skipped (it needs a GPU)"
+  elif timeout 120 "$build/examples/llm/strata-kernel-bench" --iterations 20 --warmup 3 \
+      >"$work/kernels.log" 2>&1; then
+    cat "$work/kernels.log"
+    grep -E '^kernel-bench: [a-z_0-9]+ ms ' "$work/kernels.log" |
+      while read -r _ kernel _ ms _ mb _ gbps _ of_copy; do
+        note "kernel $kernel (1.08 B Llama shape): $ms ms, $mb MB, $gbps GB/s, $of_copy of the d2d copy"
+      done
+  else
+    fail "kernel bench"; tail -n 20 "$work/kernels.log"
   fi
 fi
 
@@ -407,7 +428,7 @@ if wanted sanitizer; then
   # The optimizer's large sizes (millions of elements x 324 cases) would take most of the time
   # under memcheck; its small sizes run every kernel, aligned and not, with guards around arrays.
   sanitize memcheck tests/tiers/strata_tiers_tests "$cuda_filter-*LargeSizes*"
-  sanitize memcheck tests/models/llm/strata_llm_model_tests '*DecoderCuda*:*FlashAttentionCuda*'
+  sanitize memcheck tests/models/llm/strata_llm_model_tests '*DecoderCuda*:*FlashAttentionCuda*:*FusedKernelsCuda*'
   sanitize memcheck tests/models/strata_gpt_tests "$cuda_filter"
   sanitize racecheck tests/tiers/strata_tiers_tests \
     'Backends/DeviceCastTest.*/cuda:Backends/DeviceTest.*Accumulate*/cuda:CudaOptimizer/OptimizerMatrix.*int8*grad_bf16_out_bf16:Backends/DeviceSumOfSquaresTest.*/cuda'

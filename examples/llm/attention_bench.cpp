@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/llm/cuda_event_timer.hpp"
 #include "models/decoder/cuda_device_array.hpp"
 #include "models/decoder/decoder_cuda_kernels.hpp"
 #include "models/decoder/flash_attention.hpp"
@@ -37,43 +38,9 @@ namespace {
 namespace cuda = strata::llm::cuda;
 
 using cuda::DeviceArray;
-void check(cudaError_t result, const char* call) { cuda::check_cuda(result, call); }
-
-// Two events around a launch sequence on the default stream.
-class Timer {
- public:
-  Timer() {
-    check(cudaEventCreate(&start_), "cudaEventCreate");
-    check(cudaEventCreate(&stop_), "cudaEventCreate");
-  }
-  ~Timer() {
-    cudaEventDestroy(start_);
-    cudaEventDestroy(stop_);
-  }
-  Timer(const Timer&) = delete;
-  Timer& operator=(const Timer&) = delete;
-
-  // The median milliseconds of `iterations` runs after `warmup` untimed ones.
-  double median_ms(const std::function<void()>& launch, int warmup, int iterations) {
-    for (int i = 0; i < warmup; ++i) launch();
-    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    std::vector<double> times;
-    for (int i = 0; i < iterations; ++i) {
-      check(cudaEventRecord(start_, nullptr), "cudaEventRecord");
-      launch();
-      check(cudaEventRecord(stop_, nullptr), "cudaEventRecord");
-      check(cudaEventSynchronize(stop_), "cudaEventSynchronize");
-      float ms = 0;
-      check(cudaEventElapsedTime(&ms, start_, stop_), "cudaEventElapsedTime");
-      times.push_back(ms);
-    }
-    std::sort(times.begin(), times.end());
-    return times[times.size() / 2];
-  }
-
- private:
-  cudaEvent_t start_ = nullptr, stop_ = nullptr;
-};
+void check(cudaError_t result, const char* call) {
+  cuda::check_cuda(result, call);
+}
 
 struct Options {
   std::size_t sequences = 8, positions = 1024, heads = 16, kv_heads = 4, head_dim = 128;
@@ -228,7 +195,7 @@ int run(const Options& o) {
       prop.name, prop.major, prop.minor, o.sequences, o.positions, o.heads, o.kv_heads, o.head_dim,
       o.window == 0 ? std::string("causal") : fmt::format("window {}", o.window), o.iterations,
       o.warmup, forward_flops / 1e9, backward_flops / 1e9);
-  Timer timer;
+  strata::examples::EventTimer timer;
   const auto report = [&](const char* pass, const char* kernel, double flops,
                           const std::function<void()>& launch) {
     const double ms = timer.median_ms(launch, o.warmup, o.iterations);
