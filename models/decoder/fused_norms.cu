@@ -6,6 +6,8 @@
 // element from global memory where it is used, in the same order: both give the same bits.
 // The per-element arithmetic is decoder_cuda_kernels.cu's (the same fp32 operations in the same
 // order); the sums over a row are each lane's elements in group order, then warp_sum's butterfly.
+#include <type_traits>
+
 #include "models/decoder/column_reduce.cuh"
 #include "models/decoder/fused_kernels.hpp"
 #include "models/decoder/kernel_geometry.cuh"
@@ -220,14 +222,30 @@ __global__ void __launch_bounds__(kNormThreads) norm_backward_bf16_kernel(NormBa
   });
 }
 
-// The register groups a row of `dim` needs (4, 8, 16 or 32, at most `most`), or 0: the
-// element-wise form (a dim not a multiple of 4, a view not 16-byte aligned, a row too wide).
-int register_groups(std::size_t dim, bool aligned, int most) {
-  if (!aligned || dim % kGroup != 0) return 0;
-  for (int groups = 4; groups <= most; groups *= 2) {
-    if (dim <= static_cast<std::size_t>(groups) * kGroupSpan) return groups;
+// Calls launch(std::integral_constant<int, G>) with the register groups a row of `dim` needs
+// (G = 4, 8, 16 or 32, at most kMost), or G = 0: the element-wise form (a dim not a multiple of
+// 4, a view not 16-byte aligned, a row too wide).
+template <int kMost, class Launch>
+void with_register_groups(std::size_t dim, bool aligned, Launch launch) {
+  static_assert(kMost == 16 || kMost == 32);
+  const auto fits = [&](std::size_t groups) {
+    return aligned && dim % kGroup == 0 && dim <= groups * kGroupSpan;
+  };
+  if (fits(4)) {
+    launch(std::integral_constant<int, 4>{});
+  } else if (fits(8)) {
+    launch(std::integral_constant<int, 8>{});
+  } else if (fits(16)) {
+    launch(std::integral_constant<int, 16>{});
+  } else if constexpr (kMost >= 32) {
+    if (fits(32)) {
+      launch(std::integral_constant<int, 32>{});
+    } else {
+      launch(std::integral_constant<int, 0>{});
+    }
+  } else {
+    launch(std::integral_constant<int, 0>{});
   }
-  return 0;
 }
 
 bool rows_fit(std::size_t rows, std::size_t dim) {
@@ -245,23 +263,9 @@ cudaError_t norm_forward_bf16(const float* x, const float* weight, const float* 
       x, weight, bias, y, mean, rstd, static_cast<unsigned>(rows), static_cast<unsigned>(dim), eps};
   const bool aligned = detail::wide_access({x, weight, bias, y}, {});
   const unsigned blocks = norm_blocks(rows);
-  switch (register_groups(dim, aligned, kMaxForwardGroups)) {
-    case 4:
-      norm_forward_bf16_kernel<4><<<blocks, kNormThreads, 0, stream>>>(args);
-      break;
-    case 8:
-      norm_forward_bf16_kernel<8><<<blocks, kNormThreads, 0, stream>>>(args);
-      break;
-    case 16:
-      norm_forward_bf16_kernel<16><<<blocks, kNormThreads, 0, stream>>>(args);
-      break;
-    case 32:
-      norm_forward_bf16_kernel<32><<<blocks, kNormThreads, 0, stream>>>(args);
-      break;
-    default:
-      norm_forward_bf16_kernel<0><<<blocks, kNormThreads, 0, stream>>>(args);
-      break;
-  }
+  with_register_groups<kMaxForwardGroups>(dim, aligned, [&](auto groups) {
+    norm_forward_bf16_kernel<decltype(groups)::value><<<blocks, kNormThreads, 0, stream>>>(args);
+  });
   return cudaGetLastError();
 }
 
@@ -284,20 +288,9 @@ cudaError_t norm_backward_bf16(const float* dy, const float* x, const float* mea
                               update == DxUpdate::kAccumulate};
   const bool aligned = detail::wide_access({dy, x, weight, dx, dx_bf16}, {});
   const unsigned blocks = norm_blocks(rows);
-  switch (register_groups(dim, aligned, kMaxBackwardGroups)) {
-    case 4:
-      norm_backward_bf16_kernel<4><<<blocks, kNormThreads, 0, stream>>>(args);
-      break;
-    case 8:
-      norm_backward_bf16_kernel<8><<<blocks, kNormThreads, 0, stream>>>(args);
-      break;
-    case 16:
-      norm_backward_bf16_kernel<16><<<blocks, kNormThreads, 0, stream>>>(args);
-      break;
-    default:
-      norm_backward_bf16_kernel<0><<<blocks, kNormThreads, 0, stream>>>(args);
-      break;
-  }
+  with_register_groups<kMaxBackwardGroups>(dim, aligned, [&](auto groups) {
+    norm_backward_bf16_kernel<decltype(groups)::value><<<blocks, kNormThreads, 0, stream>>>(args);
+  });
   if (const cudaError_t error = cudaGetLastError(); error != cudaSuccess) return error;
   if (mean == nullptr) {
     return detail::column_reduce<1>(detail::RmsWeightTerm{dy, x, rstd, dim}, rows, dim, {{dweight}},
