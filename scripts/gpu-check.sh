@@ -235,7 +235,7 @@ EOF
   elif timeout 120 "$build/examples/llm/strata-kernel-bench" --iterations 20 --warmup 3 \
       >"$work/kernels.log" 2>&1; then
     cat "$work/kernels.log"
-    grep -E '^kernel-bench: [a-z_0-9]+ ms ' "$work/kernels.log" |
+    grep -E '^kernel-bench: [a-z_0-9]+ +ms ' "$work/kernels.log" |
       while read -r _ kernel _ ms _ mb _ gbps _ of_copy; do
         note "kernel $kernel (1.08 B Llama shape): $ms ms, $mb MB, $gbps GB/s, $of_copy of the d2d copy"
       done
