@@ -20,6 +20,7 @@ namespace strata::llm::cuda::detail {
 
 inline constexpr unsigned kReduceLanes = 32;
 inline constexpr unsigned kReduceWarps = 32;
+inline constexpr unsigned kReduceBatch = 8;  // rows a warp loads before adding them
 
 template <int N>
 struct ColumnOutputs {
@@ -35,7 +36,15 @@ __global__ void __launch_bounds__(kReduceLanes* kReduceWarps)
   const std::size_t column = static_cast<std::size_t>(blockIdx.x) * kReduceLanes + lane;
   float sums[N] = {};
   if (column < cols) {
-    for (std::size_t row = warp; row < rows; row += kReduceWarps) term(row, column, sums);
+    // kReduceBatch rows at a time with no branch between them, so that a warp has that many
+    // rows' loads in flight, not one row's (with one, the 2048 warps of a 2048-wide reduction
+    // waited on memory latency, not bandwidth); the adds stay in row order.
+    std::size_t row = warp;
+    for (; row + (kReduceBatch - 1) * kReduceWarps < rows; row += kReduceBatch * kReduceWarps) {
+#pragma unroll
+      for (unsigned b = 0; b < kReduceBatch; ++b) term(row + b * kReduceWarps, column, sums);
+    }
+    for (; row < rows; row += kReduceWarps) term(row, column, sums);
   }
   for (int i = 0; i < N; ++i) partial[i][warp][lane] = sums[i];
   __syncthreads();
