@@ -1,6 +1,6 @@
 // The bf16 decoder's norms (fused_kernels.hpp): one warp per row, the row read from global
 // memory once. Lane l takes the groups l, l + 32, l + 64, ... of 4 adjacent elements; a row of at
-// most 32·4·kGroups elements (a multiple of 4, every pointer 16-byte aligned) is loaded into
+// most 32·4·kGroups elements (a multiple of 4, its rows 16-byte aligned) is loaded into
 // registers as float4s, and the statistics and the outputs are computed from there. Other rows
 // (odd or wide dims, unaligned views) take the same kernel with kGroups = 0, which reads each
 // element from global memory where it is used, in the same order: both give the same bits.
@@ -114,7 +114,9 @@ struct NormForwardArgs {
   float eps;
 };
 
-template <int kGroups>
+// kWideParameters: weight and bias are read 16 bytes at once (a view the Engine hands may not be
+// 16-byte aligned; the rows, the decoder's own buffers, are).
+template <int kGroups, bool kWideParameters>
 __global__ void __launch_bounds__(kNormThreads) norm_forward_bf16_kernel(NormForwardArgs a) {
   constexpr bool kWide = kGroups > 0;
   const unsigned row = warp_row32();
@@ -143,10 +145,10 @@ __global__ void __launch_bounds__(kNormThreads) norm_forward_bf16_kernel(NormFor
   for_each_group<kGroups>(a.dim, [&](unsigned k, unsigned base, unsigned n) {
     float in[kGroup], w[kGroup], y[kGroup];
     x.get(k, base, n, in);
-    load_group<kWide>(a.weight, base, n, w);
+    load_group<kWideParameters>(a.weight, base, n, w);
     if (a.bias != nullptr) {
       float b[kGroup];
-      load_group<kWide>(a.bias, base, n, b);
+      load_group<kWideParameters>(a.bias, base, n, b);
       for (unsigned j = 0; j < kGroup; ++j) y[j] = (in[j] - mu) * s * w[j] + b[j];
     } else {
       for (unsigned j = 0; j < kGroup; ++j) y[j] = in[j] * s * w[j];
@@ -170,7 +172,7 @@ struct NormBackwardArgs {
 // dx (+)= rstd·(w·dy - x·rstd²·mean(w·dy·x)) (RMSNorm) or
 // rstd·(dxhat - mean(dxhat) - xhat·mean(dxhat·xhat)), dxhat = dy·w, xhat = (x - mu)·rstd
 // (LayerNorm); dx_bf16 = bf16(dx).
-template <int kGroups>
+template <int kGroups, bool kWideParameters>
 __global__ void __launch_bounds__(kNormThreads) norm_backward_bf16_kernel(NormBackwardArgs a) {
   constexpr bool kWide = kGroups > 0;
   const unsigned row = warp_row32();
@@ -187,7 +189,7 @@ __global__ void __launch_bounds__(kNormThreads) norm_backward_bf16_kernel(NormBa
     float gv[kGroup], in[kGroup], w[kGroup];
     g.get(k, base, n, gv);
     x.get(k, base, n, in);
-    load_group<kWide>(a.weight, base, n, w);
+    load_group<kWideParameters>(a.weight, base, n, w);
     for (unsigned j = 0; j < n; ++j) {
       if (a.mean == nullptr) {
         first += w[j] * gv[j] * in[j];
@@ -207,7 +209,7 @@ __global__ void __launch_bounds__(kNormThreads) norm_backward_bf16_kernel(NormBa
     float gv[kGroup], in[kGroup], w[kGroup], d[kGroup] = {};
     g.get(k, base, n, gv);
     x.get(k, base, n, in);
-    load_group<kWide>(a.weight, base, n, w);
+    load_group<kWideParameters>(a.weight, base, n, w);
     if (a.accumulate) load_group<kWide>(dx, base, n, d);
     for (unsigned j = 0; j < kGroup; ++j) {
       if (a.mean == nullptr) {
@@ -222,29 +224,38 @@ __global__ void __launch_bounds__(kNormThreads) norm_backward_bf16_kernel(NormBa
   });
 }
 
-// Calls launch(std::integral_constant<int, G>) with the register groups a row of `dim` needs
-// (G = 4, 8, 16 or 32, at most kMost), or G = 0: the element-wise form (a dim not a multiple of
-// 4, a view not 16-byte aligned, a row too wide).
+// Calls launch(std::integral_constant<int, G>, std::bool_constant<W>) with the register groups a
+// row of `dim` needs (G = 4, 8, 16 or 32, at most kMost; rows 16-byte aligned) or G = 0, the
+// element-wise form (a dim not a multiple of 4, unaligned rows, a row too wide), and W: whether
+// the parameters are read 16 bytes at once (G > 0 and parameters_aligned).
 template <int kMost, class Launch>
-void with_register_groups(std::size_t dim, bool aligned, Launch launch) {
+void with_register_groups(std::size_t dim, bool rows_aligned, bool parameters_aligned,
+                          Launch launch) {
   static_assert(kMost == 16 || kMost == 32);
+  const auto held = [&](auto groups) {
+    if (parameters_aligned) {
+      launch(groups, std::true_type{});
+    } else {
+      launch(groups, std::false_type{});
+    }
+  };
   const auto fits = [&](std::size_t groups) {
-    return aligned && dim % kGroup == 0 && dim <= groups * kGroupSpan;
+    return rows_aligned && dim % kGroup == 0 && dim <= groups * kGroupSpan;
   };
   if (fits(4)) {
-    launch(std::integral_constant<int, 4>{});
+    held(std::integral_constant<int, 4>{});
   } else if (fits(8)) {
-    launch(std::integral_constant<int, 8>{});
+    held(std::integral_constant<int, 8>{});
   } else if (fits(16)) {
-    launch(std::integral_constant<int, 16>{});
+    held(std::integral_constant<int, 16>{});
   } else if constexpr (kMost >= 32) {
     if (fits(32)) {
-      launch(std::integral_constant<int, 32>{});
+      held(std::integral_constant<int, 32>{});
     } else {
-      launch(std::integral_constant<int, 0>{});
+      launch(std::integral_constant<int, 0>{}, std::false_type{});
     }
   } else {
-    launch(std::integral_constant<int, 0>{});
+    launch(std::integral_constant<int, 0>{}, std::false_type{});
   }
 }
 
@@ -261,11 +272,14 @@ cudaError_t norm_forward_bf16(const float* x, const float* weight, const float* 
   if (!rows_fit(rows, dim)) return cudaErrorInvalidValue;
   const NormForwardArgs args{
       x, weight, bias, y, mean, rstd, static_cast<unsigned>(rows), static_cast<unsigned>(dim), eps};
-  const bool aligned = detail::wide_access({x, weight, bias, y}, {});
+  const bool aligned = detail::wide_access({x, y}, {});
   const unsigned blocks = norm_blocks(rows);
-  with_register_groups<kMaxForwardGroups>(dim, aligned, [&](auto groups) {
-    norm_forward_bf16_kernel<decltype(groups)::value><<<blocks, kNormThreads, 0, stream>>>(args);
-  });
+  with_register_groups<kMaxForwardGroups>(
+      dim, aligned, detail::wide_access({weight, bias}, {}),
+      [&](auto groups, auto wide_parameters) {
+        norm_forward_bf16_kernel<decltype(groups)::value, decltype(wide_parameters)::value>
+            <<<blocks, kNormThreads, 0, stream>>>(args);
+      });
   return cudaGetLastError();
 }
 
@@ -286,11 +300,13 @@ cudaError_t norm_backward_bf16(const float* dy, const float* x, const float* mea
                               static_cast<unsigned>(rows),
                               static_cast<unsigned>(dim),
                               update == DxUpdate::kAccumulate};
-  const bool aligned = detail::wide_access({dy, x, weight, dx, dx_bf16}, {});
+  const bool aligned = detail::wide_access({dy, x, dx, dx_bf16}, {});
   const unsigned blocks = norm_blocks(rows);
-  with_register_groups<kMaxBackwardGroups>(dim, aligned, [&](auto groups) {
-    norm_backward_bf16_kernel<decltype(groups)::value><<<blocks, kNormThreads, 0, stream>>>(args);
-  });
+  with_register_groups<kMaxBackwardGroups>(
+      dim, aligned, detail::wide_access({weight}, {}), [&](auto groups, auto wide_parameters) {
+        norm_backward_bf16_kernel<decltype(groups)::value, decltype(wide_parameters)::value>
+            <<<blocks, kNormThreads, 0, stream>>>(args);
+      });
   if (const cudaError_t error = cudaGetLastError(); error != cudaSuccess) return error;
   if (mean == nullptr) {
     return detail::column_reduce<1>(detail::RmsWeightTerm{dy, x, rstd, dim}, rows, dim, {{dweight}},

@@ -203,6 +203,13 @@ constexpr float kEps = 1e-5f;
 
 enum class NormKind { kRms, kLayer };
 
+// Elements the rows (x, dy, dx, y) and the parameters (weight, bias) start past alignment: rows
+// shifted take the element-wise kernel, parameters alone the register kernel's scalar loads.
+struct Shifts {
+  std::size_t rows, parameters;
+};
+constexpr Shifts kNormShifts[] = {{1, 1}, {0, 1}};
+
 struct NormForwardOut {
   std::vector<bf16> y;
   std::vector<float> mean, rstd;
@@ -210,10 +217,11 @@ struct NormForwardOut {
 
 NormForwardOut run_norm_forward(NormKind kind, const std::vector<float>& x,
                                 const std::vector<float>& w, const std::vector<float>& b,
-                                std::size_t dim, std::size_t shift) {
+                                std::size_t dim, Shifts shift) {
   const std::size_t rows = x.size() / dim;
-  Placed<float> dx(x, shift), dw(w, shift), db(b, shift), mean(rows, 0), rstd(rows, 0);
-  Placed<bf16> y(rows * dim, shift);
+  Placed<float> dx(x, shift.rows), dw(w, shift.parameters), db(b, shift.parameters);
+  Placed<float> mean(rows, 0), rstd(rows, 0);
+  Placed<bf16> y(rows * dim, shift.rows);
   check_cuda(norm_forward_bf16(dx.get(), dw.get(), kind == NormKind::kLayer ? db.get() : nullptr,
                                y.get(), mean.get(), rstd.get(), rows, dim, kEps, nullptr),
              "norm_forward_bf16");
@@ -240,11 +248,13 @@ TEST_F(FusedKernelsCuda, NormForwardMatchesDoubleOnEveryWidth) {
                    << "dim " << dim << (kind == NormKind::kRms ? " rms" : " ln"));
       const std::vector<float> x = random_floats(kNormRows * dim, dim, 2.0f);
       const std::vector<float> w = random_floats(dim, dim + 1), b = random_floats(dim, dim + 2);
-      const NormForwardOut aligned = run_norm_forward(kind, x, w, b, dim, 0);
-      const NormForwardOut shifted = run_norm_forward(kind, x, w, b, dim, 1);
-      EXPECT_TRUE(same_bits(aligned.y, shifted.y) && same_bits(aligned.mean, shifted.mean) &&
-                  same_bits(aligned.rstd, shifted.rstd))
-          << "the element-wise path differs from the register path";
+      const NormForwardOut aligned = run_norm_forward(kind, x, w, b, dim, {0, 0});
+      for (const Shifts shift : kNormShifts) {
+        const NormForwardOut other = run_norm_forward(kind, x, w, b, dim, shift);
+        EXPECT_TRUE(same_bits(aligned.y, other.y) && same_bits(aligned.mean, other.mean) &&
+                    same_bits(aligned.rstd, other.rstd))
+            << "rows shifted " << shift.rows << ", parameters " << shift.parameters;
+      }
       std::vector<double> want_y(x.size()), want_mean(kNormRows), want_rstd(kNormRows);
       for (std::size_t r = 0; r < kNormRows; ++r) {
         const auto [mu, s] = norm_statistics(kind, &x[r * dim], dim);
@@ -274,11 +284,13 @@ struct NormBackwardCase {
   std::vector<float> dy, x, w, dx0, mean, rstd;
 };
 
-NormBackwardOut run_norm_backward(const NormBackwardCase& c, DxUpdate update, std::size_t shift) {
+NormBackwardOut run_norm_backward(const NormBackwardCase& c, DxUpdate update, Shifts shifts) {
+  const std::size_t shift = shifts.rows;
   const std::size_t rows = c.x.size() / c.dim;
   const bool layer = c.kind == NormKind::kLayer;
   // kOverwrite must not read dx: it starts poisoned then.
-  Placed<float> dy(c.dy, shift), x(c.x, shift), w(c.w, shift), mean(c.mean, 0), rstd(c.rstd, 0);
+  Placed<float> dy(c.dy, shift), x(c.x, shift), w(c.w, shifts.parameters), mean(c.mean, 0);
+  Placed<float> rstd(c.rstd, 0);
   Placed<float> dx(
       update == DxUpdate::kAccumulate ? c.dx0 : std::vector<float>(c.dx0.size(), poison<float>()),
       shift);
@@ -340,12 +352,13 @@ TEST_F(FusedKernelsCuda, NormBackwardMatchesDoubleAndRoundsItsOwnDx) {
         c.mean.push_back(static_cast<float>(mu));
         c.rstd.push_back(static_cast<float>(s));
       }
-      const NormBackwardOut aligned = run_norm_backward(c, DxUpdate::kAccumulate, 0);
-      const NormBackwardOut shifted = run_norm_backward(c, DxUpdate::kAccumulate, 1);
-      EXPECT_TRUE(same_bits(aligned.dx, shifted.dx) &&
-                  same_bits(aligned.dx_bf16, shifted.dx_bf16) &&
-                  same_bits(aligned.dweight, shifted.dweight))
-          << "the element-wise path differs from the register path";
+      const NormBackwardOut aligned = run_norm_backward(c, DxUpdate::kAccumulate, {0, 0});
+      for (const Shifts shift : kNormShifts) {
+        const NormBackwardOut other = run_norm_backward(c, DxUpdate::kAccumulate, shift);
+        EXPECT_TRUE(same_bits(aligned.dx, other.dx) && same_bits(aligned.dx_bf16, other.dx_bf16) &&
+                    same_bits(aligned.dweight, other.dweight))
+            << "rows shifted " << shift.rows << ", parameters " << shift.parameters;
+      }
       EXPECT_TRUE(same_bits(aligned.dx_bf16, to_bf16(aligned.dx))) << "dx_bf16 is not bf16(dx)";
       std::vector<double> dx, dweight, dbias, magnitude;
       norm_backward_reference(c, dx, dweight, dbias, magnitude);
@@ -361,8 +374,9 @@ TEST_F(FusedKernelsCuda, NormBackwardMatchesDoubleAndRoundsItsOwnDx) {
       NormBackwardCase zeroed = c;
       std::fill(zeroed.dx0.begin(), zeroed.dx0.end(), 0.0f);
       for (const std::size_t shift : kShifts) {
-        const NormBackwardOut over = run_norm_backward(c, DxUpdate::kOverwrite, shift);
-        const NormBackwardOut add = run_norm_backward(zeroed, DxUpdate::kAccumulate, shift);
+        const NormBackwardOut over = run_norm_backward(c, DxUpdate::kOverwrite, {shift, shift});
+        const NormBackwardOut add =
+            run_norm_backward(zeroed, DxUpdate::kAccumulate, {shift, shift});
         EXPECT_TRUE(same_bits(over.dx, add.dx) && same_bits(over.dx_bf16, add.dx_bf16))
             << "kOverwrite, shift " << shift;
       }
