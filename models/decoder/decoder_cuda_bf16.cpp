@@ -14,8 +14,8 @@
 //     gradient is a sum over rows of d_resid. It costs 2 bytes per element more than bf16 on
 //     (layers + 1) · rows · hidden, a few percent of the activations. The products that read it
 //     read the norms' bf16 outputs; the adds ride in the products' epilogues (C = the stream).
-//     The products that read d_resid read a bf16 copy (d_resid_bf16_) rounded once after each
-//     norm backward.
+//     The products that read d_resid read a bf16 copy (d_resid_bf16_) that each norm backward
+//     rounds in the same pass that updates d_resid (norm_backward_bf16).
 //   - Products: bf16 operands, fp32 accumulation; bf16 outputs where the next reader is a bf16
 //     kernel or product (q | k | v, the MLP pre-activations, d_att, d_act), fp32 where the
 //     maths needs it: the residual stream, d_norm (read by the fp32 norm backward), the logits
