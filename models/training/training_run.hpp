@@ -111,7 +111,7 @@ void print_step(const Report& report, std::uint32_t ranks) {
   std::cout << fmt::format(
       "step {:4} | loss {:.4f} | lr {:.3g} | {:6.0f} tok/s | {:.2f} s: compute {:.2f}, gather "
       "wait {:.2f}, grads {:.2f}, optimizer exposed {:.2f} (io wait {:.2f}, adam {:.2f}) | nvme "
-      "r {} w {}{}{}{}{}{}{}{}\n",
+      "r {} w {}{}{}{}{}{}{}{}{}\n",
       report.step, report.loss, optimizer.lr,
       static_cast<double>(report.tokens * ranks) / report.total_s, report.total_s,
       report.compute_s, report.gather_wait_s, report.grads_s, optimizer.step_s,
@@ -140,6 +140,11 @@ void print_step(const Report& report, std::uint32_t ranks) {
       // [zero] defer_update: how much of it runs under the next forward.
       optimizer.deferred_groups > 0
           ? fmt::format(" | deferred to the next forward: {} sub-groups", optimizer.deferred_groups)
+          : std::string(),
+      // ... and how long this iteration waited for the last step's (its exposed part).
+      optimizer.deferred_wait_s > 0
+          ? fmt::format(" | waited {:.3f} s for the last step's deferred updates",
+                        optimizer.deferred_wait_s)
           : std::string(),
       // Gathers started before their unit was used (a CUDA device's copies and casts on its
       // streams; several ranks' all-gathers), gradient moves queued on the streams.

@@ -12,6 +12,7 @@
 //
 // The arithmetic is the step's own, with the coefficient and hyper-parameters fixed at step():
 // the parameters are bitwise those of the serial step.
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
 
@@ -72,11 +73,13 @@ void EngineState::wait_deferred(UnitId id) {
   submit_collected_starts();  // what it waits for may be among them
   start_deferred(id);
   bool failed = false;
+  const auto start = std::chrono::steady_clock::now();
   {
     std::unique_lock lock(deferred_mutex_);
     deferred_done_.wait(lock, [&] { return deferred_[id] != DeferredState::kRunning; });
     failed = deferred_[id] == DeferredState::kFailed;
   }
+  deferred_wait_s_ += seconds_since(start);
   if (failed) {
     worker_->wait_idle();  // rethrows the update's failure, the first time
     throw std::runtime_error(fmt::format("step {}'s update of unit '{}' failed earlier",
@@ -111,7 +114,7 @@ void EngineState::run_deferred(std::span<const UnitId> units) {
   };
   try {
     speculated_adam_s_ += run_pipeline(
-        units, deferred_scaling_, [&](UnitId id) { return deferred_hyper_[id]; }, {},
+        update_lanes_.get(), units, deferred_scaling_, [&](UnitId id) { return deferred_hyper_[id]; }, {},
         [&](UnitId id, std::size_t group, const std::byte* params) {
           hand_fresh_params(id, group, params);
           if (group + 1 == units_[id].groups.size()) {
@@ -134,7 +137,14 @@ void EngineState::complete_deferred() {
   if (!commit_due_) return;
   submit_collected_starts();
   for (UnitId id = 0; id < deferred_.size(); ++id) start_deferred(id);
-  worker_->wait_idle();  // every deferred update done and its writes drained; rethrows a failure
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    worker_->wait_idle();  // every deferred update done and its writes drained; rethrows a failure
+  } catch (...) {
+    deferred_wait_s_ += seconds_since(start);
+    throw;
+  }
+  deferred_wait_s_ += seconds_since(start);
   // A failure already reported (to the gather that waited for it) must not be committed: the
   // store keeps the previous step, and every later call says so.
   for (UnitId id = 0; id < deferred_.size(); ++id) {

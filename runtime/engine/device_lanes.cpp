@@ -67,39 +67,39 @@ std::byte* EngineState::device_staging_at(Kind kind, std::size_t slot) const {
          plan_.device_staging_offsets[static_cast<std::size_t>(kind)];
 }
 
-void EngineState::stage_in(UnitState& unit, std::size_t group, std::size_t slot,
-                           std::span<const Kind> kinds) {
-  if (!lanes_) return;
+void EngineState::stage_in(DeviceLanes* lanes, UnitState& unit, std::size_t group,
+                           std::size_t slot, std::span<const Kind> kinds) {
+  if (lanes == nullptr) return;
   // The slot's previous stage_out must have read it before it is refilled.
-  lanes_->d2h.wait(lanes_->staged_out[slot]);
+  lanes->d2h.wait(lanes->staged_out[slot]);
   // A sub-group the device updates in place stays where it is.
   const bool staged = !updates_on_device(unit);
   for (Kind kind : kinds) {
     if (!staged || !unit.has(kind) || unit.home(kind).residence() != Residence::kStagedDevice) {
       continue;
     }
-    lanes_->d2h.copy_to_host(device_staging_at(kind, slot), unit.home(kind).group_span(group));
+    lanes->d2h.copy_to_host(device_staging_at(kind, slot), unit.home(kind).group_span(group));
   }
   // Recorded even with nothing copied: waiting on it also means the slot's stage_out is done, so
   // Adam may write the slot.
-  lanes_->d2h.record(lanes_->staged_in[slot]);
+  lanes->d2h.record(lanes->staged_in[slot]);
 }
 
-void EngineState::wait_staged_in(std::size_t slot) {
-  if (lanes_) lanes_->staged_in[slot].wait();
+void EngineState::wait_staged_in(DeviceLanes* lanes, std::size_t slot) {
+  if (lanes != nullptr) lanes->staged_in[slot].wait();
 }
 
-void EngineState::stage_out(UnitState& unit, std::size_t group, std::size_t slot,
-                            std::span<const Kind> kinds) {
-  if (!lanes_) return;
+void EngineState::stage_out(DeviceLanes* lanes, UnitState& unit, std::size_t group,
+                            std::size_t slot, std::span<const Kind> kinds) {
+  if (lanes == nullptr) return;
   const bool staged = !updates_on_device(unit);
   for (Kind kind : kinds) {
     if (!staged || !unit.has(kind) || unit.home(kind).residence() != Residence::kStagedDevice) {
       continue;
     }
-    lanes_->h2d.copy_to_device(unit.home(kind).group_span(group), device_staging_at(kind, slot));
+    lanes->h2d.copy_to_device(unit.home(kind).group_span(group), device_staging_at(kind, slot));
   }
-  lanes_->h2d.record(lanes_->staged_out[slot]);
+  lanes->h2d.record(lanes->staged_out[slot]);
 }
 
 bool EngineState::updates_on_device(const UnitState& unit) const {
@@ -171,10 +171,10 @@ void EngineState::update_on_device(UnitState& unit, std::size_t group,
   ++device_updated_groups_;
 }
 
-void EngineState::finish_staging() {
-  if (!lanes_) return;
-  for (tiers::Event& event : lanes_->staged_in) event.wait();
-  for (tiers::Event& event : lanes_->staged_out) event.wait();
+void EngineState::finish_staging(DeviceLanes* lanes) {
+  if (lanes == nullptr) return;
+  for (tiers::Event& event : lanes->staged_in) event.wait();
+  for (tiers::Event& event : lanes->staged_out) event.wait();
 }
 
 void EngineState::all_gather_host(comm::ConstBuffer send, comm::MutableBuffer recv) {

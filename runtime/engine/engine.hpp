@@ -123,6 +123,11 @@ struct StepStats {
   // [zero] defer_update (runtime/engine/deferred_update.cpp): sub-groups whose update this step left to
   // the next forward's gathers (its commit follows the last of them).
   std::uint64_t deferred_groups = 0;
+  // The last step's deferred updates as the model met them since: seconds the Engine's thread
+  // waited for one (a gather of a unit whose update was still running, the completion before
+  // this step or a gradient). The exposed part of the deferred optimizer; zero when the next
+  // forward's compute hid them.
+  double deferred_wait_s = 0;
   // A step that did not speculate: sub-groups whose master and moments were read from NVMe during
   // the backward, before step() was called (the pipeline's first buffer_count - 1), so its first
   // update waits only for the gradient. With defer_update: the reads it handed to the updates it

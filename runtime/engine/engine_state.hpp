@@ -93,7 +93,8 @@ struct UnitState {
 
 // The streams and events of the staged data path (device memory not addressable by the CPU): one
 // stream per direction of copy and one for kernels, each with an event the host or another
-// stream waits on. Owned by the Engine's thread.
+// stream waits on. Each set is used by one thread: lanes_ by the Engine's, update_lanes_ by the
+// update worker's.
 struct DeviceLanes {
   explicit DeviceLanes(tiers::Device& device);
   tiers::Stream h2d;
@@ -343,10 +344,14 @@ class EngineState final : public tiers::ResidencyClient {
   // The pipeline over every sub-group of `units`; before_update (if set) sees each sub-group
   // just before its update, after_update just after it, with where its new parameters are when
   // they go to NVMe (else null); unit_done sees each unit once its last sub-group's new state is
-  // on its way home (device homes: queued on the h2d stream; NVMe: its writes issued).
+  // on its way home (device homes: queued on the h2d stream; NVMe: its writes issued). `lanes`
+  // stage device-homed state on the staged path (null on the direct path): the owner's lanes_,
+  // or the update worker's update_lanes_, after whose use a unit's new device state has arrived
+  // before after_update sees its last sub-group (the owner's streams are not ordered after them).
   // Returns the seconds spent in the CPU optimizer.
   using AfterUpdate = std::function<void(UnitId, std::size_t, const std::byte*)>;
-  double run_pipeline(std::span<const UnitId> units, const cpu_adam::GradScaling& scaling,
+  double run_pipeline(DeviceLanes* lanes, std::span<const UnitId> units,
+                      const cpu_adam::GradScaling& scaling,
                       const std::function<cpu_adam::Hyperparams(UnitId)>& hyper_of,
                       const std::function<void(UnitId, std::size_t)>& before_update = {},
                       const AfterUpdate& after_update = {},
@@ -416,15 +421,20 @@ class EngineState final : public tiers::ResidencyClient {
   void copy_to_host(void* host_dst, tiers::DeviceSpan src);
   // The optimizer's device-homed sub-groups go through the device staging, two slots so the d2h of
   // the next sub-group overlaps Adam on this one: stage_in (d2h, returns at once), wait_staged_in
-  // before Adam, stage_out (h2d, returns at once) after it, finish_staging at the step's end.
-  void stage_in(UnitState& unit, std::size_t group, std::size_t slot, std::span<const Kind> kinds);
-  void wait_staged_in(std::size_t slot);
-  void stage_out(UnitState& unit, std::size_t group, std::size_t slot, std::span<const Kind> kinds);
-  void finish_staging();
+  // before Adam, stage_out (h2d, returns at once) after it, finish_staging at the step's end. On
+  // the streams of `lanes` (lanes_ in step(), update_lanes_ on the update worker); each does
+  // nothing when it is null (the direct path). One pipeline at a time uses the slots.
+  void stage_in(DeviceLanes* lanes, UnitState& unit, std::size_t group, std::size_t slot,
+                std::span<const Kind> kinds);
+  void wait_staged_in(DeviceLanes* lanes, std::size_t slot);
+  void stage_out(DeviceLanes* lanes, UnitState& unit, std::size_t group, std::size_t slot,
+                 std::span<const Kind> kinds);
+  void finish_staging(DeviceLanes* lanes);
   std::byte* device_staging_at(Kind kind, std::size_t slot) const;
   // The staged path with every kind a sub-group's update reads and writes homed on the device
   // ([zero] optimizer = grads = params = "device"): the device's own optimizer op updates it in
-  // place (tiers::OptimizerOp, bitwise cpu_adam's), and stage_in / stage_out leave it alone.
+  // place (tiers::OptimizerOp, bitwise cpu_adam's), and stage_in / stage_out leave it alone. Such
+  // units are updated by step() itself (a few milliseconds on a GPU), never by the update worker.
   bool updates_on_device(const UnitState& unit) const;
   // That update of one sub-group on the compute stream, waited for; with fp32 parameters, the
   // new master copied (or cast) into them. hyper and scaling as for update_sub_group.
@@ -530,8 +540,12 @@ class EngineState final : public tiers::ResidencyClient {
   std::vector<cpu_adam::Hyperparams> deferred_hyper_;  // per unit, fixed by the step
   cpu_adam::GradScaling deferred_scaling_;
   bool commit_due_ = false;  // the last step deferred updates and commits when they are done
+  double deferred_wait_s_ = 0;  // the owner's, blocked on them since the last step (StepStats)
   std::mutex deferred_mutex_;
   std::condition_variable deferred_done_;
+  // The update worker's streams on the staged path: its stage_in / stage_out run beside the
+  // owner's gathers and gradient moves on lanes_, which belong to the owner's thread.
+  std::unique_ptr<DeviceLanes> update_lanes_;
   std::unique_ptr<UpdateWorker> worker_;
 };
 

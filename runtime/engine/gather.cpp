@@ -430,7 +430,10 @@ void EngineState::start_pending_gather(UnitState& unit, OwnSend own) {
 // in memory the home holds them (copied to their place now), from NVMe they were written to their
 // place (hand_fresh_params). The owner reads the flag only after the update is done.
 bool EngineState::sends_after_update(UnitId id) {
-  if (!sends_from_threads()) return false;
+  // Not on the staged path: there the gather receives into a pinned slot claimed at the load,
+  // and a device home's shard would be sent from a d2h copy on the owner's streams; such a
+  // unit's gather runs at wait_load, once its update is done.
+  if (!sends_from_threads() || !device_addressable_) return false;
   // Only an update not started yet: the worker reads the flag set here after it takes the unit.
   const std::lock_guard lock(deferred_mutex_);
   return deferred_[id] == DeferredState::kDue;

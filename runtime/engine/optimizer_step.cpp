@@ -306,6 +306,7 @@ void EngineState::start_pre_reads() {
   std::size_t item = 0;
   for (UnitId id = 0; id < units_.size() && item < count; ++id) {
     UnitState& unit = units_[id];
+    if (updates_on_device(unit)) continue;  // not in the CPU's pipeline (update_remaining)
     for (std::size_t g = 0; g < unit.groups.size() && item < count; ++g, ++item) {
       PreRead pre{item, id, g, {}, now};
       for (Kind kind : kReadKinds) {
@@ -410,12 +411,23 @@ void EngineState::optimizer_step(StepStats& stats) {
 void EngineState::update_remaining(const std::vector<UnitId>& remaining,
                                    const cpu_adam::Hyperparams& hyper,
                                    const cpu_adam::GradScaling& scaling, StepStats& stats) {
+  // Units the device updates in place (state homed on the GPU, [zero] optimizer_device_fraction)
+  // take a few milliseconds there: first, in a pipeline of their own, never deferred. The CPU's
+  // pipeline, and the state reads start_pre_reads began for it, number the other units alone.
+  std::vector<UnitId> on_device;
+  std::vector<UnitId> on_cpu;
+  for (UnitId id : remaining) (updates_on_device(units_[id]) ? on_device : on_cpu).push_back(id);
+  if (!on_device.empty()) {
+    stats.adam_s += run_pipeline(lanes_.get(), on_device, scaling, [&](UnitId unit) {
+      return unit_step_hyper(units_[unit], hyper);
+    });
+  }
   if (defers()) {
     // [zero] defer_update: the rest runs when the next forward gathers each unit
     // (deferred_update.cpp), the first of them from this prefetch on, as one batch: the pipeline
     // whose first items the backward's reads were made for (every unit is deferred after a step
     // that read ahead: it did not speculate).
-    defer_updates(remaining, hyper, scaling, stats);
+    defer_updates(on_cpu, hyper, scaling, stats);
     stats.pre_read_groups = hand_pre_reads_to_deferred();
     const CollectedStarts one_batch(*this);
     residency_->end_iteration();
@@ -423,10 +435,10 @@ void EngineState::update_remaining(const std::vector<UnitId>& remaining,
     const bool hand_over = config_.zero.overlap_optimizer;
     if (hand_over) {
       update_due_.assign(units_.size(), 0);
-      for (UnitId id : remaining) update_due_[id] = 1;
+      for (UnitId id : on_cpu) update_due_[id] = 1;
       residency_->end_iteration();
     }
-    stats.adam_s += run_optimizer(remaining, hyper, scaling);
+    stats.adam_s += run_optimizer(on_cpu, hyper, scaling);
     stats.pre_read_groups = std::exchange(pre_read_groups_, 0);
     update_due_.clear();
     if (!hand_over) residency_->end_iteration();
@@ -485,6 +497,7 @@ void EngineState::skip_step(StepStats& stats) {
   progress_.clean_steps = 0;
   stats.gathers_queued_ahead = ahead_.take_started_count();
   stats.grad_moves_queued = grad_moves_.take_queued_count();
+  stats.deferred_wait_s = std::exchange(deferred_wait_s_, 0.0);
   stats.step = progress_.step;
   stats.loss_scale = progress_.loss_scale;
 }
@@ -502,14 +515,15 @@ double EngineState::run_optimizer(std::span<const UnitId> units,
                                   const cpu_adam::Hyperparams& hyper,
                                   const cpu_adam::GradScaling& scaling) {
   return run_pipeline(
-      units, scaling, [&](UnitId unit) { return unit_step_hyper(units_[unit], hyper); }, {},
+      lanes_.get(), units, scaling,
+      [&](UnitId unit) { return unit_step_hyper(units_[unit], hyper); }, {},
       [&](UnitId unit, std::size_t group, const std::byte* params) {
         hand_fresh_params(unit, group, params);
       },
       &pre_reads_, &pre_read_groups_, [&](UnitId unit) { start_gather_once_updated(unit); });
 }
 
-double EngineState::run_pipeline(std::span<const UnitId> units,
+double EngineState::run_pipeline(DeviceLanes* lanes, std::span<const UnitId> units,
                                  const cpu_adam::GradScaling& scaling,
                                  const std::function<cpu_adam::Hyperparams(UnitId)>& hyper_of,
                                  const std::function<void(UnitId, std::size_t)>& before_update,
@@ -532,13 +546,16 @@ double EngineState::run_pipeline(std::span<const UnitId> units,
     UnitState& unit = pipeline.unit(i);
     // Device-homed state: this sub-group's d2h was issued a sub-group ago; the next one's starts
     // now, into the other slot, and overlaps Adam on this one.
-    if (i == 0) stage_in(unit, pipeline.group(i), 0, kReadKinds);
-    wait_staged_in(i % 2);
-    if (i + 1 < count) stage_in(pipeline.unit(i + 1), pipeline.group(i + 1), (i + 1) % 2, kReadKinds);
+    if (i == 0) stage_in(lanes, unit, pipeline.group(i), 0, kReadKinds);
+    wait_staged_in(lanes, i % 2);
+    if (i + 1 < count) {
+      stage_in(lanes, pipeline.unit(i + 1), pipeline.group(i + 1), (i + 1) % 2, kReadKinds);
+    }
     if (before_update) before_update(pipeline.unit_id(i), pipeline.group(i));
     const auto adam_start = std::chrono::steady_clock::now();
     const cpu_adam::Hyperparams unit_hyper = hyper_of(pipeline.unit_id(i));
     if (updates_on_device(unit)) {
+      STRATA_ASSERT(lanes == lanes_.get(), "a device update off the Engine's thread");
       update_on_device(unit, pipeline.group(i), unit_hyper, scaling);
     } else if (compressed_state(config_)) {
       update_compressed(unit, pipeline.group(i), pipeline.compressed_spans(i),
@@ -548,17 +565,21 @@ double EngineState::run_pipeline(std::span<const UnitId> units,
                        unit_hyper, scaling);
     }
     adam_s += seconds_since(adam_start);
+    stage_out(lanes, unit, pipeline.group(i), i % 2, kWriteKinds);
+    const bool unit_updated = pipeline.group(i) + 1 == unit.groups.size();
+    if (unit_updated && lanes != nullptr && lanes != lanes_.get()) {
+      // The worker's streams: the unit's new device state (every sub-group's h2d, in order on
+      // one stream) has arrived before whoever waits for the unit reads it on the owner's streams.
+      lanes->staged_out[i % 2].wait();
+    }
     if (after_update) {
       after_update(pipeline.unit_id(i), pipeline.group(i), pipeline.updated_params(i));
     }
-    stage_out(unit, pipeline.group(i), i % 2, kWriteKinds);
     pipeline.issue_writes(i);
-    if (unit_done && pipeline.group(i) + 1 == unit.groups.size()) {
-      unit_done(pipeline.unit_id(i));
-    }
+    if (unit_done && unit_updated) unit_done(pipeline.unit_id(i));
   }
   pipeline.drain();
-  finish_staging();
+  finish_staging(lanes);
   return adam_s;
 }
 
@@ -648,6 +669,7 @@ void EngineState::finish_step(StepStats& stats, const StepMarks& marks) {
   stats.gathers_queued_ahead = ahead_.take_started_count();
   stats.grad_moves_queued = grad_moves_.take_queued_count();
   stats.device_updated_groups = std::exchange(device_updated_groups_, 0);
+  stats.deferred_wait_s = std::exchange(deferred_wait_s_, 0.0);
   stats.comm_bytes = comm_->stats().total_payload_bytes();
   comm_->reset_stats();
   stats.step_s = seconds_since(marks.start);

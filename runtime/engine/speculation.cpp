@@ -105,11 +105,10 @@ void for_each_kept_piece(const UnitState& unit, Fn&& fn) {
 
 void EngineState::start_speculation() {
   speculated_.resize(units_.size());
-  // The staged path's streams and staging slots belong to the owner thread.
-  if (!(config_.zero.overlap_optimizer || config_.zero.defer_update) || !device_addressable_ ||
-      lanes_) {
-    return;
-  }
+  if (!(config_.zero.overlap_optimizer || config_.zero.defer_update)) return;
+  // On the staged path the worker stages device-homed state on streams of its own: lanes_ belong
+  // to the owner thread, which gathers and moves gradients on them meanwhile.
+  if (lanes_) update_lanes_ = std::make_unique<DeviceLanes>(*device_);
   worker_ = std::make_unique<UpdateWorker>(
       [this](std::span<const SpeculatedUnitId> units) { run_on_worker(units); });
   if (!config_.zero.overlap_optimizer) return;  // [zero] defer_update alone: no undo copies
@@ -142,8 +141,12 @@ bool EngineState::may_speculate(const UnitState& unit) {
     speculation_stopped_ = true;
     return false;
   }
-  for (Kind kind : kUpdateReadKinds) {
-    if (unit.has(kind) && unit.home(kind).residence() == Residence::kStagedDevice) return false;
+  // State the CPU cannot address is neither kept for an undo nor summed into this rank's norm so
+  // far (a gradient homed there is summed on the device): such a unit waits for step().
+  for (const auto& kinds : {kUpdateReadKinds, kUpdateWriteKinds}) {
+    for (Kind kind : kinds) {
+      if (unit.has(kind) && unit.home(kind).residence() == Residence::kStagedDevice) return false;
+    }
   }
   // An uncommitted write (set_master, import) would be lost with the speculated one.
   const std::lock_guard lock(store_mutex_);
@@ -187,7 +190,7 @@ void EngineState::run_speculated(std::span<const SpeculatedUnitId> units) {
   scaling.loss_scale = speculated_[ids.front()].loss_scale;  // the same for every unit of a step
   scaling.clip_coef = 1.0;
   speculated_adam_s_ += run_pipeline(
-      ids, scaling, [&](UnitId unit) { return speculated_[unit].hyper; },
+      update_lanes_.get(), ids, scaling, [&](UnitId unit) { return speculated_[unit].hyper; },
       [&](UnitId unit, std::size_t group) { keep_for_undo(unit, group); });
 }
 

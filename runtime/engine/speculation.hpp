@@ -16,8 +16,10 @@
 //     uncommitted writes, e.g. set_master, are not speculated);
 //   - state in memory (host, or device memory the CPU addresses): a copy kept before the update,
 //     within half the host budget's spare room (units that do not fit are left to step()).
-// Either way the parameters are bitwise what the serial step gives. Not on the staged device path
-// (a CUDA device): its streams belong to the owner thread, so the update runs in step() there.
+// Either way the parameters are bitwise what the serial step gives. On the staged device path (a
+// CUDA device) the worker stages on streams of its own (update_lanes_), and a unit with state
+// homed in device memory is not speculated (its undo would need a device copy): there, with
+// parameters on the GPU, [zero] defer_update is what takes the CPU's update off the step.
 #pragma once
 
 #include <condition_variable>

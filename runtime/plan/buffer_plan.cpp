@@ -195,20 +195,29 @@ void plan_gather_slots(BufferPlan& plan, const Config& config, const BufferPlanI
       std::min<std::uint64_t>(config.zero.prefetch_depth + 2, room / slot));
 }
 
-// The speculative updates' undo copies (BufferPlan::undo_unit_bytes): only where the update can
-// run during the backward (the CPU addresses device memory), of the kinds it writes in memory.
+// The speculative updates' undo copies (BufferPlan::undo_unit_bytes), of the kinds the update
+// writes in memory. On the staged path a unit with any state in device memory is not speculated
+// (speculation.cpp, may_speculate), so it has none.
 void plan_undo_copies(BufferPlan& plan, const Config& config, const BufferPlanInputs& inputs,
                       const std::vector<UnitLayout>& layouts) {
   plan.undo_unit_bytes.assign(layouts.size(), 0);
-  if (!config.zero.overlap_optimizer || !inputs.device_addressable) return;
+  if (!config.zero.overlap_optimizer) return;
   const std::uint64_t need = plan.host_need_bytes();
   const std::uint64_t budget = config.tiers.host.budget_bytes;
   const std::uint64_t room = budget > need ? (budget - need) / 2 : 0;
+  constexpr std::array kWritten = {ShardKind::kMaster, ShardKind::kCompensation,
+                                   ShardKind::kExpAvg, ShardKind::kExpAvgSq, ShardKind::kParam};
+  const auto on_device = [&](std::size_t u) {  // every kind is read or written by the update
+    for (ShardKind kind : kAllShardKinds) {
+      if (plan.kind(kind).kept && plan.tier_of(kind, u) == Tier::kDevice) return true;
+    }
+    return false;
+  };
   for (std::size_t u = layouts.size(); u-- > 0;) {
+    if (!inputs.device_addressable && on_device(u)) continue;
     const SubGroupCount groups = count_sub_groups(layouts[u].shard_numel, config.zero.sub_group_size);
     std::uint64_t bytes = 0;
-    for (ShardKind kind : {ShardKind::kMaster, ShardKind::kCompensation, ShardKind::kExpAvg,
-                           ShardKind::kExpAvgSq, ShardKind::kParam}) {
+    for (ShardKind kind : kWritten) {
       const KindPlacement& placement = plan.kind(kind);
       if (!placement.kept || plan.tier_of(kind, u) == Tier::kNvme) continue;
       bytes += groups.full * placement.bytes(groups.size) + placement.bytes(groups.remainder);
