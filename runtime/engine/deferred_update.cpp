@@ -114,7 +114,8 @@ void EngineState::run_deferred(std::span<const UnitId> units) {
   };
   try {
     speculated_adam_s_ += run_pipeline(
-        update_lanes_.get(), units, deferred_scaling_, [&](UnitId id) { return deferred_hyper_[id]; }, {},
+        update_lanes_.get(), units, deferred_scaling_,
+        [&](UnitId id) { return deferred_hyper_[id]; }, {},
         [&](UnitId id, std::size_t group, const std::byte* params) {
           hand_fresh_params(id, group, params);
           if (group + 1 == units_[id].groups.size()) {
@@ -138,12 +139,7 @@ void EngineState::complete_deferred() {
   submit_collected_starts();
   for (UnitId id = 0; id < deferred_.size(); ++id) start_deferred(id);
   const auto start = std::chrono::steady_clock::now();
-  try {
-    worker_->wait_idle();  // every deferred update done and its writes drained; rethrows a failure
-  } catch (...) {
-    deferred_wait_s_ += seconds_since(start);
-    throw;
-  }
+  worker_->wait_idle();  // every deferred update done and its writes drained; rethrows a failure
   deferred_wait_s_ += seconds_since(start);
   // A failure already reported (to the gather that waited for it) must not be committed: the
   // store keeps the previous step, and every later call says so.
