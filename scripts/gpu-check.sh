@@ -13,7 +13,9 @@
 #  llama      a 1.08 B Llama folder (hidden 2048, 24 layers, 16/4 heads, inner 5632), seq 1024 x 8:
 #             strata all on the GPU and optimizer on the host, next to PyTorch + transformers
 #             (sdpa, bf16 autocast, fused AdamW, all on the GPU) and FSDP2 + CPUOffloadPolicy
-#             (bf16 MixedPrecisionPolicy, AdamW on the CPU): tokens/s, TFLOPS, MFU, ratios
+#             (bf16 MixedPrecisionPolicy, AdamW on the CPU): tokens/s, TFLOPS, MFU, ratios;
+#             all on the GPU again with --synchronous-unit-calls, for what the asynchronous unit
+#             calls gain (GPU_CHECK_SYNC_AB=0 skips it)
 #  losses     the same 1.08 B folder, seq 256 x 2, 5 steps on cuda: the losses to set beside the
 #             host device's (the same command with --device host) and PyTorch's
 #  export     a 90 M Llama folder fine-tuned 2 steps on cuda with --export; transformers loads the
@@ -278,6 +280,22 @@ print(L * (2 * d * d + 2 * d * kv + 3 * d * i + 2 * d) + 2 * V * d + d)")
       fail "strata Llama $placement"; tail -n 20 "$log"; tokens_of[$placement]=0
     fi
   done
+  # [Note: asynchronous unit calls]: the same all-device run with every unit call waited for, as
+  # before, so one lease measures what the asynchronous calls gain (GPU_CHECK_SYNC_AB=0: skip).
+  if [[ ${GPU_CHECK_SYNC_AB:-1} == 1 && $device == cuda && -f $work/all_device-big.toml ]]; then
+    log="$work/llama-all_device-sync.log"
+    stamp "strata all_device, synchronous unit calls"
+    if timeout 180 "$finetune" --model "$llama" --config "$work/all_device-big.toml" --device "$device" \
+      --seq-len 1024 --micro-batch 8 --steps "$llama_steps" --overwrite --eval-every 0 \
+      --eval-batches 1 --data "$data_dir" --profile --synchronous-unit-calls >"$log" 2>&1; then
+      tokens_of[all_device_sync]=$(median_tokens "$log")
+      note "strata Llama all_device, synchronous unit calls: ${tokens_of[all_device_sync]} tokens/s, $(rate "${tokens_of[all_device_sync]}" "$flop")"
+      grep -q "  gpu: " "$log" && note "strata Llama all_device synchronous, last step on the GPU: $(grep "  gpu: " "$log" | tail -n 1 | sed 's/^ *gpu: //')"
+      note "ratio strata all_device asynchronous / synchronous unit calls: $(ratio "${tokens_of[all_device]:-0}" "${tokens_of[all_device_sync]:-0}")"
+    else
+      fail "strata Llama all_device, synchronous unit calls"; tail -n 20 "$log"
+    fi
+  fi
   for mode in ${GPU_CHECK_TORCH:-plain fsdp2_offload}; do
     if [[ $device != cuda ]] || ! have_torch; then note "PyTorch $mode: skipped (no GPU, or python3 lacks torch + transformers)"; tokens_of[$mode]=0; continue; fi
     stamp "PyTorch $mode"

@@ -64,6 +64,7 @@ struct Options {
   std::uint32_t blas_threads = 0;
   std::string device = "host";
   std::string attention = "auto";  // --model on CUDA: auto, tensor-cores or fp32
+  bool synchronous_unit_calls = false;  // --model on CUDA: wait for each unit's compute
   bool resume = false;
   bool overwrite = false;
   std::string resume_from;  // a checkpoint, or a [checkpoint] dir (its newest)
@@ -132,6 +133,7 @@ int run_model(const Options& options, const strata::runtime::Config& config) {
   hf.attention = options.attention == "tensor-cores" ? strata::llm::CudaAttention::kTensorCores
                  : options.attention == "fp32"       ? strata::llm::CudaAttention::kFp32
                                                      : strata::llm::CudaAttention::kAuto;
+  hf.synchronous_unit_calls = options.synchronous_unit_calls;
   hf.resume = options.resume;
   hf.overwrite = options.overwrite;
   if (!options.resume_from.empty()) hf.resume_from = checkpoint_to_load(options.resume_from);
@@ -248,6 +250,11 @@ int run_gpt(const Options& options, strata::runtime::Config& config) {
                  "applies to --model only\n";
     return 2;
   }
+  if (options.synchronous_unit_calls) {
+    std::cerr << "strata-finetune: --synchronous-unit-calls applies to --model only (the "
+                 "built-in GPT's calls are synchronous)\n";
+    return 2;
+  }
   std::unique_ptr<runtime::comm::Communicator> comm = runtime::comm::make_communicator();
   const bool lead = comm->rank() == 0;
   config.run.ranks = static_cast<std::uint32_t>(comm->size());
@@ -359,6 +366,9 @@ void add_run_options(CLI::App& app, Options& options) {
                  "head_dim is one they do not take), tensor-cores (bf16 flash attention; refused "
                  "for such a head_dim) or fp32 (the tiled fp32 reference)")
       ->check(CLI::IsMember({"auto", "tensor-cores", "fp32"}));
+  app.add_flag("--synchronous-unit-calls", options.synchronous_unit_calls,
+               "--model on cuda: wait for each unit's compute before the next unit's gather, "
+               "as before the asynchronous calls (to compare; the bits are the same)");
 }
 
 // --resume, --overwrite and --resume-from (after --init, which --resume-from excludes).

@@ -32,6 +32,9 @@ llm::LlmTrainerOptions trainer_options(const runtime::Config& config,
   trainer.activation_checkpointing = options.activation_checkpointing;
   trainer.document_mask = options.document_mask;
   trainer.cuda_attention = options.attention;
+  if (options.synchronous_unit_calls) {
+    trainer.unit_calls = llm::LlmTrainerOptions::UnitCalls::kSynchronous;
+  }
   trainer.eval_batches = options.eval_batches;
   trainer.resume = options.resume;
   trainer.overwrite = options.overwrite;
@@ -76,8 +79,9 @@ void print_model_and_plan(const runtime::Config& config, const HfFinetuneOptions
 void start_from(llm::LlmTrainer& trainer, const runtime::Config& config,
                 const HfFinetuneOptions& options, const PlacedDevice& placed, bool lead) {
   if (lead) {
-    std::cout << fmt::format("  {}, attention {}\n", describe_device(placed),
-                             trainer.model().attention_implementation());
+    std::cout << fmt::format("  {}, attention {}, {} unit calls\n", describe_device(placed),
+                             trainer.model().attention_implementation(),
+                             trainer.asynchronous_unit_calls() ? "asynchronous" : "synchronous");
   }
   if (!options.resume_from.empty()) {
     trainer.engine().load(options.resume_from);

@@ -34,6 +34,7 @@ struct HfFinetuneOptions {
   // host, cuda (each rank's local-rank GPU, or [tiers.device] index) or auto, as for the GPT.
   runtime::DeviceKind device = runtime::DeviceKind::kHost;
   llm::CudaAttention attention = llm::CudaAttention::kAuto;  // the decoder's CUDA attention
+  bool synchronous_unit_calls = false;  // LlmTrainerOptions::UnitCalls::kSynchronous
   bool resume = false;
   bool overwrite = false;
   std::string resume_from;  // a checkpoint to continue from (Engine::load); empty: none

@@ -68,7 +68,7 @@ class CudaDecoderFp32 final : public CudaDecoderBase {
     attention_inputs(p, x, a);
     attention_forward(a);
     attention_output_and_mlp(p, x, a, resid_[layer + 1]);
-    finish();
+    end_call();
   }
 
   void forward_head(UnitParams p, UnitParams shared) override {
@@ -78,7 +78,7 @@ class CudaDecoderFp32 final : public CudaDecoderBase {
                  head_norm_, head_mean_, head_rstd_);
     gemm(Op::kNo, Op::kYes, rows_, dims_.vocab, d, 1.0f, head_norm_, d, head_matrix(p, shared), d,
          0.0f, logits_, dims_.vocab);
-    finish();
+    end_call();
   }
 
   LossTotals loss() override {
@@ -108,7 +108,7 @@ class CudaDecoderFp32 final : public CudaDecoderBase {
     check(cudaMemsetAsync(d_resid_, 0, rows_ * d * sizeof(float), stream_), "cudaMemsetAsync");
     norm_backward(p[head_.norm_weight].data(), d_norm_, resid_.back(), head_mean_, head_rstd_,
                   d_resid_, g[head_.norm_weight].data(), tensor(g, head_.norm_bias));
-    finish();
+    end_call();
   }
 
   // On entry d_resid holds dL/d(layer output); on exit dL/d(layer input).
@@ -118,7 +118,7 @@ class CudaDecoderFp32 final : public CudaDecoderBase {
     backward_mlp(p, g, a);
     backward_attention(p, g, a);
     backward_attention_inputs(p, g, a, resid_[layer]);
-    finish();
+    end_call();
   }
 
   void copy_logits(std::vector<float>& out) const override {

@@ -13,7 +13,9 @@
 //     and cuBLAS fp32 products; the host model to fp32 rounding.
 // Activations and scratch live in device memory allocated through the tiers::Device (within its
 // budget). Each unit call returns once its work is done, so the caller may release the parameter
-// views and read the gradients. This header is CUDA-free; DecoderModel checks order and sizes
+// views and read the gradients; after enable_asynchronous_calls() it returns once its work is
+// queued on the backend's stream, and the caller waits through the fence ([Note: asynchronous
+// unit calls] in docs/design.md). This header is CUDA-free; DecoderModel checks order and sizes
 // before calling in.
 #pragma once
 
@@ -29,6 +31,7 @@
 #include "models/decoder/loss.hpp"
 
 namespace strata::tiers {
+class ComputeFence;
 class Device;
 }
 
@@ -40,6 +43,9 @@ class CudaDecoder {
 
   virtual std::size_t activation_bytes() const = 0;
   virtual std::string_view attention_implementation() const = 0;
+  // From now on the unit calls (forward_*, backward_*) return with their work queued; the fence
+  // tells when it is done. loss(), copy_logits() and set_batch() still return done.
+  virtual tiers::ComputeFence* enable_asynchronous_calls() = 0;
   // rows = sequences × positions inputs, targets, loss weights, positions and first keys (the
   // host model's row_position and row_first_key), already checked.
   virtual void set_batch(std::span<const std::int32_t> inputs,

@@ -107,7 +107,7 @@ void CudaDecoderBase::forward_embedding(UnitParams p) {
   check(cuda::embedding_forward(inputs_, p[kTokenEmbedding].data(), wpe, row_positions_, resid_[0],
                                 rows_, dims_.hidden, stream_),
         "embedding_forward");
-  finish();
+  end_call();
 }
 
 void CudaDecoderBase::backward_embedding(UnitGrads g) {
@@ -123,7 +123,7 @@ void CudaDecoderBase::backward_embedding(UnitGrads g) {
                                    nullptr, g[kPositionEmbedding].data(), d, stream_),
           "embedding_backward");
   }
-  finish();
+  end_call();
 }
 
 bool CudaDecoderBase::use_flash_attention(bool wanted_by_default) const {

@@ -45,6 +45,7 @@ class CudaDecoderBase : public CudaDecoder, protected examples::CudaBackend {
   void forward_embedding(UnitParams params) final;
   void backward_embedding(UnitGrads grads) final;
   std::size_t activation_bytes() const final { return allocated_bytes(); }
+  tiers::ComputeFence* enable_asynchronous_calls() final { return make_calls_asynchronous(); }
 
  protected:
   // Throws std::invalid_argument for a head_dim beyond the attention kernels' (decoder_cuda.hpp).

@@ -96,7 +96,7 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
     attention_inputs(p, resid_[layer], a);
     attention_forward(a);
     attention_output_and_mlp(p, resid_[layer], a, resid_[layer + 1]);
-    finish();
+    end_call();
   }
 
   void forward_head(UnitParams p, UnitParams shared) override {
@@ -112,7 +112,7 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
                                         stream_),
             "cross_entropy_forward");
     }
-    finish();
+    end_call();
   }
 
   LossTotals loss() override {
@@ -155,7 +155,7 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
     norm_backward(p[head_.norm_weight].data(), resid_.back(), head_mean_, head_rstd_,
                   g[head_.norm_weight].data(), tensor(g, head_.norm_bias),
                   cuda::DxUpdate::kOverwrite);
-    finish();
+    end_call();
   }
 
   // On entry d_resid (and its bf16 copy) holds dL/d(layer output); on exit dL/d(layer input).
@@ -167,7 +167,7 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
     attention_output_backward(g, a);
     attention_backward(a);
     qkv_backward(p, g, a, resid_[layer]);
-    finish();
+    end_call();
   }
 
   // Recomputes the last forward's logits chunk by chunk from the bf16 head weights still in the

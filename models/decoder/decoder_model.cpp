@@ -143,6 +143,10 @@ std::size_t DecoderModel::parameter_count() const {
 
 bool DecoderModel::on_cuda() const { return impl_->cuda != nullptr; }
 
+tiers::ComputeFence* DecoderModel::enable_asynchronous_calls() {
+  return impl_->cuda ? impl_->cuda->enable_asynchronous_calls() : nullptr;
+}
+
 std::string_view DecoderModel::attention_implementation() const {
   return impl_->cuda ? impl_->cuda->attention_implementation() : "fp32 on the host";
 }

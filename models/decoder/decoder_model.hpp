@@ -49,6 +49,7 @@
 #include "runtime/engine/unit_spec.hpp"
 
 namespace strata::tiers {
+class ComputeFence;
 class Device;
 }
 
@@ -145,6 +146,12 @@ class DecoderModel {
   std::size_t parameter_count() const;
   std::size_t activation_bytes() const;  // host or device memory, wherever it computes
   bool on_cuda() const;
+  // On CUDA: from now on forward_unit and backward_unit return once their work is queued on the
+  // device, and the returned fence says when it is done: wait on its mark() before releasing the
+  // views a call read or reading the gradients it wrote. loss(), logits() and set_batch() still
+  // return done. nullptr on the host, whose calls return done. [Note: asynchronous unit calls] in
+  // docs/design.md.
+  tiers::ComputeFence* enable_asynchronous_calls();
   // Which attention runs, for run logs: "fp32 on the host", or the CUDA backend's kernels
   // ("flash-attention, bf16 tensor cores" or "tiled fp32, CUDA cores").
   std::string_view attention_implementation() const;

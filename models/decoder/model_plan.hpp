@@ -42,13 +42,14 @@ inline void describe_model_for_plan(const HfConfig& hf_config, runtime::Config& 
 }
 
 // Device bytes of the model's compute on a GPU at these options: the decoder's activations and
-// workspaces, and the trainer's fp32 gradient of the largest unit (llm_trainer.cpp).
+// workspaces, and the trainer's two fp32 gradient slots of the largest unit (llm_trainer.cpp: the
+// asynchronous unit calls reduce one unit's gradient while the next is computed).
 inline std::uint64_t cuda_compute_bytes(const HfConfig& hf_config, const DecoderOptions& options) {
   return detail::cuda_decoder_activation_bytes(
              hf_config, options, detail::plans_tensor_core_attention(hf_config, options))
              .budgeted +
-         round_up(largest_unit_numel(hf_config) * sizeof(float),
-                  tiers::kDeviceAllocationGranularity);
+         2 * round_up(largest_unit_numel(hf_config) * sizeof(float),
+                      tiers::kDeviceAllocationGranularity);
 }
 
 // The memory plan's inputs for this model: its units, and with `on_cuda` its compute, with the
@@ -62,8 +63,8 @@ inline runtime::PlanInputs plan_inputs(const HfConfig& hf_config, std::uint32_t 
   if (!on_cuda) return inputs;
   inputs.compute_device_bytes = cuda_compute_bytes(hf_config, options);
   inputs.compute_description = fmt::format(
-      "the model's compute on the GPU: activations of {} x {} tokens{}, bf16 operands, a unit's "
-      "gradient",
+      "the model's compute on the GPU: activations of {} x {} tokens{}, bf16 operands, two "
+      "gradient slots",
       options.micro_batch, options.seq_len,
       options.activation_checkpointing ? " (activation checkpointing)" : "");
   if (!options.activation_checkpointing) {

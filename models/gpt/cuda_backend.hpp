@@ -10,12 +10,16 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "base/assert.hpp"
+#include "tiers/device/compute_fence.hpp"
 #include "tiers/device/cuda_device.hpp"
 #include "tiers/device/device.hpp"
 
@@ -44,6 +48,24 @@ class CudaBackend {
   }
 
   std::size_t allocated_bytes() const { return allocated_bytes_; }
+
+  // [Note: asynchronous unit calls] (docs/design.md): from now on end_call() records the call's
+  // end on the returned fence instead of waiting for the stream, so a call returns with its work
+  // queued and the host prepares the next one (the Engine's gathers, the last unit's gradient)
+  // while the GPU computes. The caller then waits through the fence before it releases what the
+  // calls read or reads what they wrote. Idempotent; there is no way back.
+  tiers::ComputeFence* make_calls_asynchronous() {
+    if (!fence_) fence_ = std::make_unique<CallFence>(*this);
+    return fence_.get();
+  }
+  // The end of a unit call: waits for the stream, or (asynchronous calls) records the end.
+  void end_call() {
+    if (fence_) {
+      fence_->record();
+    } else {
+      finish();
+    }
+  }
 
   // `count` elements of device memory, held until the backend is destroyed.
   template <typename T>
@@ -91,7 +113,48 @@ class CudaBackend {
   struct BlasDeleter {
     void operator()(cublasHandle_t handle) const { cublasDestroy(handle); }
   };
+  // Tickets over the unit calls' ends: call c's end is recorded in events_[c % kEvents], so a
+  // ticket's event is its own or a later call's (whose end implies its own: one stream).
+  class CallFence final : public tiers::ComputeFence {
+   public:
+    explicit CallFence(const CudaBackend& backend) : backend_(backend) {
+      for (cudaEvent_t& event : events_) {
+        backend_.check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming | cudaEventBlockingSync),
+                       "cudaEventCreateWithFlags");
+      }
+    }
+    ~CallFence() override {
+      for (cudaEvent_t event : events_) {
+        if (event != nullptr) cudaEventDestroy(event);
+      }
+    }
+    CallFence(const CallFence&) = delete;
+    CallFence& operator=(const CallFence&) = delete;
+
+    void record() {
+      backend_.check(cudaEventRecord(events_[recorded_ % kEvents], backend_.stream_),
+                     "cudaEventRecord");
+      ++recorded_;
+    }
+    std::uint64_t mark() override { return recorded_; }
+    void wait(std::uint64_t ticket) override {
+      if (ticket <= done_) return;
+      STRATA_ASSERT(ticket <= recorded_, "a ticket for a call not made");
+      backend_.check(cudaEventSynchronize(events_[(ticket - 1) % kEvents]),
+                     "a unit call's work (asynchronous)");
+      done_ = ticket;
+    }
+
+   private:
+    static constexpr std::size_t kEvents = 64;
+    const CudaBackend& backend_;
+    std::array<cudaEvent_t, kEvents> events_{};
+    std::uint64_t recorded_ = 0;  // calls whose end is recorded: the ticket of all of them
+    std::uint64_t done_ = 0;      // tickets up to this one waited for
+  };
+
   std::string model_;
+  std::unique_ptr<CallFence> fence_;  // make_calls_asynchronous
   // Destroyed in reverse: the buffers first (after the destructor's synchronize), then cuBLAS,
   // then the stream.
   std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDeleter> owned_stream_;

@@ -77,7 +77,7 @@ void GptTrainer::load_checkpoint(const std::filesystem::path& dir) {
 }
 
 UnitPasses<gpt::GptModel> GptTrainer::passes() {
-  return {model_, *engine_, units_, options_.tracer};
+  return {model_, *engine_, units_, options_.tracer, /*fence=*/nullptr};  // calls return done
 }
 
 double GptTrainer::forward(std::span<const std::int32_t> tokens, StepReport* report) {

@@ -35,6 +35,12 @@ LlmTrainer::LlmTrainer(const runtime::Config& config, tiers::Device& device,
   decoder_options.cuda_attention = options.cuda_attention;
   if (options.document_mask) decoder_options.document_separator = source.eos_id;
   model_ = std::make_unique<DecoderModel>(hf_config_, decoder_options, &device);
+  if (options.unit_calls != LlmTrainerOptions::UnitCalls::kSynchronous) {
+    fence_ = model_->enable_asynchronous_calls();
+    if (fence_ == nullptr && options.unit_calls == LlmTrainerOptions::UnitCalls::kAsynchronous) {
+      fence_ = &immediate_fence_;
+    }
+  }
 
   const TokenStream stream = read_training_data(options.data, source);
   data_tokens_ = stream.size();
@@ -63,8 +69,11 @@ LlmTrainer::LlmTrainer(const runtime::Config& config, tiers::Device& device,
   // The model's device memory (activations above, this gradient) is taken before the Engine
   // finalizes, so the gathered units it caches fill only what is left of the budget; the memory
   // plan counts both (model_plan.hpp's plan_inputs).
-  grads_.emplace(device, largest);
+  // Two slots with asynchronous calls: a unit's backward writes one while the unit before is
+  // reduced from the other.
+  grads_.emplace(device, largest, fence_ != nullptr ? 2 : 1);
   engine_ = std::make_unique<runtime::Engine>(config, device, comm, engine_options);
+  engine_->set_compute_fence(fence_);  // (model_ outlives engine_: declared before it)
   for (const UnitSpec& unit : model_->units()) units_.push_back(engine_->add_unit(engine_unit(unit)));
   engine_->finalize();
   // A resumed run continues from the store's weights, not the folder's.
@@ -79,7 +88,7 @@ LlmTrainer::LlmTrainer(const runtime::Config& config, tiers::Device& device,
 LlmTrainer::~LlmTrainer() = default;
 
 examples::UnitPasses<DecoderModel> LlmTrainer::passes() {
-  return {*model_, *engine_, units_, options_.tracer};
+  return {*model_, *engine_, units_, options_.tracer, fence_};
 }
 
 double LlmTrainer::forward(const Batch& batch, examples::StepReport* report) {

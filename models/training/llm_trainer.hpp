@@ -26,6 +26,7 @@
 #include "runtime/config/config.hpp"
 #include "runtime/engine/engine.hpp"
 #include "runtime/engine/trace.hpp"
+#include "tiers/device/compute_fence.hpp"
 #include "tiers/device/device.hpp"
 
 namespace strata::tiers {
@@ -49,6 +50,14 @@ struct LlmTrainerOptions {
   // document_separator, with the eos that separates documents).
   bool document_mask = false;
   CudaAttention cuda_attention = CudaAttention::kAuto;  // DecoderOptions::cuda_attention
+  // How the passes call the model ([Note: asynchronous unit calls] in docs/design.md):
+  //   kAuto: asynchronous on CUDA (a call returns once queued; the Engine and the passes wait
+  //     through the model's fence), synchronous on the host, whose calls return done;
+  //   kSynchronous: every call waited for at its end (the schedule before, to compare);
+  //   kAsynchronous: the asynchronous schedule on the host too, over an ImmediateFence (tests:
+  //     the schedule alone changes no bit).
+  enum class UnitCalls : std::uint8_t { kAuto, kSynchronous, kAsynchronous };
+  UnitCalls unit_calls = UnitCalls::kAuto;
   bool load_weights = true;                   // false: the Engine's seeded initialisation
   bool resume = false;                        // continue from the NVMe store's committed step
   bool overwrite = false;                     // start afresh even over a committed store
@@ -71,6 +80,8 @@ class LlmTrainer {
 
   runtime::Engine& engine() { return *engine_; }
   const DecoderModel& model() const { return *model_; }
+  // Whether the passes run asynchronous unit calls (LlmTrainerOptions::unit_calls).
+  bool asynchronous_unit_calls() const { return fence_ != nullptr; }
   const HfConfig& hf_config() const { return hf_config_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const DataLoader& data() const { return *data_; }
@@ -87,6 +98,8 @@ class LlmTrainer {
   HfConfig hf_config_;
   std::optional<Tokenizer> tokenizer_;
   std::unique_ptr<DecoderModel> model_;
+  tiers::ImmediateFence immediate_fence_;  // UnitCalls::kAsynchronous on the host
+  tiers::ComputeFence* fence_ = nullptr;   // the model's, or immediate_fence_; null: synchronous
   std::unique_ptr<DataLoader> data_;
   std::uint64_t data_tokens_ = 0;
   bool gpt2_prefix_stripped_ = false;

@@ -1,16 +1,30 @@
 #include "models/training/unit_passes.hpp"
 
+#include "base/units.hpp"
+
 namespace strata::examples {
 
-UnitGradBuffer::UnitGradBuffer(tiers::Device& device, std::size_t largest_numel) {
+UnitGradBuffer::UnitGradBuffer(tiers::Device& device, std::size_t largest_numel,
+                               std::size_t slots)
+    : largest_numel_(largest_numel), slots_(slots) {
+  STRATA_ASSERT(slots >= 1, "a gradient buffer of no slots");
+  // Each slot starts on the device's allocation granularity (a multiple of 64 floats).
+  const std::size_t stride = round_up(largest_numel, tiers::kDeviceAllocationGranularity / 4);
+  const std::size_t total = stride * (slots - 1) + largest_numel;
   if (device.kind() == tiers::DeviceKind::kCuda) {
-    device_ = device.allocate(largest_numel * sizeof(float));
-    buffer_ = std::span<float>(device_.span().as<float>(), largest_numel);
+    device_ = device.allocate(total * sizeof(float));
+    buffer_ = std::span<float>(device_.span().as<float>(), total);
     stream_.emplace(device.create_stream());
   } else {
-    host_.resize(largest_numel);
+    host_.resize(total);
     buffer_ = host_;
   }
+  stride_ = stride;
+}
+
+std::span<float> UnitGradBuffer::first(std::size_t numel, std::size_t slot) const {
+  STRATA_ASSERT(numel <= largest_numel_ && slot < slots_, "a gradient past the buffer's slots");
+  return buffer_.subspan(slot * stride_, numel);
 }
 
 void UnitGradBuffer::scale(std::span<float> grads, float scale) {

@@ -19,6 +19,8 @@
 #include "runtime/comm/communicator.hpp"
 #include "runtime/engine/engine.hpp"
 #include "runtime/engine/trace.hpp"
+#include "base/assert.hpp"
+#include "tiers/device/compute_fence.hpp"
 #include "tiers/device/device.hpp"
 
 namespace strata::examples {
@@ -35,16 +37,19 @@ struct StepReport {
   runtime::StepStats optimizer;  // the Engine's own figures (optimizer time, I/O, bytes)
 };
 
-// One unit's gradient at a time, for units of up to `largest_numel` elements: device memory on a
-// CUDA device (with the stream that scales it there), host memory otherwise. A trainer creates it
-// before its Engine finalizes, so the gathered units the Engine caches fill only what is left of
-// the device budget (the memory plan counts both).
+// A unit's gradient, `slots` at a time (2 when the passes run asynchronous unit calls: one unit's
+// backward writes one slot while the last unit's gradient is reduced from the other), for units
+// of up to `largest_numel` elements: device memory on a CUDA device (with the stream that scales
+// it there), host memory otherwise. A trainer creates it before its Engine finalizes, so the
+// gathered units the Engine caches fill only what is left of the device budget (the memory plan
+// counts both).
 class UnitGradBuffer {
  public:
-  UnitGradBuffer(tiers::Device& device, std::size_t largest_numel);
+  UnitGradBuffer(tiers::Device& device, std::size_t largest_numel, std::size_t slots = 1);
 
-  // The buffer's first `numel` elements (numel <= largest_numel).
-  std::span<float> first(std::size_t numel) const { return buffer_.first(numel); }
+  std::size_t slots() const { return slots_; }
+  // The first `numel` elements (numel <= largest_numel) of slot `slot` (< slots()).
+  std::span<float> first(std::size_t numel, std::size_t slot = 0) const;
   // grads *= scale, in place, done when it returns; `grads` lies in this buffer.
   void scale(std::span<float> grads, float scale);
 
@@ -52,17 +57,30 @@ class UnitGradBuffer {
   std::vector<float> host_;
   tiers::DeviceBuffer device_;
   std::optional<tiers::Stream> stream_;  // CUDA only
-  std::span<float> buffer_;              // host_ or device_
+  std::span<float> buffer_;              // host_ or device_: the slots one after the other
+  std::size_t largest_numel_ = 0;
+  std::size_t slots_ = 1;
+  std::size_t stride_ = 0;  // elements from one slot's start to the next
 };
 
 // What the passes run over: a model, the Engine that holds its parameters, the Engine's id of each
-// of the model's units (same order) and the tracer that records each unit's compute (may be null).
+// of the model's units (same order), the tracer that records each unit's compute (may be null),
+// and the fence of the model's asynchronous unit calls (null: each call returns done).
+//
+// With a fence ([Note: asynchronous unit calls] in docs/design.md) the Engine has it too
+// (Engine::set_compute_fence), so a unit's handles are released as soon as its call is queued and
+// the Engine waits before it frees the unit's buffers. The backward runs one unit behind on the
+// host: unit u's backward is queued into one gradient slot, then unit u+1's gradient (the other
+// slot) is waited for, scaled and reduced while the GPU computes u. The forward needs no wait
+// until the loss. Either way the same calls reach the model and the Engine in the same order per
+// unit, and reduce_grads sees the same gradients: the bits are those of the synchronous passes.
 template <class Model>
 struct UnitPasses {
   Model& model;
   runtime::Engine& engine;
   std::span<const runtime::UnitId> units;
   runtime::Tracer* tracer;
+  tiers::ComputeFence* fence = nullptr;
 
   // Forward of every unit over the batch the model was given; returns its loss and keeps the
   // activations for backward(). `report` (may be null) gains the gather wait and compute time.
@@ -107,6 +125,8 @@ void finish_step(runtime::Engine& engine, runtime::comm::Communicator& comm,
 
 }  // namespace detail
 
+// With asynchronous calls compute_s counts the host's time in the calls and in the waits for
+// their work (the loss, each gradient): the GPU's time that the host did not spend elsewhere.
 template <class Model>
 double UnitPasses<Model>::forward(StepReport* report) const {
   for (std::size_t u = 0; u < units.size(); ++u) {
@@ -123,29 +143,58 @@ double UnitPasses<Model>::forward(StepReport* report) const {
       report->compute_s += detail::seconds_between(compute_start, detail::Clock::now());
     }
   }
-  return model.loss();
+  const auto loss_start = detail::Clock::now();
+  const double loss = model.loss();  // waits for the forward's work
+  if (report != nullptr) {
+    report->compute_s += detail::seconds_between(loss_start, detail::Clock::now());
+  }
+  return loss;
 }
 
 template <class Model>
 void UnitPasses<Model>::backward(UnitGradBuffer& grads, float gradient_scale,
                                  StepReport& report) const {
+  STRATA_ASSERT(fence == nullptr || grads.slots() >= 2,
+                "asynchronous unit calls reduce one gradient while the next is computed");
+  // A unit's gradient, computed (or queued, with `ticket`), to scale and reduce.
+  struct Computed {
+    std::size_t unit;
+    std::span<float> grads;
+    std::uint64_t ticket;
+  };
+  const auto reduce = [&](const Computed& done) {
+    const auto wait_start = detail::Clock::now();
+    if (fence != nullptr) fence->wait(done.ticket);
+    if (gradient_scale != 1.0f) grads.scale(done.grads, gradient_scale);
+    const auto grads_start = detail::Clock::now();
+    report.compute_s += detail::seconds_between(wait_start, grads_start);
+    engine.reduce_grads(units[done.unit], done.grads);
+    report.grads_s += detail::seconds_between(grads_start, detail::Clock::now());
+  };
+  std::optional<Computed> last;  // asynchronous: the unit before, still to reduce
   for (std::size_t u = units.size(); u-- > 0;) {
     const auto& spec = model.units()[u];
-    detail::GatheredPair gathered =
-        detail::gather_unit(engine, units, u, spec.reads_embedding, &report.gather_wait_s);
+    std::optional<detail::GatheredPair> gathered(
+        detail::gather_unit(engine, units, u, spec.reads_embedding, &report.gather_wait_s));
     const auto compute_start = detail::Clock::now();
-    const std::span<float> unit_grads = grads.first(spec.numel);
+    const std::span<float> unit_grads = grads.first(spec.numel, u % grads.slots());
     {
       runtime::Tracer::Scope scope(tracer, runtime::TraceTrack::kCompute, "backward " + spec.name);
-      model.backward_unit(u, gathered.views, split_unit(spec, unit_grads), gathered.shared);
-      if (gradient_scale != 1.0f) grads.scale(unit_grads, gradient_scale);
+      model.backward_unit(u, gathered->views, split_unit(spec, unit_grads), gathered->shared);
     }
     report.compute_s += detail::seconds_between(compute_start, detail::Clock::now());
-    gathered.embedding.reset();  // the embedding's lease ends before this unit's reduce_grads
-    const auto grads_start = detail::Clock::now();
-    engine.reduce_grads(units[u], unit_grads);
-    report.grads_s += detail::seconds_between(grads_start, detail::Clock::now());
+    const Computed computed{u, unit_grads, fence != nullptr ? fence->mark() : 0};
+    // The leases end before the unit's reduce_grads (the embedding's, a tied head's, before the
+    // embedding unit's); with a fence the Engine waits for the compute before freeing them.
+    gathered.reset();
+    if (fence == nullptr) {
+      reduce(computed);
+      continue;
+    }
+    if (last) reduce(*last);
+    last = computed;
   }
+  if (last) reduce(*last);
 }
 
 template <class Model, class NextBatch>

@@ -93,6 +93,10 @@ GatheredUnit Engine::gather(UnitId unit) {
   return GatheredUnit(this, unit, state_->gather(unit));
 }
 
+void Engine::set_compute_fence(tiers::ComputeFence* fence) {
+  state_->set_compute_fence(fence);
+}
+
 void Engine::release(UnitId unit) {
   state_->release(unit);
 }

@@ -36,6 +36,7 @@
 #include "runtime/engine/trace.hpp"
 #include "runtime/config/unit_hyperparams.hpp"
 #include "runtime/engine/unit_spec.hpp"
+#include "tiers/device/compute_fence.hpp"
 
 namespace strata::tiers {
 class Device;
@@ -187,6 +188,12 @@ class Engine {
   void finalize();
 
   GatheredUnit gather(UnitId unit);
+  // The compute that reads gathered units may still run when their handles are released (a
+  // model whose unit calls return once queued, the CUDA decoder's asynchronous calls): the Engine
+  // takes a ticket from `fence` at each release and waits on it before it frees that unit's
+  // buffers. Set before the first gather; the fence outlives the Engine, or is reset here to
+  // nullptr (the default: a released unit's compute is done) once its compute is waited for.
+  void set_compute_fence(tiers::ComputeFence* fence);
   // `full_grads`: the unit's gradient, numel fp32 values in tensor order, in device memory
   // (a CUDA device pointer on a CudaDevice), complete when called; it may be reused on return.
   // Reduce-scatters it (average over ranks) into this rank's gradient shard on its home tier,

@@ -129,6 +129,7 @@ class EngineState final : public tiers::ResidencyClient {
   void finalize();
   const float* gather(UnitId unit);  // the unit's fp32 view; a GatheredUnit holds it
   void release(UnitId unit);
+  void set_compute_fence(tiers::ComputeFence* fence);
   void reduce_grads(UnitId unit, std::span<const float> full_grads);
   void optimizer_step(StepStats& stats);
   void set_optimizer_compute(EngineOptions::OptimizerCompute compute);
@@ -444,6 +445,7 @@ class EngineState final : public tiers::ResidencyClient {
   // Fixed at construction (engine_setup.cpp).
   Config config_;  // with the debug knobs applied (STRATA_FORCE_NVME)
   EngineOptions options_;
+  tiers::ComputeFence* compute_fence_ = nullptr;  // Engine::set_compute_fence
   tiers::Device* device_;
   comm::Communicator* comm_;
   std::uint32_t rank_ = 0;

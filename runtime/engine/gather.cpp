@@ -8,6 +8,8 @@
 // step has updated it; each gather() tests those in flight (advance_gathers_ahead) and, on the
 // staged path, queues the copy and cast of those complete.
 // A GatheredUnit handle counts as a use (live_handles); step() refuses to run while one is alive.
+// With a compute fence (Engine::set_compute_fence) a release takes a ticket, and evict waits on it
+// before the buffers go: the compute reading them may outlive the handle.
 // Where each unit's gather stands is its GatheredCopy's state (gathered_copy.hpp; the transitions
 // and which function here performs each: docs/design.md, "The gather as a state machine").
 #include <cstring>
@@ -45,7 +47,14 @@ void EngineState::release(UnitId id) {
   GatheredCopy& gathered = units_[id].gathered;
   STRATA_ASSERT(gathered.live_handles > 0, "release of a unit not gathered");
   --gathered.live_handles;
+  if (compute_fence_ != nullptr) gathered.compute_ticket = compute_fence_->mark();
   residency_->release(id);
+}
+
+void EngineState::set_compute_fence(tiers::ComputeFence* fence) {
+  // Another fence's tickets mean nothing to this one; the caller has waited for that compute.
+  for (UnitState& unit : units_) unit.gathered.compute_ticket = 0;
+  compute_fence_ = fence;
 }
 
 void EngineState::start_load(tiers::UnitId id) {
@@ -234,6 +243,12 @@ void EngineState::evict(tiers::UnitId id) {
       gathered.pending->wait();
     } catch (...) {  // withdrawn; the communicator is poisoned and reports it at its next call
     }
+  }
+  if (gathered.compute_ticket != 0) {
+    // The model's compute that read the buffers may still run ([Note: asynchronous unit calls]).
+    STRATA_ASSERT(compute_fence_ != nullptr, "a compute ticket without its fence");
+    compute_fence_->wait(gathered.compute_ticket);
+    gathered.compute_ticket = 0;
   }
   gathered.evict();
   STRATA_ASSERT(!gathered.full32 && !gathered.pending, "an evicted unit keeps its buffers");

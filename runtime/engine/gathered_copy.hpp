@@ -231,6 +231,9 @@ class GatheredCopy {
   tiers::PinnedLease param_lease;
   tiers::PinnedBuffer param_buffer;
   std::uint32_t live_handles = 0;  // GatheredUnit handles not yet destroyed
+  // The compute fence's ticket at the last release (Engine::set_compute_fence): the compute that
+  // read the buffers, waited for before they go (evict). 0: nothing to wait for.
+  std::uint64_t compute_ticket = 0;
   // kQueued: the h2d copy done (`copied`), then the cast (`ready`) on the streams. Created at the
   // unit's first queued gather and reused.
   std::optional<tiers::Event> copied;

@@ -17,9 +17,11 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tests/models/llm/tiny_llm.hpp"
+#include "tiers/device/compute_fence.hpp"
 #include "tiers/device/device.hpp"
 
 namespace strata::llm {
@@ -327,6 +329,52 @@ TEST_P(DecoderCuda, RunsAreBitwiseEqualAndCheckpointingIsFree) {
                             grads[0].unit(u).size() * sizeof(float)),
                 0)
           << "run " << i << ", unit " << u;
+    }
+  }
+}
+
+// [Note: asynchronous unit calls]: after enable_asynchronous_calls() each unit call returns with
+// its work queued and records its end on the fence; two batches in a row (the second set_batch
+// queued behind the first backward), waited for once through the fence, give the synchronous
+// model's loss and gradients bit for bit, on both paths.
+TEST_P(DecoderCuda, AsynchronousCallsGiveTheSynchronousBits) {
+  const HfConfig c = config();
+  auto device = cuda_device();
+  for (const bool fp32_products : {false, true}) {
+    SCOPED_TRACE(fp32_products ? "fp32 products" : "bf16 path");
+    const DecoderOptions o = options(fp32_products);
+    DecoderModel synchronous(c, o, device.get());
+    DecoderModel asynchronous(c, o, device.get());
+    tiers::ComputeFence* fence = asynchronous.enable_asynchronous_calls();
+    ASSERT_NE(fence, nullptr);
+    const UnitBuffers params = testing::random_parameters(synchronous.units(), kSeed);
+    const std::size_t n = o.seq_len + 1;
+    const std::vector<std::int32_t> first =
+        testing::random_tokens(o.micro_batch * n, c.vocab_size, kSeed + 5);
+    const std::vector<std::int32_t> second =
+        testing::random_tokens(o.micro_batch * n, c.vocab_size, kSeed + 6);
+    DeviceRun run(*device, synchronous.units(), params);
+    const auto two_batches = [&](DecoderModel& model) {
+      run.poison_gradients();
+      std::vector<double> losses{run.forward_backward(model, first, n, {}),
+                                 run.forward_backward(model, second, n, {})};
+      fence->wait(fence->mark());  // (the synchronous model's calls are done already)
+      return std::pair(losses, run.gradients());
+    };
+    const std::uint64_t calls_before = fence->mark();
+    const auto async_run = two_batches(asynchronous);
+    EXPECT_EQ(fence->mark() - calls_before, 4 * synchronous.units().size())
+        << "every forward and backward call records its end";
+    const auto sync_run = two_batches(synchronous);
+    for (std::size_t b = 0; b < 2; ++b) {
+      EXPECT_EQ(std::memcmp(&async_run.first[b], &sync_run.first[b], sizeof(double)), 0)
+          << "batch " << b << ": " << async_run.first[b] << " vs " << sync_run.first[b];
+    }
+    for (std::size_t u = 0; u < sync_run.second.unit_count(); ++u) {
+      EXPECT_EQ(std::memcmp(async_run.second.unit(u).data(), sync_run.second.unit(u).data(),
+                            sync_run.second.unit(u).size() * sizeof(float)),
+                0)
+          << "unit " << u;
     }
   }
 }

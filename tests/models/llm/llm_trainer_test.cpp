@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -124,6 +126,74 @@ TEST(LlmTrainer, AResumedRunContinuesAtTheSameBatchBitwise) {
       << rest[0] << " vs " << uninterrupted[2];
   EXPECT_EQ(std::memcmp(&rest[1], &uninterrupted[3], sizeof(double)), 0)
       << rest[1] << " vs " << uninterrupted[3];
+}
+
+runtime::Config optimizer_on_host_deferred(const ScratchDir& nvme) {
+  return runtime::parse_config(R"(
+[tiers.device]
+kind = "host"
+budget = "256MiB"
+[tiers.host]
+budget = "64MiB"
+[tiers.nvme]
+direct = false
+paths = [")" + nvme.path().string() + R"("]
+[zero]
+optimizer = "host"
+sub_group_size = 4096
+persistence_threshold = 0
+overlap_optimizer = true
+defer_update = true
+[optimizer]
+lr = 3e-3
+grad_clip = 0.05
+)");
+}
+
+// [Note: asynchronous unit calls]: the passes' asynchronous schedule (handles released as soon as
+// a call is queued, each gradient reduced while the next unit's backward runs, from two slots) run
+// over the host's synchronous calls through an ImmediateFence: the same losses and weights, bit
+// for bit, as the synchronous schedule, with the state on NVMe, and with the optimizer on the host
+// speculating during the backward and deferring clipped updates into the next forward.
+TEST(LlmTrainer, TheAsynchronousScheduleChangesNoBit) {
+  set_blas_threads(1);
+  Fixture fixture;
+  for (const bool nvme_state : {true, false}) {
+    SCOPED_TRACE(nvme_state ? "state on NVMe" : "optimizer on host, deferred");
+    const auto run = [&](LlmTrainerOptions::UnitCalls calls) {
+      ScratchDir nvme;
+      const runtime::Config config =
+          nvme_state ? all_on_nvme(nvme) : optimizer_on_host_deferred(nvme);
+      auto device = runtime::testing::host_device(config);
+      runtime::comm::LocalComm comm;
+      LlmTrainerOptions options = fixture.options();
+      options.grad_accumulation = 2;
+      options.unit_calls = calls;
+      LlmTrainer trainer(config, *device, comm, options);
+      EXPECT_EQ(trainer.asynchronous_unit_calls(),
+                calls == LlmTrainerOptions::UnitCalls::kAsynchronous);
+      std::pair<std::vector<double>, std::vector<std::vector<float>>> result;
+      result.first = losses(trainer, 3);
+      for (std::size_t u = 0; u < trainer.model().units().size(); ++u) {
+        result.second.push_back(trainer.engine().gather_master(static_cast<runtime::UnitId>(u)));
+      }
+      return result;
+    };
+    const auto synchronous = run(LlmTrainerOptions::UnitCalls::kAuto);  // the host's: synchronous
+    const auto asynchronous = run(LlmTrainerOptions::UnitCalls::kAsynchronous);
+    for (std::size_t step = 0; step < synchronous.first.size(); ++step) {
+      EXPECT_EQ(std::memcmp(&asynchronous.first[step], &synchronous.first[step], sizeof(double)), 0)
+          << "step " << step << ": " << asynchronous.first[step] << " vs "
+          << synchronous.first[step];
+    }
+    ASSERT_EQ(asynchronous.second.size(), synchronous.second.size());
+    for (std::size_t u = 0; u < synchronous.second.size(); ++u) {
+      EXPECT_EQ(std::memcmp(asynchronous.second[u].data(), synchronous.second[u].data(),
+                            synchronous.second[u].size() * sizeof(float)),
+                0)
+          << "unit " << u;
+    }
+  }
 }
 
 // --document-mask reaches the decoder: with many short documents most windows cross a boundary,
