@@ -28,6 +28,12 @@
 #include "tiers/device/cuda_device.hpp"
 
 namespace strata::llm::cuda {
+
+unsigned operand_alignment(const void* pointer) {
+  const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+  if (address == 0) return 256;
+  return static_cast<unsigned>(std::min<std::uintptr_t>(256, address & (~address + 1)));
+}
 namespace {
 
 cudaDataType_t to_cuda(ElementType type) {
@@ -37,12 +43,6 @@ cublasOperation_t to_cublas(Transpose op) {
   return op == Transpose::kYes ? CUBLAS_OP_T : CUBLAS_OP_N;
 }
 
-// The largest power of two up to 256 that divides the address: what the heuristic may assume.
-unsigned alignment_bytes(const void* pointer) {
-  const auto address = reinterpret_cast<std::uintptr_t>(pointer);
-  if (address == 0) return 256;
-  return static_cast<unsigned>(std::min<std::uintptr_t>(256, address & (~address + 1)));
-}
 
 struct DescDeleter {
   void operator()(cublasLtMatmulDesc_t desc) const { cublasLtMatmulDescDestroy(desc); }
@@ -74,7 +74,7 @@ LtGemm::LtGemm(void* workspace, std::size_t workspace_bytes, int device_index, s
       workspace_bytes_(workspace_bytes),
       device_index_(device_index),
       owner_(std::move(owner)) {
-  STRATA_ASSERT(workspace != nullptr && alignment_bytes(workspace) == 256);
+  STRATA_ASSERT(workspace != nullptr && operand_alignment(workspace) == 256);
   cublasLtHandle_t handle = nullptr;
   check(cublasLtCreate(&handle), "cublasLtCreate");
   handle_ = handle;
@@ -104,11 +104,11 @@ LtGemm::Plan& LtGemm::plan_for(const GemmProduct& p) {
                 static_cast<int>(p.d_type),
                 p.c != nullptr,
                 p.bias != nullptr,
-                alignment_bytes(p.a.data),
-                alignment_bytes(p.b.data),
-                alignment_bytes(p.c != nullptr ? p.c : p.d),
-                alignment_bytes(p.d),
-                alignment_bytes(p.bias)};
+                operand_alignment(p.a.data),
+                operand_alignment(p.b.data),
+                operand_alignment(p.c != nullptr ? p.c : p.d),
+                operand_alignment(p.d),
+                operand_alignment(p.bias)};
   auto found = plans_.find(key);
   if (found != plans_.end()) return *found->second;
   auto plan = std::make_unique<Plan>();

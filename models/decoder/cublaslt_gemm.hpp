@@ -58,6 +58,11 @@ struct GemmProduct {
   const void* bias = nullptr;
 };
 
+// The largest power of two up to 256 that divides the address: what the heuristic may assume of
+// an operand, part of the key an algorithm is kept under (so two operands of one shape and one
+// alignment run the same kernel, bit for bit).
+unsigned operand_alignment(const void* pointer);
+
 class LtGemm {
  public:
   // The workspace Hopper's cuBLAS recommends: the most this object uses.

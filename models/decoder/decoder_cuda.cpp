@@ -61,7 +61,7 @@ class CudaDecoderFp32 final : public CudaDecoderBase {
     return flash_attention_ ? "flash-attention, bf16 tensor cores" : "tiled fp32, CUDA cores";
   }
 
-  void forward_layer(std::size_t layer, UnitParams p) override {
+  void forward_layer(std::size_t layer, UnitParams p, UnitParamsBf16 /*bf16*/) override {
     set_device();
     Layer& a = layer_buffers(layer);
     const float* x = resid_[layer];
@@ -71,7 +71,7 @@ class CudaDecoderFp32 final : public CudaDecoderBase {
     end_call();
   }
 
-  void forward_head(UnitParams p, UnitParams shared) override {
+  void forward_head(UnitParams p, UnitParams shared, UnitBf16 /*bf16*/) override {
     set_device();
     const std::size_t d = dims_.hidden;
     norm_forward(p[head_.norm_weight].data(), tensor(p, head_.norm_bias), resid_.back(),
@@ -97,7 +97,7 @@ class CudaDecoderFp32 final : public CudaDecoderBase {
     return totals;
   }
 
-  void backward_head(UnitParams p, UnitGrads g, UnitParams shared) override {
+  void backward_head(UnitParams p, UnitGrads g, UnitParams shared, UnitBf16 /*bf16*/) override {
     set_device();
     const std::size_t d = dims_.hidden;
     const std::size_t vocab = dims_.vocab;
@@ -112,7 +112,8 @@ class CudaDecoderFp32 final : public CudaDecoderBase {
   }
 
   // On entry d_resid holds dL/d(layer output); on exit dL/d(layer input).
-  void backward_layer(std::size_t layer, UnitParams p, UnitGrads g) override {
+  void backward_layer(std::size_t layer, UnitParams p, UnitGrads g,
+                      UnitParamsBf16 /*bf16*/) override {
     set_device();
     Layer& a = layer_buffers(layer);
     backward_mlp(p, g, a);

@@ -4,8 +4,8 @@
 //   - bf16, the default (decoder_cuda_bf16.cpp): activations stored in bf16 (norm outputs,
 //     q | k | v, attention output, MLP pre-activations and activations), the residual stream and
 //     its gradient in fp32; products on cuBLASLt (cublaslt_gemm.hpp) with bf16 operands, fp32
-//     accumulation, bias and residual adds in their epilogues, weights cast to bf16 once per unit
-//     call; fused bf16 kernels (fused_kernels.hpp); attention on the tensor cores through
+//     accumulation, bias and residual adds in their epilogues, weights read from the Engine's
+//     gathered bf16 copy (or rounded from the fp32 views once per unit call); fused bf16 kernels (fused_kernels.hpp); attention on the tensor cores through
 //     flash_attention.hpp's bf16 interface (fp32 tiled kernels over widened copies for a head_dim
 //     they do not take, or when asked); the LM head and its loss in row chunks, so the
 //     [rows × vocab] logits never exist whole. See [Note: bf16 decoder] in decoder_cuda_bf16.cpp.
@@ -54,12 +54,16 @@ class CudaDecoder {
                          std::span<const std::uint32_t> row_first_keys, std::size_t sequences,
                          std::size_t positions) = 0;
   virtual void forward_embedding(UnitParams params) = 0;
-  virtual void forward_layer(std::size_t layer, UnitParams params) = 0;
-  virtual void forward_head(UnitParams params, UnitParams shared) = 0;
+  // `bf16`: the same parameters as bf16 bits (DecoderModel's UnitBf16), or empty; the fp32
+  // reference path ignores them.
+  virtual void forward_layer(std::size_t layer, UnitParams params, UnitParamsBf16 bf16) = 0;
+  virtual void forward_head(UnitParams params, UnitParams shared, UnitBf16 bf16) = 0;
   virtual LossTotals loss() = 0;
-  virtual void backward_head(UnitParams params, UnitGrads grads, UnitParams shared) = 0;
+  virtual void backward_head(UnitParams params, UnitGrads grads, UnitParams shared,
+                             UnitBf16 bf16) = 0;
   // Under activation checkpointing the caller runs forward_layer(layer) first, as on the host.
-  virtual void backward_layer(std::size_t layer, UnitParams params, UnitGrads grads) = 0;
+  virtual void backward_layer(std::size_t layer, UnitParams params, UnitGrads grads,
+                              UnitParamsBf16 bf16) = 0;
   virtual void backward_embedding(UnitGrads grads) = 0;
   // Logits of the last forward, copied to the host.
   virtual void copy_logits(std::vector<float>& out) const = 0;

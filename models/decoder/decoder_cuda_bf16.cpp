@@ -24,13 +24,19 @@
 //     its dq, dk, dv come out fp32 (flash_attention.hpp); RoPE's backward reads
 //     them, rotates back and rounds into d_qkv_bf16_ in one pass, keeping the fp32 values for
 //     the bias gradients.
-//   - Weights arrive as fp32 views; each unit call casts its matrices to bf16 once into one
-//     cache (q, k, v side by side, and gate, up: one product each), which all of that call's
-//     products read. The backward casts again rather than keeping every layer's bf16 weights
-//     from the forward (the Engine may hand other views, and a layer's cast is one read of its
-//     fp32 weights: ~0.1 ms on the 1.08 B Llama, against ~2 GB to keep them). Biases of bf16
-//     outputs are cast with them (the epilogue adds a bias of the output's type); biases of
-//     fp32 outputs are read as they are.
+//   - Weights: the Engine gathers bf16 parameters and hands over both its bf16 copy and the
+//     fp32 views widened from it (GatheredUnit::tensor_bf16; DecoderModel's UnitBf16). The
+//     products read the bf16 copy: in place where a product's tensors lie side by side there
+//     (q | k | v and gate | up: one product each; Llama's and Mistral's layers, GPT-2's fused
+//     c_attn) and start with the alignment of their cache slot, so that cuBLASLt picks the
+//     same kernel either way; otherwise copied into the slot (Qwen2's q, k, v with their biases
+//     between them). Without a bf16 copy (fp32 parameters, direct callers), each unit call
+//     rounds the fp32 views into the cache, which holds the same values. The backward takes
+//     them again rather than keeping every layer's bf16 weights from the forward. Biases of
+//     bf16 outputs come the same way (the epilogue adds a bias of the output's type); biases of
+//     fp32 outputs and the norms' weights are read from the fp32 views. The head's matrix is
+//     always copied (or rounded) into the cache: logits() recomputes from it after the call,
+//     when the Engine may have evicted the unit.
 //   - LM head and loss in row chunks (cuda_loss_chunk_rows): forward_head computes each chunk's
 //     fp32 logits, its loss and log-sum-exp; backward_head recomputes the chunk's logits (the
 //     same product on the same operands: the same bits), turns them into bf16 dlogits, then
@@ -43,6 +49,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -64,11 +72,16 @@ using cuda::GemmOperand;
 using cuda::GemmProduct;
 using cuda::Transpose;
 
-// Where the bf16 weight cache's tensors sit, for a layer (the head uses `matrix` alone).
-struct LayerWeights {
-  bf16 *qkv, *out, *pre, *down;  // q | k | v (or c_attn), o (c_proj), gate | up (c_fc), down
-  bf16 *qkv_bias, *pre_bias;     // the biases of bf16 outputs (Qwen2's q, k, v; GPT-2's)
+// A layer's bf16 weights as its products read them: in the weight cache, or in place in the
+// Engine's gathered bf16 copy (take_layer_weights). The cache's own slots are LayerWeights of
+// writable pointers; the head uses the cache's start alone.
+template <typename Element>
+struct LayerWeightsOf {
+  Element *qkv, *out, *pre, *down;  // q | k | v (or c_attn), o (c_proj), gate | up (c_fc), down
+  Element *qkv_bias, *pre_bias;     // the biases of bf16 outputs (Qwen2's q, k, v; GPT-2's)
 };
+using LayerWeights = LayerWeightsOf<const bf16>;
+using CacheSlots = LayerWeightsOf<bf16>;
 
 class CudaDecoderBf16 final : public CudaDecoderBase {
  public:
@@ -89,9 +102,9 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
     return flash_attention_ ? "flash-attention, bf16 tensor cores" : "tiled fp32, CUDA cores";
   }
 
-  void forward_layer(std::size_t layer, UnitParams p) override {
+  void forward_layer(std::size_t layer, UnitParams p, UnitParamsBf16 p16) override {
     set_device();
-    cast_layer_weights(p);
+    take_layer_weights(p, p16);
     Layer& a = layer_buffers(layer);
     attention_inputs(p, resid_[layer], a);
     attention_forward(a);
@@ -99,11 +112,11 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
     end_call();
   }
 
-  void forward_head(UnitParams p, UnitParams shared) override {
+  void forward_head(UnitParams p, UnitParams shared, UnitBf16 p16) override {
     set_device();
     norm_forward(p[head_.norm_weight].data(), tensor(p, head_.norm_bias), resid_.back(), head_norm_,
                  head_mean_, head_rstd_);
-    cast_head_weights(p, shared);
+    take_head_weights(p, shared, p16);
     for (std::size_t first = 0; first < rows_; first += chunk_rows_) {
       const std::size_t rows = std::min(chunk_rows_, rows_ - first);
       head_logits(first, rows);
@@ -128,14 +141,14 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
     return totals;
   }
 
-  void backward_head(UnitParams p, UnitGrads g, UnitParams shared) override {
+  void backward_head(UnitParams p, UnitGrads g, UnitParams shared, UnitBf16 p16) override {
     set_device();
     const std::size_t d = dims_.hidden;
     const std::size_t vocab = dims_.vocab;
     double total_weight = 0.0;
     const float inv_weight = inverse_loss_weight(&total_weight);
     float* dhead = config_.tie_word_embeddings ? tied_grad_ : g[head_.lm_head].data();
-    cast_head_weights(p, shared);
+    take_head_weights(p, shared, p16);
     for (std::size_t first = 0; first < rows_; first += chunk_rows_) {
       const std::size_t rows = std::min(chunk_rows_, rows_ - first);
       head_logits(first, rows);  // the forward's product again: the same logits, bit for bit
@@ -159,9 +172,10 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
   }
 
   // On entry d_resid (and its bf16 copy) holds dL/d(layer output); on exit dL/d(layer input).
-  void backward_layer(std::size_t layer, UnitParams p, UnitGrads g) override {
+  void backward_layer(std::size_t layer, UnitParams p, UnitGrads g,
+                      UnitParamsBf16 p16) override {
     set_device();
-    cast_layer_weights(p);
+    take_layer_weights(p, p16);
     Layer& a = layer_buffers(layer);
     mlp_backward(p, g, a);
     attention_output_backward(g, a);
@@ -248,12 +262,12 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
       next += elements;
       return at;
     };
-    layer_weights_.qkv = take(dims_.qkv_width * d);
-    layer_weights_.out = take(dims_.q_width * d);
-    layer_weights_.pre = take(dims_.pre_width * d);
-    layer_weights_.down = take(dims_.inner * d);
-    layer_weights_.qkv_bias = take(dims_.qkv_width);
-    layer_weights_.pre_bias = take(dims_.pre_width);
+    cache_slots_.qkv = take(dims_.qkv_width * d);
+    cache_slots_.out = take(dims_.q_width * d);
+    cache_slots_.pre = take(dims_.pre_width * d);
+    cache_slots_.down = take(dims_.inner * d);
+    cache_slots_.qkv_bias = take(dims_.qkv_width);
+    cache_slots_.pre_bias = take(dims_.pre_width);
     STRATA_ASSERT(next <= weight_cache_ + cuda_weight_cache_elements(config_));
   }
 
@@ -273,33 +287,98 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
   void cast_layer_weights(UnitParams p) {
     const LayerLayout& l = layout_;
     const std::size_t d = dims_.hidden;
+    const CacheSlots& c = cache_slots_;
     if (dims_.gpt2) {
-      cast(tensor(p, l.qkv_weight), layer_weights_.qkv, d * dims_.qkv_width);
-      cast(tensor(p, l.qkv_bias), layer_weights_.qkv_bias, dims_.qkv_width);
-      cast(tensor(p, l.out_weight), layer_weights_.out, d * d);
-      cast(tensor(p, l.fc_weight), layer_weights_.pre, d * dims_.inner);
-      cast(tensor(p, l.fc_bias), layer_weights_.pre_bias, dims_.inner);
-      cast(tensor(p, l.proj_weight), layer_weights_.down, dims_.inner * d);
+      cast(tensor(p, l.qkv_weight), c.qkv, d * dims_.qkv_width);
+      cast(tensor(p, l.qkv_bias), c.qkv_bias, dims_.qkv_width);
+      cast(tensor(p, l.out_weight), c.out, d * d);
+      cast(tensor(p, l.fc_weight), c.pre, d * dims_.inner);
+      cast(tensor(p, l.fc_bias), c.pre_bias, dims_.inner);
+      cast(tensor(p, l.proj_weight), c.down, dims_.inner * d);
     } else {
       const std::size_t q = dims_.q_width * d;
       const std::size_t kv = dims_.kv_width * d;
-      cast(tensor(p, l.q_weight), layer_weights_.qkv, q);
-      cast(tensor(p, l.k_weight), layer_weights_.qkv + q, kv);
-      cast(tensor(p, l.v_weight), layer_weights_.qkv + q + kv, kv);
-      cast(tensor(p, l.q_bias), layer_weights_.qkv_bias, dims_.q_width);
-      cast(tensor(p, l.k_bias), layer_weights_.qkv_bias + dims_.q_width, dims_.kv_width);
-      cast(tensor(p, l.v_bias), layer_weights_.qkv_bias + dims_.q_width + dims_.kv_width,
-           dims_.kv_width);
-      cast(tensor(p, l.o_weight), layer_weights_.out, d * dims_.q_width);
-      cast(tensor(p, l.gate_weight), layer_weights_.pre, dims_.inner * d);
-      cast(tensor(p, l.up_weight), layer_weights_.pre + dims_.inner * d, dims_.inner * d);
-      cast(tensor(p, l.down_weight), layer_weights_.down, d * dims_.inner);
+      cast(tensor(p, l.q_weight), c.qkv, q);
+      cast(tensor(p, l.k_weight), c.qkv + q, kv);
+      cast(tensor(p, l.v_weight), c.qkv + q + kv, kv);
+      cast(tensor(p, l.q_bias), c.qkv_bias, dims_.q_width);
+      cast(tensor(p, l.k_bias), c.qkv_bias + dims_.q_width, dims_.kv_width);
+      cast(tensor(p, l.v_bias), c.qkv_bias + dims_.q_width + dims_.kv_width, dims_.kv_width);
+      cast(tensor(p, l.o_weight), c.out, d * dims_.q_width);
+      cast(tensor(p, l.gate_weight), c.pre, dims_.inner * d);
+      cast(tensor(p, l.up_weight), c.pre + dims_.inner * d, dims_.inner * d);
+      cast(tensor(p, l.down_weight), c.down, d * dims_.inner);
+    }
+    layer_weights_ = {c.qkv, c.out, c.pre, c.down, c.qkv_bias, c.pre_bias};
+    cache_holds_ = CacheHolds::kLayer;
+  }
+
+  // [Note: bf16 decoder] The layer's weights from the Engine's bf16 copy (the values the fp32
+  // views widen): each group of tensors a product reads as one (q | k | v, gate | up) is read in
+  // place when its tensors lie side by side there and its start has the alignment its cache slot
+  // has (so cuBLASLt runs the same kernel either way: the same bits), else copied into the slot.
+  // Without the copy (empty `p16`), the fp32 views are rounded into the cache.
+  void take_layer_weights(UnitParams p, UnitParamsBf16 p16) {
+    if (p16.empty()) {
+      cast_layer_weights(p);
+      return;
+    }
+    const LayerLayout& l = layout_;
+    const CacheSlots& c = cache_slots_;
+    if (dims_.gpt2) {
+      layer_weights_ = {in_place_or_copied(p16, {l.qkv_weight}, c.qkv),
+                        in_place_or_copied(p16, {l.out_weight}, c.out),
+                        in_place_or_copied(p16, {l.fc_weight}, c.pre),
+                        in_place_or_copied(p16, {l.proj_weight}, c.down),
+                        in_place_or_copied(p16, {l.qkv_bias}, c.qkv_bias),
+                        in_place_or_copied(p16, {l.fc_bias}, c.pre_bias)};
+    } else {
+      layer_weights_ = {in_place_or_copied(p16, {l.q_weight, l.k_weight, l.v_weight}, c.qkv),
+                        in_place_or_copied(p16, {l.o_weight}, c.out),
+                        in_place_or_copied(p16, {l.gate_weight, l.up_weight}, c.pre),
+                        in_place_or_copied(p16, {l.down_weight}, c.down),
+                        in_place_or_copied(p16, {l.q_bias, l.k_bias, l.v_bias}, c.qkv_bias),
+                        c.pre_bias};
     }
     cache_holds_ = CacheHolds::kLayer;
   }
 
-  void cast_head_weights(UnitParams p, UnitParams shared) {
-    cast(head_matrix(p, shared), weight_cache_, dims_.vocab * dims_.hidden);
+  // The tensors `indices` (kAbsent: none, then the slot, unused) as one bf16 array: in place in
+  // `p16` when they are adjacent there and the first has the slot's operand alignment, else
+  // copied one after another into `slot`.
+  const bf16* in_place_or_copied(UnitParamsBf16 p16, std::initializer_list<std::size_t> indices,
+                                 bf16* slot) {
+    if (*indices.begin() == kAbsent) return slot;
+    const std::uint16_t* first = p16[*indices.begin()].data();
+    bool adjacent = cuda::operand_alignment(first) == cuda::operand_alignment(slot);
+    const std::uint16_t* next = first;
+    for (const std::size_t index : indices) {
+      adjacent = adjacent && p16[index].data() == next;
+      next = p16[index].data() + p16[index].size();
+    }
+    if (adjacent) return reinterpret_cast<const bf16*>(first);
+    bf16* at = slot;
+    for (const std::size_t index : indices) {
+      check(cudaMemcpyAsync(at, p16[index].data(), p16[index].size_bytes(),
+                            cudaMemcpyDeviceToDevice, stream_),
+            "cudaMemcpyAsync");
+      at += p16[index].size();
+    }
+    return slot;
+  }
+
+  // The head's matrix into the cache, copied from the bf16 copy or rounded from the fp32 view:
+  // logits() recomputes from it after the call, when the Engine may have let the unit go.
+  void take_head_weights(UnitParams p, UnitParams shared, UnitBf16 p16) {
+    const UnitParamsBf16 source = config_.tie_word_embeddings ? p16.shared : p16.params;
+    const std::size_t index = config_.tie_word_embeddings ? kTokenEmbedding : head_.lm_head;
+    if (source.empty()) {
+      cast(head_matrix(p, shared), weight_cache_, dims_.vocab * dims_.hidden);
+    } else {
+      check(cudaMemcpyAsync(weight_cache_, source[index].data(), source[index].size_bytes(),
+                            cudaMemcpyDeviceToDevice, stream_),
+            "cudaMemcpyAsync");
+    }
     cache_holds_ = CacheHolds::kHead;
   }
 
@@ -569,7 +648,8 @@ class CudaDecoderBf16 final : public CudaDecoderBase {
   // The fp32 attention's inputs and output, widened (fallback only).
   float *qkv32_ = nullptr, *att32_ = nullptr, *d_att32_ = nullptr;
   bf16* weight_cache_ = nullptr;
-  LayerWeights layer_weights_{};
+  CacheSlots cache_slots_{};      // the weight cache's slots for a layer
+  LayerWeights layer_weights_{};  // what the layer's products read (take_layer_weights)
   CacheHolds cache_holds_ = CacheHolds::kNothing;
   std::byte* workspace_ = nullptr;
   std::size_t workspace_bytes_ = 0;

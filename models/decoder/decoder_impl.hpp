@@ -122,6 +122,7 @@ struct DecoderModel::Impl {
   }
   const float* head_matrix(UnitParams params, UnitParams shared) const;
   void check_views(std::size_t unit, UnitParams params, UnitParams shared) const;
+  void check_bf16_views(UnitParamsBf16 bf16, UnitParams fp32) const;
 
   // decoder_model.cpp
   void forward_embedding(UnitParams p);

@@ -107,6 +107,14 @@ const float* DecoderModel::Impl::head_matrix(UnitParams params, UnitParams share
                                     : params[head_layout.lm_head].data();
 }
 
+void DecoderModel::Impl::check_bf16_views(UnitParamsBf16 bf16, UnitParams fp32) const {
+  if (bf16.empty()) return;
+  STRATA_ASSERT(bf16.size() == fp32.size(), "one bf16 span per tensor, or none");
+  for (std::size_t i = 0; i < bf16.size(); ++i) {
+    STRATA_ASSERT(bf16[i].size() == fp32[i].size(), "bf16 parameter span of the wrong size");
+  }
+}
+
 void DecoderModel::Impl::check_views(std::size_t unit, UnitParams params,
                                      UnitParams shared) const {
   STRATA_ASSERT(unit < units.size());
@@ -223,10 +231,13 @@ void DecoderModel::set_batch(std::span<const std::int32_t> tokens, std::size_t s
   m.next_unit = 0;
 }
 
-void DecoderModel::forward_unit(std::size_t unit, UnitParams params, UnitParams shared) {
+void DecoderModel::forward_unit(std::size_t unit, UnitParams params, UnitParams shared,
+                                UnitBf16 bf16) {
   Impl& m = *impl_;
   STRATA_ASSERT(m.phase == Impl::Phase::kForward && unit == m.next_unit, "forward units in order");
   m.check_views(unit, params, shared);
+  m.check_bf16_views(bf16.params, params);
+  m.check_bf16_views(bf16.shared, shared);
   const detail::Bf16OperandsScope rounding(m.options.host_bf16_operands);
   const UnitSpec& spec = m.units[unit];
   switch (spec.kind) {
@@ -234,10 +245,11 @@ void DecoderModel::forward_unit(std::size_t unit, UnitParams params, UnitParams 
       m.cuda ? m.cuda->forward_embedding(params) : m.forward_embedding(params);
       break;
     case UnitKind::kLayer:
-      m.cuda ? m.cuda->forward_layer(spec.layer, params) : m.forward_layer(spec.layer, params);
+      m.cuda ? m.cuda->forward_layer(spec.layer, params, bf16.params)
+             : m.forward_layer(spec.layer, params);
       break;
     case UnitKind::kHead:
-      m.cuda ? m.cuda->forward_head(params, shared) : m.forward_head(params, shared);
+      m.cuda ? m.cuda->forward_head(params, shared, bf16) : m.forward_head(params, shared);
       break;
   }
   ++m.next_unit;
@@ -259,11 +271,13 @@ double DecoderModel::loss_sum() const { return impl_->totals.loss_sum; }
 double DecoderModel::loss_weight() const { return impl_->totals.weight; }
 
 void DecoderModel::backward_unit(std::size_t unit, UnitParams params, UnitGrads grads,
-                                 UnitParams shared) {
+                                 UnitParams shared, UnitBf16 bf16) {
   Impl& m = *impl_;
   STRATA_ASSERT(m.phase == Impl::Phase::kBackward && unit + 1 == m.next_unit,
                 "backward units in reverse order, after loss()");
   m.check_views(unit, params, shared);
+  m.check_bf16_views(bf16.params, params);
+  m.check_bf16_views(bf16.shared, shared);
   const UnitSpec& spec = m.units[unit];
   STRATA_ASSERT(grads.size() == spec.tensors.size(), "one gradient span per tensor of the unit");
   for (std::size_t i = 0; i < grads.size(); ++i) {
@@ -276,15 +290,18 @@ void DecoderModel::backward_unit(std::size_t unit, UnitParams params, UnitGrads 
       break;
     case UnitKind::kLayer:
       if (m.cuda) {
-        if (m.options.activation_checkpointing) m.cuda->forward_layer(spec.layer, params);
-        m.cuda->backward_layer(spec.layer, params, grads);
+        if (m.options.activation_checkpointing) {
+          m.cuda->forward_layer(spec.layer, params, bf16.params);
+        }
+        m.cuda->backward_layer(spec.layer, params, grads, bf16.params);
         break;
       }
       if (m.options.activation_checkpointing) m.forward_layer(spec.layer, params);
       m.backward_layer(spec.layer, params, grads);
       break;
     case UnitKind::kHead:
-      m.cuda ? m.cuda->backward_head(params, grads, shared) : m.backward_head(params, grads, shared);
+      m.cuda ? m.cuda->backward_head(params, grads, shared, bf16)
+             : m.backward_head(params, grads, shared);
       break;
   }
   --m.next_unit;

@@ -84,6 +84,8 @@ runtime::UnitSpec engine_unit(const UnitSpec& unit);
 // Splits a unit's flat buffer into one span per tensor, in spec order.
 std::vector<std::span<const float>> split_unit(const UnitSpec& unit, std::span<const float> flat);
 std::vector<std::span<float>> split_unit(const UnitSpec& unit, std::span<float> flat);
+std::vector<std::span<const std::uint16_t>> split_unit(const UnitSpec& unit,
+                                                       std::span<const std::uint16_t> flat);
 
 // CUDA only: the kernels that compute attention (decoder_cuda.hpp).
 enum class CudaAttention : std::uint8_t {
@@ -125,9 +127,22 @@ struct DecoderOptions {
 
 using UnitParams = std::span<const std::span<const float>>;
 using UnitGrads = std::span<const std::span<float>>;
+// A unit's parameters as bf16 bits, one span per tensor: the Engine's gathered bf16 copy
+// (GatheredUnit::tensor_bf16), of which the fp32 views are the widening. The CUDA bf16 path feeds
+// its products from them (in place where they lie as the products take them) instead of rounding
+// the fp32 views again: the same values. Empty: it rounds the fp32 views. The host ignores them.
+using UnitParamsBf16 = std::span<const std::span<const std::uint16_t>>;
+struct UnitBf16 {
+  UnitParamsBf16 params;  // the unit's, or empty
+  UnitParamsBf16 shared;  // the embedding's, for a tied head, or empty
+};
 
 class DecoderModel {
  public:
+  // forward_unit and backward_unit take the parameters' bf16 views too (UnitBf16); the training
+  // passes (unit_passes.hpp) hand them over when the Engine has them.
+  static constexpr bool kReadsBf16Views = true;
+
   // Throws HfConfigError when seq_len exceeds max_position_embeddings (Mistral's sliding window
   // is implemented as a banded causal mask, so any seq_len up to that limit works), and
   // std::invalid_argument when seq_len or micro_batch is 0. Allocates every training buffer.
@@ -165,14 +180,16 @@ class DecoderModel {
   // its position.
   void set_batch(std::span<const std::int32_t> tokens, std::size_t sequence_tokens = 0,
                  std::span<const float> loss_weights = {});
-  void forward_unit(std::size_t unit, UnitParams params, UnitParams shared = {});
+  void forward_unit(std::size_t unit, UnitParams params, UnitParams shared = {},
+                    UnitBf16 bf16 = {});
   // Weighted mean next-token cross-entropy (nats) over the batch; prepares backward. A batch
   // whose weights are all 0 has loss 0 and zero gradients.
   double loss();
   // Sum of the weighted per-token losses and the sum of the weights (strata-eval's totals).
   double loss_sum() const;
   double loss_weight() const;
-  void backward_unit(std::size_t unit, UnitParams params, UnitGrads grads, UnitParams shared = {});
+  void backward_unit(std::size_t unit, UnitParams params, UnitGrads grads, UnitParams shared = {},
+                     UnitBf16 bf16 = {});
   // Logits [sequences · (sequence_tokens - 1) × vocab] of the last forward. On CUDA's bf16 path
   // they are recomputed from the head's bf16 weights kept since the head's forward (the loss
   // never holds them whole): valid until a layer's backward, std::logic_error after.

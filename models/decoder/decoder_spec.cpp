@@ -203,6 +203,11 @@ std::vector<std::span<float>> split_unit(const UnitSpec& unit, std::span<float> 
   return split_flat(unit, flat);
 }
 
+std::vector<std::span<const std::uint16_t>> split_unit(const UnitSpec& unit,
+                                                       std::span<const std::uint16_t> flat) {
+  return split_flat(unit, flat);
+}
+
 namespace detail {
 
 std::size_t tensor_index(const UnitSpec& unit, std::string_view name) {

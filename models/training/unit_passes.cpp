@@ -44,6 +44,14 @@ std::vector<std::span<const float>> tensor_views(const runtime::GatheredUnit& un
   return views;
 }
 
+// Empty unless the parameters are bf16.
+std::vector<std::span<const std::uint16_t>> bf16_views(const runtime::GatheredUnit& unit) {
+  std::vector<std::span<const std::uint16_t>> views;
+  if (unit.tensor_count() == 0 || unit.tensor_bf16(0).empty()) return views;
+  for (std::size_t i = 0; i < unit.tensor_count(); ++i) views.push_back(unit.tensor_bf16(i));
+  return views;
+}
+
 }  // namespace
 
 namespace detail {
@@ -51,11 +59,15 @@ namespace detail {
 GatheredPair gather_unit(runtime::Engine& engine, std::span<const runtime::UnitId> units,
                          std::size_t u, bool reads_embedding, double* wait_s) {
   const auto wait_start = Clock::now();
-  GatheredPair gathered{engine.gather(units[u]), std::nullopt, {}, {}};
+  GatheredPair gathered{engine.gather(units[u]), std::nullopt, {}, {}, {}, {}};
   if (reads_embedding) gathered.embedding.emplace(engine.gather(units[0]));
   if (wait_s != nullptr) *wait_s += seconds_between(wait_start, Clock::now());
   gathered.views = tensor_views(gathered.unit);
-  if (gathered.embedding) gathered.shared = tensor_views(*gathered.embedding);
+  gathered.views_bf16 = bf16_views(gathered.unit);
+  if (gathered.embedding) {
+    gathered.shared = tensor_views(*gathered.embedding);
+    gathered.shared_bf16 = bf16_views(*gathered.embedding);
+  }
   return gathered;
 }
 

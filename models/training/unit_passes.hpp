@@ -108,12 +108,33 @@ inline double seconds_between(Clock::time_point start, Clock::time_point end) {
 }
 
 // A gathered unit, the embedding unit when it reads it (a tied head), and their tensors' views.
+// With bf16 parameters, also their bf16 views (GatheredUnit::tensor_bf16), else those are empty.
 struct GatheredPair {
   runtime::GatheredUnit unit;
   std::optional<runtime::GatheredUnit> embedding;
   std::vector<std::span<const float>> views;
   std::vector<std::span<const float>> shared;  // empty without the embedding
+  std::vector<std::span<const std::uint16_t>> views_bf16, shared_bf16;
 };
+
+// A model that takes the bf16 views too (DecoderModel::kReadsBf16Views: its CUDA path feeds its
+// products from them) gets them as a fifth argument.
+template <class Model>
+void forward_call(Model& model, std::size_t u, const GatheredPair& g) {
+  if constexpr (requires { Model::kReadsBf16Views; }) {
+    model.forward_unit(u, g.views, g.shared, {g.views_bf16, g.shared_bf16});
+  } else {
+    model.forward_unit(u, g.views, g.shared);
+  }
+}
+template <class Model, class Grads>
+void backward_call(Model& model, std::size_t u, const GatheredPair& g, const Grads& grads) {
+  if constexpr (requires { Model::kReadsBf16Views; }) {
+    model.backward_unit(u, g.views, grads, g.shared, {g.views_bf16, g.shared_bf16});
+  } else {
+    model.backward_unit(u, g.views, grads, g.shared);
+  }
+}
 // Gathers unit `u` and, when `reads_embedding`, the embedding unit (units[0]); `wait_s` (may be
 // null) gains the time blocked in the gathers.
 GatheredPair gather_unit(runtime::Engine& engine, std::span<const runtime::UnitId> units,
@@ -137,7 +158,7 @@ double UnitPasses<Model>::forward(StepReport* report) const {
     const auto compute_start = detail::Clock::now();
     {
       runtime::Tracer::Scope scope(tracer, runtime::TraceTrack::kCompute, "forward " + spec.name);
-      model.forward_unit(u, gathered.views, gathered.shared);
+      detail::forward_call(model, u, gathered);
     }
     if (report != nullptr) {
       report->compute_s += detail::seconds_between(compute_start, detail::Clock::now());
@@ -180,7 +201,7 @@ void UnitPasses<Model>::backward(UnitGradBuffer& grads, float gradient_scale,
     const std::span<float> unit_grads = grads.first(spec.numel, u % grads.slots());
     {
       runtime::Tracer::Scope scope(tracer, runtime::TraceTrack::kCompute, "backward " + spec.name);
-      model.backward_unit(u, gathered->views, split_unit(spec, unit_grads), gathered->shared);
+      detail::backward_call(model, u, *gathered, split_unit(spec, unit_grads));
     }
     report.compute_s += detail::seconds_between(compute_start, detail::Clock::now());
     const Computed computed{u, unit_grads, fence != nullptr ? fence->mark() : 0};

@@ -38,7 +38,10 @@ std::string_view to_string(OptimizerState state) {
 // GatheredUnit ------------------------------------------------------------------------------------
 
 GatheredUnit::GatheredUnit(GatheredUnit&& other) noexcept
-    : engine_(std::exchange(other.engine_, nullptr)), unit_(other.unit_), data_(other.data_) {}
+    : engine_(std::exchange(other.engine_, nullptr)),
+      unit_(other.unit_),
+      data_(other.data_),
+      bf16_(other.bf16_) {}
 
 GatheredUnit& GatheredUnit::operator=(GatheredUnit&& other) noexcept {
   if (this != &other) {
@@ -46,6 +49,7 @@ GatheredUnit& GatheredUnit::operator=(GatheredUnit&& other) noexcept {
     engine_ = std::exchange(other.engine_, nullptr);
     unit_ = other.unit_;
     data_ = other.data_;
+    bf16_ = other.bf16_;
   }
   return *this;
 }
@@ -69,6 +73,14 @@ std::span<const float> GatheredUnit::tensor(std::string_view name) const {
   throw std::out_of_range(fmt::format("unit '{}' has no tensor '{}'", unit.spec.name, name));
 }
 
+std::span<const std::uint16_t> GatheredUnit::tensor_bf16(std::size_t index) const {
+  if (bf16_ == nullptr) return {};
+  const UnitState& unit = engine_->state_->unit(unit_);
+  STRATA_ASSERT(index < unit.layout.tensors.size(), "tensor index out of range");
+  const auto& placement = unit.layout.tensors[index];
+  return {bf16_ + placement.offset, placement.numel};
+}
+
 std::size_t GatheredUnit::tensor_count() const {
   return engine_->state_->unit(unit_).spec.tensors.size();
 }
@@ -90,7 +102,8 @@ void Engine::finalize() {
 }
 
 GatheredUnit Engine::gather(UnitId unit) {
-  return GatheredUnit(this, unit, state_->gather(unit));
+  const float* data = state_->gather(unit);
+  return GatheredUnit(this, unit, data, state_->gathered_bf16(unit));
 }
 
 void Engine::set_compute_fence(tiers::ComputeFence* fence) {

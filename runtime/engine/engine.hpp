@@ -164,14 +164,19 @@ class GatheredUnit {
   std::span<const float> tensor(std::string_view name) const;
   std::size_t tensor_count() const;
   UnitId unit() const { return unit_; }
+  // With [precision] params = "bf16": the gathered bf16 parameters themselves, which the fp32
+  // views above are widened from (the same values): a model that computes in bf16 reads them
+  // instead of rounding the fp32 views again. Empty with other parameter dtypes.
+  std::span<const std::uint16_t> tensor_bf16(std::size_t index) const;
 
  private:
   friend class Engine;
-  GatheredUnit(Engine* engine, UnitId unit, const float* data)
-      : engine_(engine), unit_(unit), data_(data) {}
+  GatheredUnit(Engine* engine, UnitId unit, const float* data, const std::uint16_t* bf16)
+      : engine_(engine), unit_(unit), data_(data), bf16_(bf16) {}
   Engine* engine_ = nullptr;
   UnitId unit_ = 0;
   const float* data_ = nullptr;
+  const std::uint16_t* bf16_ = nullptr;  // null unless the parameters are bf16
 };
 
 class Engine {

@@ -128,6 +128,9 @@ class EngineState final : public tiers::ResidencyClient {
   UnitId add_unit(UnitSpec spec);
   void finalize();
   const float* gather(UnitId unit);  // the unit's fp32 view; a GatheredUnit holds it
+  // The gathered unit's bf16 parameters (after gather(), while it is held); null unless the
+  // parameter dtype is bf16.
+  const std::uint16_t* gathered_bf16(UnitId unit) const;
   void release(UnitId unit);
   void set_compute_fence(tiers::ComputeFence* fence);
   void reduce_grads(UnitId unit, std::span<const float> full_grads);

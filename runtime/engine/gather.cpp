@@ -43,6 +43,15 @@ const float* EngineState::gather(UnitId id) {
   return reinterpret_cast<const float*>(gathered.full32.data());
 }
 
+const std::uint16_t* EngineState::gathered_bf16(UnitId id) const {
+  if (param_dtype() != DType::kBf16) return nullptr;
+  const GatheredCopy& gathered = units_[id].gathered;
+  STRATA_ASSERT(gathered.state() == GatherState::kReady && gathered.live_handles > 0 &&
+                    gathered.full16,
+                "the bf16 parameters of a unit not gathered");
+  return reinterpret_cast<const std::uint16_t*>(gathered.full16.data());
+}
+
 void EngineState::release(UnitId id) {
   GatheredCopy& gathered = units_[id].gathered;
   STRATA_ASSERT(gathered.live_handles > 0, "release of a unit not gathered");

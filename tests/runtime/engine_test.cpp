@@ -767,6 +767,49 @@ TEST_P(EngineAccess, GradientMovesAreQueuedOnTheStreamsAndStoredInCallOrder) {
   }
 }
 
+// GatheredUnit::tensor_bf16: with bf16 parameters the gathered bf16 copy itself, whose widening
+// is the fp32 view bit for bit, wherever the parameters live and on either path; nothing with
+// fp32 parameters.
+TEST_P(EngineAccess, Bf16ViewsHoldTheBitsTheFp32ViewsWiden) {
+  const Access access = GetParam();
+  for (Tier params : {Tier::kDevice, Tier::kHost, Tier::kNvme}) {
+    for (const DType dtype : {DType::kBf16, DType::kFp32}) {
+      SCOPED_TRACE(fmt::format("params {} on {}, {} path", dtype_name(dtype), to_string(params),
+                               access_name(access)));
+      ScratchDir dir;
+      Config config = base_config(dir);
+      config.zero.params = params;
+      config.precision.params = dtype;
+      auto device = host_device(config);
+      comm::LocalComm comm;
+      Engine engine(config, *device, comm, with_access(access));
+      TinyMlp model(kEngineTestWidths, 16, 7);
+      model.add_units(engine);
+      engine.finalize();
+      model.train_step(engine);
+      engine.step();  // parameters an update wrote, not the initial ones
+      for (const UnitId id : model.units()) {
+        const GatheredUnit unit = engine.gather(id);
+        for (std::size_t t = 0; t < unit.tensor_count(); ++t) {
+          const std::span<const float> fp32 = unit.tensor(t);
+          const std::span<const std::uint16_t> bf16 = unit.tensor_bf16(t);
+          if (dtype != DType::kBf16) {
+            EXPECT_TRUE(bf16.empty());
+            continue;
+          }
+          ASSERT_EQ(bf16.size(), fp32.size());
+          for (std::size_t i = 0; i < fp32.size(); ++i) {
+            std::uint32_t bits = 0;
+            std::memcpy(&bits, &fp32[i], sizeof(bits));
+            ASSERT_EQ(bits, std::uint32_t{bf16[i]} << 16) << "unit " << id << " tensor " << t
+                                                            << " element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, EngineAccess, ::testing::Values(Access::kAuto, Access::kStaged),
                          [](const auto& param_info) { return access_name(param_info.param); });
 

@@ -7,7 +7,9 @@
 // fp32 one in the model; the options pick the attention kernels; runs are bitwise reproducible,
 // activation checkpointing is bitwise free and backward overwrites its gradients; a wider Llama
 // (aligned shapes, head_dim 64) does the same on cuBLASLt's vectorised kernels; the LM-head loss
-// in row chunks on a 128 k vocabulary equals one chunk's to fp32 rounding. Skips, saying
+// in row chunks on a 128 k vocabulary equals one chunk's to fp32 rounding; the parameters' bf16
+// copy (read in place where aligned, else copied) gives the bits of rounding the fp32 views; and
+// asynchronous calls, waited for through their fence, give the synchronous bits. Skips, saying
 // why, where CUDA cannot be used.
 #include <gtest/gtest.h>
 
@@ -78,14 +80,30 @@ class DeviceRun {
   }
 
   double forward_backward(DecoderModel& model, std::span<const std::int32_t> tokens,
-                          std::size_t sequence_tokens, std::span<const float> weights) {
+                          std::size_t sequence_tokens, std::span<const float> weights,
+                          bool with_bf16_views = false) {
     model.set_batch(tokens, sequence_tokens, weights);
-    for (std::size_t u = 0; u < units_.size(); ++u) model.forward_unit(u, views(u), shared(u));
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+      const auto bf16 = bf16_views(u, with_bf16_views);
+      model.forward_unit(u, views(u), shared(u), {bf16.first, bf16.second});
+    }
     const double loss = model.loss();
     for (std::size_t u = units_.size(); u-- > 0;) {
-      model.backward_unit(u, views(u), split_unit(units_[u], device_floats(grads_[u])), shared(u));
+      const auto bf16 = bf16_views(u, with_bf16_views);
+      model.backward_unit(u, views(u), split_unit(units_[u], device_floats(grads_[u])), shared(u),
+                          {bf16.first, bf16.second});
     }
     return loss;
+  }
+
+  // The parameters rounded to bf16 in device memory, one buffer per unit laid out as the fp32
+  // one (as the Engine's gathered bf16 copy is): what forward_backward(..., true) hands over.
+  void round_parameters_to_bf16(tiers::Device& device) {
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+      bf16_.push_back(device.allocate(units_[u].numel * sizeof(std::uint16_t)));
+      stream_.cast(bf16_[u].span(), DType::kBf16, params_[u].span(), DType::kFp32);
+    }
+    stream_.synchronize();
   }
 
   UnitBuffers gradients() {
@@ -108,11 +126,50 @@ class DeviceRun {
     if (!units_[u].reads_embedding) return {};
     return views(0);
   }
+  std::vector<std::span<const std::uint16_t>> unit_bf16(std::size_t u) const {
+    const std::span<const std::uint16_t> flat(bf16_[u].span().as<std::uint16_t>(), units_[u].numel);
+    return split_unit(units_[u], flat);
+  }
+  // The unit's and (tied head) the embedding's bf16 views, or none.
+  using Bf16Pair = std::pair<std::vector<std::span<const std::uint16_t>>,
+                             std::vector<std::span<const std::uint16_t>>>;
+  Bf16Pair bf16_views(std::size_t u, bool wanted) const {
+    if (!wanted) return {};
+    return {unit_bf16(u), units_[u].reads_embedding ? unit_bf16(0) : Bf16Pair::second_type{}};
+  }
 
   tiers::Stream stream_;
   std::vector<UnitSpec> units_;
-  std::vector<tiers::DeviceBuffer> params_, grads_;
+  std::vector<tiers::DeviceBuffer> params_, grads_, bf16_;
 };
+
+// One forward and backward with and without the parameters' bf16 copy (DeviceRun's
+// round_parameters_to_bf16): the same loss and gradients, bit for bit.
+void expect_bf16_views_give_the_same_bits(const HfConfig& c, const DecoderOptions& o) {
+  auto device = cuda_device();
+  DecoderModel model(c, o, device.get());
+  const UnitBuffers params = testing::random_parameters(model.units(), kSeed);
+  const std::size_t n = o.seq_len + 1;
+  const std::vector<std::int32_t> tokens =
+      testing::random_tokens(o.micro_batch * n, c.vocab_size, kSeed + 7);
+  DeviceRun run(*device, model.units(), params);
+  run.round_parameters_to_bf16(*device);
+  std::vector<double> losses;
+  std::vector<UnitBuffers> grads;
+  for (const bool with_bf16 : {false, true}) {
+    run.poison_gradients();
+    losses.push_back(run.forward_backward(model, tokens, n, {}, with_bf16));
+    grads.push_back(run.gradients());
+  }
+  EXPECT_EQ(std::memcmp(&losses[0], &losses[1], sizeof(double)), 0)
+      << losses[0] << " vs " << losses[1];
+  for (std::size_t u = 0; u < grads[0].unit_count(); ++u) {
+    EXPECT_EQ(std::memcmp(grads[0].unit(u).data(), grads[1].unit(u).data(),
+                          grads[0].unit(u).size() * sizeof(float)),
+              0)
+        << "unit " << u;
+  }
+}
 
 class DecoderCuda : public ::testing::TestWithParam<Family> {
  protected:
@@ -379,6 +436,17 @@ TEST_P(DecoderCuda, AsynchronousCallsGiveTheSynchronousBits) {
   }
 }
 
+// [Note: bf16 decoder]: given the parameters' bf16 copy (as the Engine gathers it), the bf16 path
+// reads its matrices in place (or copies them, where they do not lie as the products take them)
+// instead of rounding the fp32 views: the same loss and gradients, bit for bit; the fp32
+// reference ignores the copy.
+TEST_P(DecoderCuda, Bf16ViewsGiveTheBitsOfRoundingTheFp32Views) {
+  for (const bool fp32_products : {false, true}) {
+    SCOPED_TRACE(fp32_products ? "fp32 products" : "bf16 path");
+    expect_bf16_views_give_the_same_bits(config(), options(fp32_products));
+  }
+}
+
 // kAuto takes the tensor-core attention where it applies: bf16 products and a head_dim that is a
 // multiple of 8 (Qwen2's tiny head_dim 10 falls back to fp32); fp32 products keep the fp32
 // attention, so those tests stay fp32 end to end; kTensorCores for a head_dim the kernel does
@@ -442,15 +510,30 @@ INSTANTIATE_TEST_SUITE_P(Families, DecoderCuda, ::testing::ValuesIn(kFamilies),
 // reach its narrow, unaligned ones), over several tiles each way. Same bound and reasoning as
 // Bf16PathMatchesTheHostModelWithinBf16Rounding (two layers: the same count of roundings), and
 // two runs bitwise equal.
-TEST(Bf16WideLlamaCuda, MatchesTheHostModelWithinBf16Rounding) {
-  const std::string reason = tiers::cuda_unavailable_reason();
-  if (!reason.empty()) GTEST_SKIP() << "no usable CUDA device: " << reason;
-  const HfConfig config = parse_hf_config(R"({
+HfConfig wide_llama() {
+  return parse_hf_config(R"({
     "architectures": ["LlamaForCausalLM"], "hidden_size": 256, "intermediate_size": 688,
     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
     "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "vocab_size": 1000,
     "max_position_embeddings": 512, "tie_word_embeddings": false, "hidden_act": "silu",
     "torch_dtype": "bfloat16", "bos_token_id": 1, "eos_token_id": 2})");
+}
+
+// Its layers' tensors lie 256-byte aligned in the bf16 copy, as in the cache: q | k | v, o,
+// gate | up and down are read in place (the tiny families' are copied), with the same bits.
+TEST(Bf16WideLlamaCuda, Bf16ViewsAreReadInPlaceWithTheBitsOfRounding) {
+  const std::string reason = tiers::cuda_unavailable_reason();
+  if (!reason.empty()) GTEST_SKIP() << "no usable CUDA device: " << reason;
+  DecoderOptions options;
+  options.seq_len = 130;
+  options.micro_batch = 3;
+  expect_bf16_views_give_the_same_bits(wide_llama(), options);
+}
+
+TEST(Bf16WideLlamaCuda, MatchesTheHostModelWithinBf16Rounding) {
+  const std::string reason = tiers::cuda_unavailable_reason();
+  if (!reason.empty()) GTEST_SKIP() << "no usable CUDA device: " << reason;
+  const HfConfig config = wide_llama();
   DecoderOptions options;
   options.seq_len = 130;
   options.micro_batch = 3;
