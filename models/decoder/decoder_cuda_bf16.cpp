@@ -25,7 +25,10 @@
 //     them, rotates back and rounds into d_qkv_bf16_ in one pass, keeping the fp32 values for
 //     the bias gradients.
 //   - Weights: the Engine gathers bf16 parameters and hands over both its bf16 copy and the
-//     fp32 views widened from it (GatheredUnit::tensor_bf16; DecoderModel's UnitBf16). The
+//     fp32 views widened from it (GatheredUnit::tensor_bf16; DecoderModel's UnitBf16), these
+//     only for the tensors read in fp32 here (DecoderModel::fp32_views_read: the trainer
+//     registers the others with runtime::TensorSpec::fp32_view = false, and no cast is spent on
+//     them). The
 //     products read the bf16 copy: in place where a product's tensors lie side by side there
 //     (q | k | v and gate | up: one product each; Llama's and Mistral's layers, GPT-2's fused
 //     c_attn) and start with the alignment of their cache slot, so that cuBLASLt picks the

@@ -121,8 +121,10 @@ struct DecoderModel::Impl {
     return options.activation_checkpointing ? layers.front() : layers[layer];
   }
   const float* head_matrix(UnitParams params, UnitParams shared) const;
-  void check_views(std::size_t unit, UnitParams params, UnitParams shared) const;
-  void check_bf16_views(UnitParamsBf16 bf16, UnitParams fp32) const;
+  void check_views(std::size_t unit, UnitParams params, UnitParams shared,
+                   const UnitBf16& bf16 = {}) const;
+  void check_bf16_views(const UnitSpec& spec, UnitParamsBf16 bf16) const;
+  bool fp32_view_read(const UnitSpec& spec, std::size_t tensor) const;
 
   // decoder_model.cpp
   void forward_embedding(UnitParams p);

@@ -107,28 +107,64 @@ const float* DecoderModel::Impl::head_matrix(UnitParams params, UnitParams share
                                     : params[head_layout.lm_head].data();
 }
 
-void DecoderModel::Impl::check_bf16_views(UnitParamsBf16 bf16, UnitParams fp32) const {
+void DecoderModel::Impl::check_bf16_views(const UnitSpec& spec, UnitParamsBf16 bf16) const {
   if (bf16.empty()) return;
-  STRATA_ASSERT(bf16.size() == fp32.size(), "one bf16 span per tensor, or none");
+  STRATA_ASSERT(bf16.size() == spec.tensors.size(), "one bf16 span per tensor, or none");
   for (std::size_t i = 0; i < bf16.size(); ++i) {
-    STRATA_ASSERT(bf16[i].size() == fp32[i].size(), "bf16 parameter span of the wrong size");
+    STRATA_ASSERT(bf16[i].size() == spec.tensors[i].numel(), "bf16 parameter span of the wrong size");
   }
 }
 
-void DecoderModel::Impl::check_views(std::size_t unit, UnitParams params,
-                                     UnitParams shared) const {
+// A tensor's fp32 view may be empty where its bf16 view is given and the CUDA bf16 path does not
+// read the fp32 one (fp32_views_read).
+void DecoderModel::Impl::check_views(std::size_t unit, UnitParams params, UnitParams shared,
+                                     const UnitBf16& bf16) const {
   STRATA_ASSERT(unit < units.size());
   const UnitSpec& spec = units[unit];
+  check_bf16_views(spec, bf16.params);
   STRATA_ASSERT(params.size() == spec.tensors.size(), "one span per tensor of the unit");
   for (std::size_t i = 0; i < params.size(); ++i) {
+    if (params[i].empty() && !bf16.params.empty()) {
+      STRATA_ASSERT(!fp32_view_read(spec, i), "an fp32 view this path reads left out");
+      continue;
+    }
     STRATA_ASSERT(params[i].size() == spec.tensors[i].numel(), "parameter span of the wrong size");
   }
   if (spec.reads_embedding) {
     STRATA_ASSERT(shared.size() == units[0].tensors.size(), "tied head needs the embedding unit");
     STRATA_ASSERT(shared[detail::kTokenEmbedding].size() == units[0].tensors[0].numel());
+    check_bf16_views(units[0], bf16.shared);
   } else {
-    STRATA_ASSERT(shared.empty(), "only the tied head reads another unit");
+    STRATA_ASSERT(shared.empty() && bf16.shared.empty(), "only the tied head reads another unit");
   }
+}
+
+// [Note: bf16 decoder]: given bf16 views, the CUDA bf16 path reads as fp32 only the norms' gains
+// and biases, the biases of its fp32 outputs (GPT-2's attention and MLP projections) and the
+// embeddings; the host and the fp32 reference read every fp32 view.
+bool DecoderModel::Impl::fp32_view_read(const UnitSpec& spec, std::size_t tensor) const {
+  if (cuda == nullptr || options.cuda_fp32_products) return true;
+  switch (spec.kind) {
+    case UnitKind::kEmbedding:
+      return true;
+    case UnitKind::kLayer: {
+      const detail::LayerLayout l = detail::layer_layout(spec);
+      return tensor == l.norm1_weight || tensor == l.norm1_bias || tensor == l.norm2_weight ||
+             tensor == l.norm2_bias || tensor == l.out_bias || tensor == l.proj_bias;
+    }
+    case UnitKind::kHead: {
+      const detail::HeadLayout h = detail::head_layout(spec);
+      return tensor == h.norm_weight || tensor == h.norm_bias;
+    }
+  }
+  return true;
+}
+
+std::vector<bool> DecoderModel::fp32_views_read(std::size_t unit) const {
+  const UnitSpec& spec = impl_->units.at(unit);
+  std::vector<bool> read(spec.tensors.size());
+  for (std::size_t t = 0; t < read.size(); ++t) read[t] = impl_->fp32_view_read(spec, t);
+  return read;
 }
 
 DecoderModel::DecoderModel(const HfConfig& config, const DecoderOptions& options,
@@ -235,9 +271,7 @@ void DecoderModel::forward_unit(std::size_t unit, UnitParams params, UnitParams 
                                 UnitBf16 bf16) {
   Impl& m = *impl_;
   STRATA_ASSERT(m.phase == Impl::Phase::kForward && unit == m.next_unit, "forward units in order");
-  m.check_views(unit, params, shared);
-  m.check_bf16_views(bf16.params, params);
-  m.check_bf16_views(bf16.shared, shared);
+  m.check_views(unit, params, shared, bf16);
   const detail::Bf16OperandsScope rounding(m.options.host_bf16_operands);
   const UnitSpec& spec = m.units[unit];
   switch (spec.kind) {
@@ -275,9 +309,7 @@ void DecoderModel::backward_unit(std::size_t unit, UnitParams params, UnitGrads 
   Impl& m = *impl_;
   STRATA_ASSERT(m.phase == Impl::Phase::kBackward && unit + 1 == m.next_unit,
                 "backward units in reverse order, after loss()");
-  m.check_views(unit, params, shared);
-  m.check_bf16_views(bf16.params, params);
-  m.check_bf16_views(bf16.shared, shared);
+  m.check_views(unit, params, shared, bf16);
   const UnitSpec& spec = m.units[unit];
   STRATA_ASSERT(grads.size() == spec.tensors.size(), "one gradient span per tensor of the unit");
   for (std::size_t i = 0; i < grads.size(); ++i) {

@@ -167,6 +167,11 @@ class DecoderModel {
   // return done. nullptr on the host, whose calls return done. [Note: asynchronous unit calls] in
   // docs/design.md.
   tiers::ComputeFence* enable_asynchronous_calls();
+  // Which of unit `unit`'s tensors this model reads as fp32 views when it is given bf16 views
+  // too (UnitBf16): on CUDA's bf16 path only the norms' gains and biases, the biases of fp32
+  // outputs and the embeddings, the others' fp32 views may be empty (the Engine then skips their
+  // cast: runtime::TensorSpec::fp32_view); on the host and the fp32 reference path, all.
+  std::vector<bool> fp32_views_read(std::size_t unit) const;
   // Which attention runs, for run logs: "fp32 on the host", or the CUDA backend's kernels
   // ("flash-attention, bf16 tensor cores" or "tiled fp32, CUDA cores").
   std::string_view attention_implementation() const;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <exception>
+#include <utility>
+#include <vector>
 
 #include "models/checkpoint/hf_checkpoint.hpp"
 #include "models/training/training_data.hpp"
@@ -74,7 +76,13 @@ LlmTrainer::LlmTrainer(const runtime::Config& config, tiers::Device& device,
   grads_.emplace(device, largest, fence_ != nullptr ? 2 : 1);
   engine_ = std::make_unique<runtime::Engine>(config, device, comm, engine_options);
   engine_->set_compute_fence(fence_);  // (model_ outlives engine_: declared before it)
-  for (const UnitSpec& unit : model_->units()) units_.push_back(engine_->add_unit(engine_unit(unit)));
+  for (std::size_t u = 0; u < model_->units().size(); ++u) {
+    // The tensors the model reads in bf16 alone get no fp32 view (CUDA's bf16 path: no cast).
+    runtime::UnitSpec unit = engine_unit(model_->units()[u]);
+    const std::vector<bool> fp32_read = model_->fp32_views_read(u);
+    for (std::size_t t = 0; t < unit.tensors.size(); ++t) unit.tensors[t].fp32_view = fp32_read[t];
+    units_.push_back(engine_->add_unit(std::move(unit)));
+  }
   engine_->finalize();
   // A resumed run continues from the store's weights, not the folder's.
   if (checkpoint && engine_->step_count() == 0) {

@@ -160,6 +160,7 @@ class GatheredUnit {
   GatheredUnit& operator=(const GatheredUnit&) = delete;
   ~GatheredUnit();
 
+  // Empty for a tensor registered with fp32_view = false under 16-bit parameters.
   std::span<const float> tensor(std::size_t index) const;
   std::span<const float> tensor(std::string_view name) const;
   std::size_t tensor_count() const;

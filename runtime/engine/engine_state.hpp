@@ -133,6 +133,7 @@ class EngineState final : public tiers::ResidencyClient {
   const std::uint16_t* gathered_bf16(UnitId unit) const;
   void release(UnitId unit);
   void set_compute_fence(tiers::ComputeFence* fence);
+  DType param_dtype() const { return plan_.kind(Kind::kParam).dtype; }
   void reduce_grads(UnitId unit, std::span<const float> full_grads);
   void optimizer_step(StepStats& stats);
   void set_optimizer_compute(EngineOptions::OptimizerCompute compute);
@@ -151,7 +152,6 @@ class EngineState final : public tiers::ResidencyClient {
   comm::Communicator& comm() const { return *comm_; }
   std::uint32_t rank() const { return rank_; }
   std::uint32_t ranks() const { return ranks_; }
-  DType param_dtype() const { return plan_.kind(Kind::kParam).dtype; }
   bool finalized() const { return finalized_; }
   std::span<const UnitState> units() const { return units_; }
   const UnitState& unit(UnitId id) const;  // throws std::out_of_range naming the id
@@ -281,6 +281,7 @@ class EngineState final : public tiers::ResidencyClient {
   void queue_gathered_copy(UnitState& unit);
   void queue_cast(UnitState& unit);
   void wait_queued_gather(UnitState& unit);
+  void queue_fp32_view_casts(UnitState& unit);
   // The step just updated `group` of `unit` (its new parameters at `params`): a load waiting for
   // them takes them (optimizer_step.cpp).
   void hand_fresh_params(UnitId unit, std::size_t group, const std::byte* params);

@@ -12,9 +12,11 @@
 // before the buffers go: the compute reading them may outlive the handle.
 // Where each unit's gather stands is its GatheredCopy's state (gathered_copy.hpp; the transitions
 // and which function here performs each: docs/design.md, "The gather as a state machine").
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -24,6 +26,32 @@
 #include "runtime/engine/engine_state.hpp"
 
 namespace strata::runtime::detail {
+namespace {
+
+// The elements of a unit's gathered copy its fp32 view holds, as [offset, offset + count) runs:
+// the whole padded unit, or, when some tensor is registered with fp32_view = false, the other
+// tensors' elements (adjacent ones merged into one run).
+std::vector<std::pair<std::uint64_t, std::uint64_t>> fp32_view_runs(const UnitState& unit) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> runs;
+  bool all = true;
+  for (const TensorSpec& tensor : unit.spec.tensors) all = all && tensor.fp32_view;
+  if (all) {
+    runs.emplace_back(0, unit.layout.padded_numel);
+    return runs;
+  }
+  for (std::size_t t = 0; t < unit.spec.tensors.size(); ++t) {
+    if (!unit.spec.tensors[t].fp32_view) continue;
+    const auto& placement = unit.layout.tensors[t];
+    if (!runs.empty() && runs.back().first + runs.back().second == placement.offset) {
+      runs.back().second += placement.numel;
+    } else {
+      runs.emplace_back(placement.offset, placement.numel);
+    }
+  }
+  return runs;
+}
+
+}  // namespace
 
 const float* EngineState::gather(UnitId id) {
   STRATA_ASSERT(finalized_, "gather before finalize");
@@ -328,10 +356,14 @@ void EngineState::cast_gathered_to_fp32(UnitState& unit) {
   STRATA_ASSERT(device_addressable_ && unit.gathered.full32, "a CPU cast of device memory");
   const DType param_dtype = this->param_dtype();
   if (param_dtype == DType::kFp32) return;
-  const std::uint64_t padded = unit.layout.padded_numel;
-  cpu_adam::convert(cpu_adam::ConstTypedSpan(unit.gathered.full16.data(), padded, param_dtype),
-                    cpu_adam::TypedSpan(unit.gathered.full32.data(), padded, DType::kFp32),
-                    *arena_);
+  const std::uint64_t element_bytes = dtype_bytes(param_dtype);
+  for (const auto& [offset, count] : fp32_view_runs(unit)) {
+    cpu_adam::convert(
+        cpu_adam::ConstTypedSpan(unit.gathered.full16.data() + offset * element_bytes, count,
+                                 param_dtype),
+        cpu_adam::TypedSpan(unit.gathered.full32.data() + offset * 4, count, DType::kFp32),
+        *arena_);
+  }
 }
 
 // Several ranks (may_start_pending_gather): a unit whose shard is final (nothing due to update it)
@@ -587,10 +619,7 @@ void EngineState::finish_staged_copy(UnitState& unit, const std::byte* host_full
   }
   lane.h2d.record(lane.h2d_done);
   lane.compute.wait(lane.h2d_done);
-  if (param_dtype != DType::kFp32) {
-    lane.compute.cast(copy.full32.span(0, layout.padded_numel * 4), DType::kFp32,
-                      copy.full16.span(0, padded_bytes), param_dtype);
-  }
+  if (param_dtype != DType::kFp32) queue_fp32_view_casts(unit);
   lane.compute.record(lane.compute_done);
   lane.compute_done.wait();
   // The h2d copy that read them is done (compute waited for it).
@@ -649,21 +678,28 @@ void EngineState::queue_cast(UnitState& unit) {
   GatheredCopy& copy = unit.gathered;
   if (!copy.copied) copy.copied.emplace(device_->create_event());
   if (!copy.ready) copy.ready.emplace(device_->create_event());
-  const UnitLayout& layout = unit.layout;
   const DType param_dtype = this->param_dtype();
   DeviceLanes& lane = *lanes_;
   lane.h2d.record(*copy.copied);
   lane.compute.wait(*copy.copied);
-  if (param_dtype != DType::kFp32) {
-    lane.compute.cast(copy.full32.span(0, layout.padded_numel * 4), DType::kFp32,
-                      copy.full16.span(0, layout.padded_numel * dtype_bytes(param_dtype)),
-                      param_dtype);
-  }
+  if (param_dtype != DType::kFp32) queue_fp32_view_casts(unit);
   lane.compute.record(*copy.ready);
   copy.queue_copy();
   if (options_.tracer != nullptr) {
     const auto now = Tracer::Clock::now();
     options_.tracer->record(TraceTrack::kCopies, "queue gather " + unit.spec.name, now, now);
+  }
+}
+
+// The 16 -> 32 casts of the unit's fp32 view on the compute stream (fp32_view_runs).
+void EngineState::queue_fp32_view_casts(UnitState& unit) {
+  const DType param_dtype = this->param_dtype();
+  const std::uint64_t element_bytes = dtype_bytes(param_dtype);
+  GatheredCopy& copy = unit.gathered;
+  for (const auto& [offset, count] : fp32_view_runs(unit)) {
+    lanes_->compute.cast(copy.full32.span(offset * 4, count * 4), DType::kFp32,
+                         copy.full16.span(offset * element_bytes, count * element_bytes),
+                         param_dtype);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -806,6 +807,63 @@ TEST_P(EngineAccess, Bf16ViewsHoldTheBitsTheFp32ViewsWiden) {
           }
         }
       }
+    }
+  }
+}
+
+// TensorSpec::fp32_view = false: with bf16 parameters the Engine casts only the other tensors
+// into the fp32 view; the tensor's fp32 view is empty, its bf16 view and the others' fp32 views
+// are those of an Engine that widens everything (same config, same seed).
+TEST_P(EngineAccess, TensorsWithoutAnFp32ViewAreLeftToTheirBf16View) {
+  const Access access = GetParam();
+  for (Tier params : {Tier::kDevice, Tier::kHost, Tier::kNvme}) {
+    SCOPED_TRACE(fmt::format("params on {}, {} path", to_string(params), access_name(access)));
+    ScratchDir dir_all, dir_some;
+    Config config_all = base_config(dir_all);
+    Config config_some = base_config(dir_some);
+    for (Config* config : {&config_all, &config_some}) config->zero.params = params;
+    auto device_all = host_device(config_all);
+    auto device_some = host_device(config_some);
+    comm::LocalComm comm_all, comm_some;
+    Engine all(config_all, *device_all, comm_all, with_access(access));
+    Engine some(config_some, *device_some, comm_some, with_access(access));
+    TinyMlp model(kEngineTestWidths, 16, 7);
+    model.add_units(all);
+    std::vector<UnitId> ids;
+    for (std::size_t layer = 0; layer + 1 < kEngineTestWidths.size(); ++layer) {
+      UnitSpec unit;  // TinyMlp's units, the matrix without its fp32 view
+      unit.name = "layer" + std::to_string(layer);
+      const std::uint32_t in = kEngineTestWidths[layer], out = kEngineTestWidths[layer + 1];
+      const float std = 1.0f / std::sqrt(static_cast<float>(in));
+      unit.tensors.push_back({"w", {in, out}, TensorInit::normal(std)});
+      unit.tensors.back().fp32_view = false;
+      unit.tensors.push_back({"b", {out}, TensorInit::zeros()});
+      ids.push_back(some.add_unit(unit));
+    }
+    all.finalize();
+    some.finalize();
+    std::mt19937 random(11);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (std::size_t u = 0; u < ids.size(); ++u) {  // every element distinct from its neighbours
+      std::vector<float> values(all.unit_numel(model.units()[u]));
+      for (float& value : values) value = normal(random);
+      all.set_master(model.units()[u], values);
+      some.set_master(ids[u], values);
+    }
+    for (std::size_t u = 0; u < ids.size(); ++u) {
+      const GatheredUnit reference = all.gather(model.units()[u]);
+      const GatheredUnit unit = some.gather(ids[u]);
+      EXPECT_TRUE(unit.tensor(0).empty()) << "unit " << u;
+      ASSERT_EQ(unit.tensor_bf16(0).size(), reference.tensor_bf16(0).size());
+      EXPECT_EQ(std::memcmp(unit.tensor_bf16(0).data(), reference.tensor_bf16(0).data(),
+                            reference.tensor_bf16(0).size_bytes()),
+                0)
+          << "unit " << u << ": the matrix's bf16 view";
+      ASSERT_EQ(unit.tensor(1).size(), reference.tensor(1).size());
+      EXPECT_EQ(std::memcmp(unit.tensor(1).data(), reference.tensor(1).data(),
+                            reference.tensor(1).size_bytes()),
+                0)
+          << "unit " << u << ": the bias's fp32 view";
     }
   }
 }

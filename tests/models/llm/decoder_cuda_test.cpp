@@ -79,18 +79,24 @@ class DeviceRun {
     return model.loss();
   }
 
+  // How forward_backward hands the parameters over: fp32 views alone; the bf16 copy too; the
+  // bf16 copy with the fp32 views the model does not read left empty (as the Engine's are when
+  // it skips their cast: DecoderModel::fp32_views_read).
+  enum class Views : std::uint8_t { kFp32, kWithBf16, kBf16WhereNotRead };
+
   double forward_backward(DecoderModel& model, std::span<const std::int32_t> tokens,
                           std::size_t sequence_tokens, std::span<const float> weights,
-                          bool with_bf16_views = false) {
+                          Views given = Views::kFp32) {
     model.set_batch(tokens, sequence_tokens, weights);
     for (std::size_t u = 0; u < units_.size(); ++u) {
-      const auto bf16 = bf16_views(u, with_bf16_views);
-      model.forward_unit(u, views(u), shared(u), {bf16.first, bf16.second});
+      const auto bf16 = bf16_views(u, given != Views::kFp32);
+      model.forward_unit(u, fp32_views(model, u, given), shared(u), {bf16.first, bf16.second});
     }
     const double loss = model.loss();
     for (std::size_t u = units_.size(); u-- > 0;) {
-      const auto bf16 = bf16_views(u, with_bf16_views);
-      model.backward_unit(u, views(u), split_unit(units_[u], device_floats(grads_[u])), shared(u),
+      const auto bf16 = bf16_views(u, given != Views::kFp32);
+      model.backward_unit(u, fp32_views(model, u, given),
+                          split_unit(units_[u], device_floats(grads_[u])), shared(u),
                           {bf16.first, bf16.second});
     }
     return loss;
@@ -126,6 +132,16 @@ class DeviceRun {
     if (!units_[u].reads_embedding) return {};
     return views(0);
   }
+  std::vector<std::span<const float>> fp32_views(const DecoderModel& model, std::size_t u,
+                                                 Views given) const {
+    std::vector<std::span<const float>> all = views(u);
+    if (given != Views::kBf16WhereNotRead) return all;
+    const std::vector<bool> read = model.fp32_views_read(u);
+    for (std::size_t t = 0; t < all.size(); ++t) {
+      if (!read[t]) all[t] = {};
+    }
+    return all;
+  }
   std::vector<std::span<const std::uint16_t>> unit_bf16(std::size_t u) const {
     const std::span<const std::uint16_t> flat(bf16_[u].span().as<std::uint16_t>(), units_[u].numel);
     return split_unit(units_[u], flat);
@@ -143,8 +159,9 @@ class DeviceRun {
   std::vector<tiers::DeviceBuffer> params_, grads_, bf16_;
 };
 
-// One forward and backward with and without the parameters' bf16 copy (DeviceRun's
-// round_parameters_to_bf16): the same loss and gradients, bit for bit.
+// One forward and backward with the fp32 views alone, with the parameters' bf16 copy too
+// (DeviceRun's round_parameters_to_bf16), and with the bf16 copy and only the fp32 views the
+// model reads: the same loss and gradients, bit for bit.
 void expect_bf16_views_give_the_same_bits(const HfConfig& c, const DecoderOptions& o) {
   auto device = cuda_device();
   DecoderModel model(c, o, device.get());
@@ -156,19 +173,25 @@ void expect_bf16_views_give_the_same_bits(const HfConfig& c, const DecoderOption
   run.round_parameters_to_bf16(*device);
   std::vector<double> losses;
   std::vector<UnitBuffers> grads;
-  for (const bool with_bf16 : {false, true}) {
+  using Views = DeviceRun::Views;
+  for (const Views given : {Views::kFp32, Views::kWithBf16, Views::kBf16WhereNotRead}) {
     run.poison_gradients();
-    losses.push_back(run.forward_backward(model, tokens, n, {}, with_bf16));
+    losses.push_back(run.forward_backward(model, tokens, n, {}, given));
     grads.push_back(run.gradients());
   }
-  EXPECT_EQ(std::memcmp(&losses[0], &losses[1], sizeof(double)), 0)
-      << losses[0] << " vs " << losses[1];
-  for (std::size_t u = 0; u < grads[0].unit_count(); ++u) {
-    EXPECT_EQ(std::memcmp(grads[0].unit(u).data(), grads[1].unit(u).data(),
-                          grads[0].unit(u).size() * sizeof(float)),
-              0)
-        << "unit " << u;
+  for (std::size_t i = 1; i < losses.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&losses[0], &losses[i], sizeof(double)), 0)
+        << "run " << i << ": " << losses[0] << " vs " << losses[i];
+    for (std::size_t u = 0; u < grads[0].unit_count(); ++u) {
+      EXPECT_EQ(std::memcmp(grads[0].unit(u).data(), grads[i].unit(u).data(),
+                            grads[0].unit(u).size() * sizeof(float)),
+                0)
+          << "run " << i << ", unit " << u;
+    }
   }
+  // The bf16 path leaves the layers' and the head's matrices to the bf16 copy.
+  const std::vector<bool> layer_reads = model.fp32_views_read(1);
+  EXPECT_EQ(std::count(layer_reads.begin(), layer_reads.end(), false) > 0, !o.cuda_fp32_products);
 }
 
 class DecoderCuda : public ::testing::TestWithParam<Family> {
