@@ -28,12 +28,11 @@
 //     fp32 views widened from it (GatheredUnit::tensor_bf16; DecoderModel's UnitBf16), these
 //     only for the tensors read in fp32 here (DecoderModel::fp32_views_read: the trainer
 //     registers the others with runtime::TensorSpec::fp32_view = false, and no cast is spent on
-//     them). The
-//     products read the bf16 copy: in place where a product's tensors lie side by side there
-//     (q | k | v and gate | up: one product each; Llama's and Mistral's layers, GPT-2's fused
-//     c_attn) and start with the alignment of their cache slot, so that cuBLASLt picks the
-//     same kernel either way; otherwise copied into the slot (Qwen2's q, k, v with their biases
-//     between them). Without a bf16 copy (fp32 parameters, direct callers), each unit call
+//     them). The products read the bf16 copy: in place where a product's tensors lie side by
+//     side there (q | k | v and gate | up: one product each; Llama's and Mistral's layers,
+//     GPT-2's fused c_attn) and start with the alignment of their cache slot, so that cuBLASLt
+//     picks the same kernel either way; otherwise copied into the slot (Qwen2's q, k, v with
+//     their biases between them). Without a bf16 copy (fp32 parameters, direct callers), each unit call
 //     rounds the fp32 views into the cache, which holds the same values. The backward takes
 //     them again rather than keeping every layer's bf16 weights from the forward. Biases of
 //     bf16 outputs come the same way (the epilogue adds a bias of the output's type); biases of

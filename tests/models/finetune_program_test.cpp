@@ -85,6 +85,17 @@ TEST_F(FinetuneProgram, AttentionIsRefusedWithoutModel) {
   EXPECT_FALSE(std::filesystem::exists(scratch.path() / "store")) << log;
 }
 
+// The built-in GPT's calls are synchronous: --synchronous-unit-calls is refused for it, saying
+// so, before anything is written.
+TEST_F(FinetuneProgram, SynchronousUnitCallsAreRefusedWithoutModel) {
+  const auto [log, status] = finetune("--config " + config("store").string() +
+                                      " --steps 1 --synchronous-unit-calls");
+  EXPECT_EQ(status, 2) << log;
+  EXPECT_NE(log.find("--synchronous-unit-calls applies to --model only"), std::string::npos)
+      << log;
+  EXPECT_FALSE(std::filesystem::exists(scratch.path() / "store")) << log;
+}
+
 // --profile reads CUPTI's records of the GPU: on the host device it is refused, saying so,
 // before a step runs.
 TEST_F(FinetuneProgram, ProfileIsRefusedOnTheHostDevice) {
