@@ -154,11 +154,12 @@ strata::runtime::PlanInputs gpt_plan_inputs(const strata::runtime::Config& confi
     largest = std::max<std::uint64_t>(largest, unit.numel);
   }
   if (device != strata::tiers::DeviceKind::kCuda) return inputs;
+  // Two gradient slots of the largest unit: the asynchronous unit calls (unit_passes.hpp).
   inputs.compute_device_bytes =
       strata::gpt::detail::cuda_gpt_activation_bytes(config.model).budgeted +
-      strata::round_up(largest * sizeof(float), strata::tiers::kDeviceAllocationGranularity);
+      2 * strata::round_up(largest * sizeof(float), strata::tiers::kDeviceAllocationGranularity);
   inputs.compute_description = fmt::format(
-      "the model's compute on the GPU: activations of {} x {} tokens, a unit's gradient",
+      "the model's compute on the GPU: activations of {} x {} tokens, two gradient slots",
       config.model.micro_batch, config.model.seq_len);
   return inputs;
 }
@@ -195,6 +196,9 @@ strata::examples::TrainerOptions gpt_trainer_options(const Options& options,
   trainer_options.resume = options.resume;
   trainer_options.overwrite = options.overwrite;
   trainer_options.tracer = tracer;
+  if (options.synchronous_unit_calls) {
+    trainer_options.unit_calls = strata::examples::UnitCalls::kSynchronous;
+  }
   return trainer_options;
 }
 
@@ -248,11 +252,6 @@ int run_gpt(const Options& options, strata::runtime::Config& config) {
   if (options.attention != "auto") {
     std::cerr << "strata-finetune: --attention picks the Hugging Face decoder's kernels: it "
                  "applies to --model only\n";
-    return 2;
-  }
-  if (options.synchronous_unit_calls) {
-    std::cerr << "strata-finetune: --synchronous-unit-calls applies to --model only (the "
-                 "built-in GPT's calls are synchronous)\n";
     return 2;
   }
   std::unique_ptr<runtime::comm::Communicator> comm = runtime::comm::make_communicator();
@@ -367,8 +366,8 @@ void add_run_options(CLI::App& app, Options& options) {
                  "for such a head_dim) or fp32 (the tiled fp32 reference)")
       ->check(CLI::IsMember({"auto", "tensor-cores", "fp32"}));
   app.add_flag("--synchronous-unit-calls", options.synchronous_unit_calls,
-               "--model on cuda: wait for each unit's compute before the next unit's gather, "
-               "as before the asynchronous calls (to compare; the bits are the same)");
+               "--device cuda: wait for each unit's compute before the next unit's gather, as "
+               "before the asynchronous calls (to compare; the bits are the same)");
 }
 
 // --resume, --overwrite and --resume-from (after --init, which --resume-from excludes).

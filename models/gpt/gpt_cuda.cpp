@@ -87,6 +87,7 @@ class CudaGptImpl final : public CudaGpt, private examples::CudaBackend {
   CudaGptImpl& operator=(const CudaGptImpl&) = delete;
 
   std::size_t activation_bytes() const override { return allocated_bytes(); }
+  tiers::ComputeFence* enable_asynchronous_calls() override { return make_calls_asynchronous(); }
 
   void set_batch(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets,
                  std::size_t sequences) override {
@@ -118,7 +119,7 @@ class CudaGptImpl final : public CudaGpt, private examples::CudaBackend {
                                   params[kPositionEmbedding].data(), resid_[0], rows_,
                                   config_.seq_len, config_.d_model, stream_),
           "embedding_forward");
-    finish();
+    end_call();
   }
 
   void forward_block(std::size_t layer, UnitParams params) override {
@@ -146,7 +147,7 @@ class CudaGptImpl final : public CudaGpt, private examples::CudaBackend {
     linear_forward(a.fc_act, params[kMlpProjWeight].data(), params[kMlpProjBias].data(), out, rows,
                    4 * d, d);
     check(cuda::add_in_place(out, a.resid_mid, rows * d, stream_), "add_in_place");
-    finish();
+    end_call();
   }
 
   void forward_head(UnitParams params, UnitParams shared) override {
@@ -160,7 +161,7 @@ class CudaGptImpl final : public CudaGpt, private examples::CudaBackend {
         config_.tied_head ? shared[kTokenEmbedding].data() : params[kLmHeadWeight].data();
     gemm(Op::kNo, Op::kYes, rows_, config_.vocab, d, 1.0f, lnf_out_, d, head, d, 0.0f, logits_,
          config_.vocab);
-    finish();
+    end_call();
   }
 
   double loss() override {
@@ -192,7 +193,7 @@ class CudaGptImpl final : public CudaGpt, private examples::CudaBackend {
                                    params[kLnfWeight].data(), d_resid_, grads[kLnfWeight].data(),
                                    grads[kLnfBias].data(), rows_, d, stream_),
           "layernorm_backward");
-    finish();
+    end_call();
   }
 
   void backward_block(std::size_t layer, UnitParams params, UnitGrads grads) override {
@@ -219,7 +220,7 @@ class CudaGptImpl final : public CudaGpt, private examples::CudaBackend {
                                    params[kLn1Weight].data(), d_resid_, grads[kLn1Weight].data(),
                                    grads[kLn1Bias].data(), rows, d, stream_),
           "layernorm_backward");
-    finish();
+    end_call();
   }
 
   void backward_embedding(UnitGrads grads) override {
@@ -229,7 +230,7 @@ class CudaGptImpl final : public CudaGpt, private examples::CudaBackend {
               grads[kTokenEmbedding].data(), grads[kPositionEmbedding].data(), sequences_,
               config_.seq_len, config_.vocab, config_.d_model, stream_),
           "embedding_backward");
-    finish();
+    end_call();
   }
 
   void copy_logits(std::vector<float>& out) const override {

@@ -3,7 +3,9 @@
 // through the tiers::Device (within its budget); matrix products run on cuBLAS and everything else
 // on the kernels of cuda_kernels.cu, all on the backend's own stream. Each unit call returns once
 // its work is done on the device, so the caller may release the parameter views and read the
-// gradients. This header is CUDA-free; GptModel checks order and sizes before calling in.
+// gradients; after enable_asynchronous_calls() once it is queued, the caller waiting through the
+// fence ([Note: asynchronous unit calls] in docs/design.md). This header is CUDA-free; GptModel
+// checks order and sizes before calling in.
 #pragma once
 
 #include <cstddef>
@@ -15,6 +17,10 @@
 #include "models/gpt/device_bytes.hpp"
 #include "models/gpt/gpt_model.hpp"
 
+namespace strata::tiers {
+class ComputeFence;
+}
+
 namespace strata::gpt::detail {
 
 class CudaGpt {
@@ -22,6 +28,9 @@ class CudaGpt {
   virtual ~CudaGpt() = default;
 
   virtual std::size_t activation_bytes() const = 0;
+  // From now on the unit calls return with their work queued; loss(), copy_logits() and
+  // set_batch() still return done.
+  virtual tiers::ComputeFence* enable_asynchronous_calls() = 0;
   // inputs, targets: rows tokens each, already checked to lie in [0, vocab).
   virtual void set_batch(std::span<const std::int32_t> inputs,
                          std::span<const std::int32_t> targets, std::size_t sequences) = 0;

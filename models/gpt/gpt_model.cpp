@@ -97,6 +97,10 @@ std::size_t GptModel::batch_tokens() const {
   return std::size_t{config_.micro_batch} * (config_.seq_len + 1);
 }
 
+tiers::ComputeFence* GptModel::enable_asynchronous_calls() {
+  return cuda_ ? cuda_->enable_asynchronous_calls() : nullptr;
+}
+
 std::size_t GptModel::activation_bytes() const {
   if (cuda_) {
     return cuda_->activation_bytes();

@@ -39,6 +39,7 @@
 #include "runtime/config/config.hpp"
 
 namespace strata::tiers {
+class ComputeFence;
 class Device;
 }
 
@@ -75,6 +76,11 @@ class GptModel {
   // memory or, on CUDA, in device memory.
   std::size_t activation_bytes() const;
   bool on_cuda() const { return cuda_ != nullptr; }
+  // On CUDA: from now on forward_unit and backward_unit return once their work is queued; the
+  // returned fence says when it is done (wait on its mark() before releasing the views a call
+  // read or reading the gradients it wrote). loss(), logits() and set_batch() still return done.
+  // nullptr on the host. [Note: asynchronous unit calls] in docs/design.md.
+  tiers::ComputeFence* enable_asynchronous_calls();
 
   // Starts a step on `tokens`: 1 .. micro_batch sequences of seq_len + 1 tokens each. Throws
   // std::out_of_range naming the position of a token outside [0, vocab).

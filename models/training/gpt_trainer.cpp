@@ -40,6 +40,7 @@ runtime::UnitSpec to_engine_unit(const gpt::UnitSpec& unit) {
 GptTrainer::GptTrainer(const runtime::Config& config, tiers::Device& device,
                        runtime::comm::Communicator& comm, const TrainerOptions& options)
     : config_(config), comm_(&comm), options_(options), model_(config.model, &device) {
+  fence_ = unit_call_fence(model_, options.unit_calls, immediate_fence_);
   gpt::CorpusOptions corpus_options;
   corpus_options.min_split_bytes = std::size_t{config.model.seq_len} + 1;
   corpus_ = options.data.empty() ? gpt::load_default_corpus(corpus_options)
@@ -53,8 +54,9 @@ GptTrainer::GptTrainer(const runtime::Config& config, tiers::Device& device,
   for (const gpt::UnitSpec& unit : model_.units()) largest = std::max(largest, unit.numel);
   // The model's device memory first, then the Engine caches gathered units in what is left (the
   // memory plan counts both: finetune_main.cpp).
-  grads_.emplace(device, largest);
+  grads_.emplace(device, largest, fence_ != nullptr ? 2 : 1);  // two slots: unit_passes.hpp
   engine_ = std::make_unique<runtime::Engine>(config, device, comm, engine_options);
+  engine_->set_compute_fence(fence_);  // (model_ outlives engine_: declared before it)
   for (const gpt::UnitSpec& unit : model_.units()) units_.push_back(engine_->add_unit(to_engine_unit(unit)));
   engine_->finalize();
   batch_.resize(model_.batch_tokens());
@@ -77,7 +79,7 @@ void GptTrainer::load_checkpoint(const std::filesystem::path& dir) {
 }
 
 UnitPasses<gpt::GptModel> GptTrainer::passes() {
-  return {model_, *engine_, units_, options_.tracer, /*fence=*/nullptr};  // calls return done
+  return {model_, *engine_, units_, options_.tracer, fence_};
 }
 
 double GptTrainer::forward(std::span<const std::int32_t> tokens, StepReport* report) {

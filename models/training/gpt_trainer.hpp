@@ -34,6 +34,7 @@ struct TrainerOptions {
   bool resume = false;             // continue from the NVMe store's committed step
   bool overwrite = false;          // start afresh even over a committed store (EngineOptions)
   runtime::Tracer* tracer = nullptr;
+  UnitCalls unit_calls = UnitCalls::kAuto;  // asynchronous on CUDA (unit_passes.hpp)
 };
 
 class GptTrainer {
@@ -52,6 +53,8 @@ class GptTrainer {
   void load_checkpoint(const std::filesystem::path& dir);
 
   StepReport train_step();
+  // Whether the passes run asynchronous unit calls (TrainerOptions::unit_calls).
+  bool asynchronous_unit_calls() const { return fence_ != nullptr; }
   // Mean loss over the fixed validation batches (forward only).
   double validation_loss();
 
@@ -70,6 +73,8 @@ class GptTrainer {
   runtime::comm::Communicator* comm_;
   TrainerOptions options_;
   gpt::GptModel model_;
+  tiers::ImmediateFence immediate_fence_;  // UnitCalls::kAsynchronous on the host
+  tiers::ComputeFence* fence_ = nullptr;   // the model's, or immediate_fence_; null: synchronous
   gpt::Corpus corpus_;
   std::unique_ptr<runtime::Engine> engine_;
   std::vector<runtime::UnitId> units_;

@@ -37,12 +37,7 @@ LlmTrainer::LlmTrainer(const runtime::Config& config, tiers::Device& device,
   decoder_options.cuda_attention = options.cuda_attention;
   if (options.document_mask) decoder_options.document_separator = source.eos_id;
   model_ = std::make_unique<DecoderModel>(hf_config_, decoder_options, &device);
-  if (options.unit_calls != LlmTrainerOptions::UnitCalls::kSynchronous) {
-    fence_ = model_->enable_asynchronous_calls();
-    if (fence_ == nullptr && options.unit_calls == LlmTrainerOptions::UnitCalls::kAsynchronous) {
-      fence_ = &immediate_fence_;
-    }
-  }
+  fence_ = examples::unit_call_fence(*model_, options.unit_calls, immediate_fence_);
 
   const TokenStream stream = read_training_data(options.data, source);
   data_tokens_ = stream.size();

@@ -50,13 +50,9 @@ struct LlmTrainerOptions {
   // document_separator, with the eos that separates documents).
   bool document_mask = false;
   CudaAttention cuda_attention = CudaAttention::kAuto;  // DecoderOptions::cuda_attention
-  // How the passes call the model ([Note: asynchronous unit calls] in docs/design.md):
-  //   kAuto: asynchronous on CUDA (a call returns once queued; the Engine and the passes wait
-  //     through the model's fence), synchronous on the host, whose calls return done;
-  //   kSynchronous: every call waited for at its end (the schedule before, to compare);
-  //   kAsynchronous: the asynchronous schedule on the host too, over an ImmediateFence (tests:
-  //     the schedule alone changes no bit).
-  enum class UnitCalls : std::uint8_t { kAuto, kSynchronous, kAsynchronous };
+  // How the passes call the model (unit_passes.hpp's UnitCalls): by default asynchronously on
+  // CUDA, synchronously on the host.
+  using UnitCalls = examples::UnitCalls;
   UnitCalls unit_calls = UnitCalls::kAuto;
   bool load_weights = true;                   // false: the Engine's seeded initialisation
   bool resume = false;                        // continue from the NVMe store's committed step

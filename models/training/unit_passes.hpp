@@ -63,6 +63,24 @@ class UnitGradBuffer {
   std::size_t stride_ = 0;  // elements from one slot's start to the next
 };
 
+// How a trainer calls its model ([Note: asynchronous unit calls] in docs/design.md):
+//   kAuto: asynchronously where the model's calls can return queued (CUDA), else synchronously;
+//   kSynchronous: every call waited for at its end (the schedule before, to compare);
+//   kAsynchronous: the asynchronous schedule on the host too, over an ImmediateFence (tests: the
+//     schedule alone changes no bit).
+enum class UnitCalls : std::uint8_t { kAuto, kSynchronous, kAsynchronous };
+
+// The fence the passes and the Engine wait on for `calls` (null: synchronous calls). Turns the
+// model's asynchronous calls on unless kSynchronous.
+template <class Model>
+tiers::ComputeFence* unit_call_fence(Model& model, UnitCalls calls,
+                                     tiers::ImmediateFence& immediate) {
+  if (calls == UnitCalls::kSynchronous) return nullptr;
+  tiers::ComputeFence* fence = model.enable_asynchronous_calls();
+  if (fence == nullptr && calls == UnitCalls::kAsynchronous) fence = &immediate;
+  return fence;
+}
+
 // What the passes run over: a model, the Engine that holds its parameters, the Engine's id of each
 // of the model's units (same order), the tracer that records each unit's compute (may be null),
 // and the fence of the model's asynchronous unit calls (null: each call returns done).

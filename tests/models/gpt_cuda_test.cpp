@@ -1,6 +1,6 @@
 // Proves the GPT's CUDA backend: on the same parameters and batch it gives the host model's loss
-// and gradients (within fp32 rounding), two runs are bitwise equal, and backward overwrites its
-// gradient buffers. Skips, saying why, where CUDA cannot be used.
+// and gradients (within fp32 rounding), two runs are bitwise equal, backward overwrites its
+// gradient buffers, and asynchronous calls give the synchronous bits. Skips, saying why, where CUDA cannot be used.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 
 #include "models/gpt/gpt_model.hpp"
 #include "models/gpt/parameter_store.hpp"
+#include "tiers/device/compute_fence.hpp"
 #include "tiers/device/device.hpp"
 
 namespace strata::gpt {
@@ -204,6 +205,39 @@ TEST_P(GptCuda, TwoRunsAreBitwiseEqual) {
     EXPECT_EQ(std::memcmp(first.unit(u).data(), second.unit(u).data(), bytes), 0)
         << first.units()[u].name;
     for (const float g : first.unit(u)) ASSERT_TRUE(std::isfinite(g)) << first.units()[u].name;
+  }
+}
+
+// [Note: asynchronous unit calls]: after enable_asynchronous_calls() each call returns with its
+// work queued and records its end on the fence; waited for through it, the loss and gradients
+// are the synchronous model's, bit for bit, and every forward and backward call left a ticket.
+TEST_P(GptCuda, AsynchronousCallsGiveTheSynchronousBits) {
+  const runtime::ModelConfig config = cuda_config(GetParam());
+  auto device = cuda_device();
+  GptModel synchronous(config, device.get());
+  GptModel asynchronous(config, device.get());
+  tiers::ComputeFence* fence = asynchronous.enable_asynchronous_calls();
+  ASSERT_NE(fence, nullptr);
+  const ParameterStore params = perturbed_parameters(synchronous.units(), kSeed);
+  const std::vector<std::int32_t> tokens =
+      random_tokens(config.micro_batch * (config.seq_len + 1), config.vocab, kSeed + 4);
+  DeviceRun run(*device, params);
+
+  const double sync_loss = run.forward_backward(synchronous, tokens);
+  const ParameterStore sync_grads = run.gradients();
+  run.poison_gradients();
+  const std::uint64_t before = fence->mark();
+  const double async_loss = run.forward_backward(asynchronous, tokens);
+  EXPECT_EQ(fence->mark() - before, 2 * asynchronous.units().size());
+  fence->wait(fence->mark());
+  const ParameterStore async_grads = run.gradients();
+
+  EXPECT_EQ(std::memcmp(&sync_loss, &async_loss, sizeof(double)), 0);
+  for (std::size_t u = 0; u < sync_grads.units().size(); ++u) {
+    EXPECT_EQ(std::memcmp(sync_grads.unit(u).data(), async_grads.unit(u).data(),
+                          sync_grads.unit(u).size_bytes()),
+              0)
+        << sync_grads.units()[u].name;
   }
 }
 
