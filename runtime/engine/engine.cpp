@@ -61,7 +61,7 @@ GatheredUnit::~GatheredUnit() {
 std::span<const float> GatheredUnit::tensor(std::size_t index) const {
   const UnitState& unit = engine_->state_->unit(unit_);
   STRATA_ASSERT(index < unit.layout.tensors.size(), "tensor index out of range");
-  if (!unit.spec.tensors[index].fp32_view && engine_->state_->param_dtype() != DType::kFp32) {
+  if (!engine_->state_->widens(unit.spec.tensors[index])) {
     return {};  // not widened (TensorSpec::fp32_view): tensor_bf16 holds it
   }
   const auto& placement = unit.layout.tensors[index];

@@ -134,6 +134,11 @@ class EngineState final : public tiers::ResidencyClient {
   void release(UnitId unit);
   void set_compute_fence(tiers::ComputeFence* fence);
   DType param_dtype() const { return plan_.kind(Kind::kParam).dtype; }
+  // Whether the gathered unit's fp32 view holds `tensor`: unless it asks for none
+  // (TensorSpec::fp32_view) and has a bf16 view to be read from instead.
+  bool widens(const TensorSpec& tensor) const {
+    return tensor.fp32_view || param_dtype() != DType::kBf16;
+  }
   void reduce_grads(UnitId unit, std::span<const float> full_grads);
   void optimizer_step(StepStats& stats);
   void set_optimizer_compute(EngineOptions::OptimizerCompute compute);

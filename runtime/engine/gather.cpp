@@ -29,18 +29,19 @@ namespace strata::runtime::detail {
 namespace {
 
 // The elements of a unit's gathered copy its fp32 view holds, as [offset, offset + count) runs:
-// the whole padded unit, or, when some tensor is registered with fp32_view = false, the other
+// the whole padded unit, or, when some tensor is not widened (EngineState::widens), the other
 // tensors' elements (adjacent ones merged into one run).
-std::vector<std::pair<std::uint64_t, std::uint64_t>> fp32_view_runs(const UnitState& unit) {
+std::vector<std::pair<std::uint64_t, std::uint64_t>> fp32_view_runs(const EngineState& engine,
+                                                                    const UnitState& unit) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> runs;
   bool all = true;
-  for (const TensorSpec& tensor : unit.spec.tensors) all = all && tensor.fp32_view;
+  for (const TensorSpec& tensor : unit.spec.tensors) all = all && engine.widens(tensor);
   if (all) {
     runs.emplace_back(0, unit.layout.padded_numel);
     return runs;
   }
   for (std::size_t t = 0; t < unit.spec.tensors.size(); ++t) {
-    if (!unit.spec.tensors[t].fp32_view) continue;
+    if (!engine.widens(unit.spec.tensors[t])) continue;
     const auto& placement = unit.layout.tensors[t];
     if (!runs.empty() && runs.back().first + runs.back().second == placement.offset) {
       runs.back().second += placement.numel;
@@ -357,7 +358,7 @@ void EngineState::cast_gathered_to_fp32(UnitState& unit) {
   const DType param_dtype = this->param_dtype();
   if (param_dtype == DType::kFp32) return;
   const std::uint64_t element_bytes = dtype_bytes(param_dtype);
-  for (const auto& [offset, count] : fp32_view_runs(unit)) {
+  for (const auto& [offset, count] : fp32_view_runs(*this, unit)) {
     cpu_adam::convert(
         cpu_adam::ConstTypedSpan(unit.gathered.full16.data() + offset * element_bytes, count,
                                  param_dtype),
@@ -696,7 +697,7 @@ void EngineState::queue_fp32_view_casts(UnitState& unit) {
   const DType param_dtype = this->param_dtype();
   const std::uint64_t element_bytes = dtype_bytes(param_dtype);
   GatheredCopy& copy = unit.gathered;
-  for (const auto& [offset, count] : fp32_view_runs(unit)) {
+  for (const auto& [offset, count] : fp32_view_runs(*this, unit)) {
     lanes_->compute.cast(copy.full32.span(offset * 4, count * 4), DType::kFp32,
                          copy.full16.span(offset * element_bytes, count * element_bytes),
                          param_dtype);

@@ -26,10 +26,10 @@ struct TensorSpec {
   // Whether [optimizer] weight_decay applies to this tensor. GPT-2 practice: matrices and
   // embeddings decay; biases and LayerNorm gains and biases do not.
   bool weight_decay = true;
-  // With 16-bit parameters, whether the Engine widens this tensor into the gathered unit's fp32
+  // With bf16 parameters, whether the Engine widens this tensor into the gathered unit's fp32
   // view. false: GatheredUnit::tensor() is empty for it and the model reads tensor_bf16() alone
-  // (the CUDA decoder's bf16 products), so no gather spends a cast on it. Ignored with fp32
-  // parameters, whose gathered copy is the fp32 view.
+  // (the CUDA decoder's bf16 products), so no gather spends a cast on it. Ignored with fp32 or
+  // fp16 parameters (no bf16 view to read instead): every tensor has its fp32 view then.
   bool fp32_view = true;
 
   std::uint64_t numel() const {

@@ -813,15 +813,24 @@ TEST_P(EngineAccess, Bf16ViewsHoldTheBitsTheFp32ViewsWiden) {
 
 // TensorSpec::fp32_view = false: with bf16 parameters the Engine casts only the other tensors
 // into the fp32 view; the tensor's fp32 view is empty, its bf16 view and the others' fp32 views
-// are those of an Engine that widens everything (same config, same seed).
+// are those of an Engine that widens everything (same config, same seed). With fp16 parameters
+// there is no bf16 view to read instead: the flag is ignored and every fp32 view is there.
 TEST_P(EngineAccess, TensorsWithoutAnFp32ViewAreLeftToTheirBf16View) {
   const Access access = GetParam();
-  for (Tier params : {Tier::kDevice, Tier::kHost, Tier::kNvme}) {
-    SCOPED_TRACE(fmt::format("params on {}, {} path", to_string(params), access_name(access)));
+  for (const auto& [params, dtype] : {std::pair(Tier::kDevice, DType::kBf16),
+                                     std::pair(Tier::kHost, DType::kBf16),
+                                     std::pair(Tier::kNvme, DType::kBf16),
+                                     std::pair(Tier::kDevice, DType::kFp16)}) {
+    SCOPED_TRACE(fmt::format("{} params on {}, {} path", dtype_name(dtype), to_string(params),
+                             access_name(access)));
+    const bool bf16 = dtype == DType::kBf16;
     ScratchDir dir_all, dir_some;
     Config config_all = base_config(dir_all);
     Config config_some = base_config(dir_some);
-    for (Config* config : {&config_all, &config_some}) config->zero.params = params;
+    for (Config* config : {&config_all, &config_some}) {
+      config->zero.params = params;
+      config->precision.params = dtype;
+    }
     auto device_all = host_device(config_all);
     auto device_some = host_device(config_some);
     comm::LocalComm comm_all, comm_some;
@@ -853,12 +862,21 @@ TEST_P(EngineAccess, TensorsWithoutAnFp32ViewAreLeftToTheirBf16View) {
     for (std::size_t u = 0; u < ids.size(); ++u) {
       const GatheredUnit reference = all.gather(model.units()[u]);
       const GatheredUnit unit = some.gather(ids[u]);
-      EXPECT_TRUE(unit.tensor(0).empty()) << "unit " << u;
-      ASSERT_EQ(unit.tensor_bf16(0).size(), reference.tensor_bf16(0).size());
-      EXPECT_EQ(std::memcmp(unit.tensor_bf16(0).data(), reference.tensor_bf16(0).data(),
-                            reference.tensor_bf16(0).size_bytes()),
-                0)
-          << "unit " << u << ": the matrix's bf16 view";
+      if (bf16) {
+        EXPECT_TRUE(unit.tensor(0).empty()) << "unit " << u;
+        ASSERT_EQ(unit.tensor_bf16(0).size(), reference.tensor_bf16(0).size());
+        EXPECT_EQ(std::memcmp(unit.tensor_bf16(0).data(), reference.tensor_bf16(0).data(),
+                              reference.tensor_bf16(0).size_bytes()),
+                  0)
+            << "unit " << u << ": the matrix's bf16 view";
+      } else {
+        EXPECT_TRUE(unit.tensor_bf16(0).empty()) << "unit " << u;
+        ASSERT_EQ(unit.tensor(0).size(), reference.tensor(0).size());
+        EXPECT_EQ(std::memcmp(unit.tensor(0).data(), reference.tensor(0).data(),
+                              reference.tensor(0).size_bytes()),
+                  0)
+            << "unit " << u << ": the matrix's fp32 view (fp16 parameters)";
+      }
       ASSERT_EQ(unit.tensor(1).size(), reference.tensor(1).size());
       EXPECT_EQ(std::memcmp(unit.tensor(1).data(), reference.tensor(1).data(),
                             reference.tensor(1).size_bytes()),
