@@ -64,7 +64,7 @@ struct Options {
   std::uint32_t blas_threads = 0;
   std::string device = "host";
   std::string attention = "auto";  // --model on CUDA: auto, tensor-cores or fp32
-  bool synchronous_unit_calls = false;  // --model on CUDA: wait for each unit's compute
+  bool synchronous_unit_calls = false;  // on CUDA (both models): wait for each unit's compute
   bool resume = false;
   bool overwrite = false;
   std::string resume_from;  // a checkpoint, or a [checkpoint] dir (its newest)

@@ -53,7 +53,9 @@ class CudaDecoder {
                          std::span<const std::uint32_t> row_positions,
                          std::span<const std::uint32_t> row_first_keys, std::size_t sequences,
                          std::size_t positions) = 0;
-  virtual void forward_embedding(UnitParams params) = 0;
+  // The token (and GPT-2's position) embedding rows, from the fp32 views or, where those are
+  // empty, the bf16 views (the same values widened: the same bits).
+  virtual void forward_embedding(UnitParams params, UnitParamsBf16 bf16) = 0;
   // `bf16`: the same parameters as bf16 bits (DecoderModel's UnitBf16), or empty; the fp32
   // reference path ignores them.
   virtual void forward_layer(std::size_t layer, UnitParams params, UnitParamsBf16 bf16) = 0;

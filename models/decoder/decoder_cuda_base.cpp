@@ -101,12 +101,23 @@ void CudaDecoderBase::set_batch(std::span<const std::int32_t> inputs,
   finish();  // the host vectors may change with the next batch
 }
 
-void CudaDecoderBase::forward_embedding(UnitParams p) {
+void CudaDecoderBase::forward_embedding(UnitParams p, UnitParamsBf16 p16) {
   set_device();
-  const float* wpe = dims_.gpt2 ? p[kPositionEmbedding].data() : nullptr;
-  check(cuda::embedding_forward(inputs_, p[kTokenEmbedding].data(), wpe, row_positions_, resid_[0],
-                                rows_, dims_.hidden, stream_),
-        "embedding_forward");
+  if (p[kTokenEmbedding].empty()) {  // read in bf16 (DecoderModel::fp32_views_read)
+    STRATA_ASSERT(!p16.empty(), "an embedding with neither view");
+    const auto* wte = reinterpret_cast<const __nv_bfloat16*>(p16[kTokenEmbedding].data());
+    const auto* wpe = dims_.gpt2
+                          ? reinterpret_cast<const __nv_bfloat16*>(p16[kPositionEmbedding].data())
+                          : nullptr;
+    check(cuda::embedding_forward_bf16(inputs_, wte, wpe, row_positions_, resid_[0], rows_,
+                                       dims_.hidden, stream_),
+          "embedding_forward_bf16");
+  } else {
+    const float* wpe = dims_.gpt2 ? p[kPositionEmbedding].data() : nullptr;
+    check(cuda::embedding_forward(inputs_, p[kTokenEmbedding].data(), wpe, row_positions_,
+                                  resid_[0], rows_, dims_.hidden, stream_),
+          "embedding_forward");
+  }
   end_call();
 }
 

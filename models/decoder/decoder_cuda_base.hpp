@@ -42,7 +42,7 @@ class CudaDecoderBase : public CudaDecoder, protected examples::CudaBackend {
                  std::span<const float> weights, std::span<const std::uint32_t> row_positions,
                  std::span<const std::uint32_t> row_first_keys, std::size_t sequences,
                  std::size_t positions) final;
-  void forward_embedding(UnitParams params) final;
+  void forward_embedding(UnitParams params, UnitParamsBf16 bf16) final;
   void backward_embedding(UnitGrads grads) final;
   std::size_t activation_bytes() const final { return allocated_bytes(); }
   tiers::ComputeFence* enable_asynchronous_calls() final { return make_calls_asynchronous(); }

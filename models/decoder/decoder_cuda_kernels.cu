@@ -59,14 +59,21 @@ __global__ void cast_to_bf16_kernel(const float* src, std::size_t ld_src, __nv_b
   }
 }
 
-__global__ void embedding_forward_kernel(const std::int32_t* inputs, const float* wte,
-                                         const float* wpe, const std::uint32_t* row_positions,
-                                         float* x, std::size_t rows, std::size_t d) {
+__device__ inline float embedding_value(float value) { return value; }
+__device__ inline float embedding_value(__nv_bfloat16 value) { return __bfloat162float(value); }
+
+// T: float, or __nv_bfloat16 widened (exactly) before the sum.
+template <typename T>
+__global__ void embedding_forward_kernel(const std::int32_t* inputs, const T* wte, const T* wpe,
+                                         const std::uint32_t* row_positions, float* x,
+                                         std::size_t rows, std::size_t d) {
   for (std::size_t e = global_index(); e < rows * d; e += grid_stride()) {
     const std::size_t row = e / d;
     const std::size_t i = e % d;
-    float value = wte[static_cast<std::size_t>(inputs[row]) * d + i];
-    if (wpe != nullptr) value += wpe[static_cast<std::size_t>(row_positions[row]) * d + i];
+    float value = embedding_value(wte[static_cast<std::size_t>(inputs[row]) * d + i]);
+    if (wpe != nullptr) {
+      value += embedding_value(wpe[static_cast<std::size_t>(row_positions[row]) * d + i]);
+    }
     x[e] = value;
   }
 }
@@ -577,6 +584,16 @@ cudaError_t cast_to_bf16(const float* src, std::size_t ld_src, __nv_bfloat16* ds
 cudaError_t embedding_forward(const std::int32_t* inputs, const float* wte, const float* wpe,
                               const std::uint32_t* row_positions, float* x, std::size_t rows,
                               std::size_t d, cudaStream_t stream) {
+  if (rows * d == 0) return cudaSuccess;
+  embedding_forward_kernel<<<elementwise_blocks(rows * d), kThreads, 0, stream>>>(
+      inputs, wte, wpe, row_positions, x, rows, d);
+  return cudaGetLastError();
+}
+
+cudaError_t embedding_forward_bf16(const std::int32_t* inputs, const __nv_bfloat16* wte,
+                                   const __nv_bfloat16* wpe, const std::uint32_t* row_positions,
+                                   float* x, std::size_t rows, std::size_t d,
+                                   cudaStream_t stream) {
   if (rows * d == 0) return cudaSuccess;
   embedding_forward_kernel<<<elementwise_blocks(rows * d), kThreads, 0, stream>>>(
       inputs, wte, wpe, row_positions, x, rows, d);

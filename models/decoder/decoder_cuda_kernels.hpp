@@ -35,6 +35,12 @@ cudaError_t cast_to_bf16(const float* src, std::size_t ld_src, __nv_bfloat16* ds
 cudaError_t embedding_forward(const std::int32_t* inputs, const float* wte, const float* wpe,
                               const std::uint32_t* row_positions, float* x, std::size_t rows,
                               std::size_t d, cudaStream_t stream);
+// The same from bf16 tables: each value widened to fp32 before the sum, so the bits are those of
+// embedding_forward on the tables widened.
+cudaError_t embedding_forward_bf16(const std::int32_t* inputs, const __nv_bfloat16* wte,
+                                   const __nv_bfloat16* wpe, const std::uint32_t* row_positions,
+                                   float* x, std::size_t rows, std::size_t d,
+                                   cudaStream_t stream);
 // Rows grouped by an id (a token, a position), each group in row order: a stable counting sort.
 struct RowIndex {
   const std::int32_t* offsets;  // [ids + 1]

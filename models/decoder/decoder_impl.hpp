@@ -85,6 +85,8 @@ struct DecoderModel::Impl {
   detail::LayerLayout layer_layout;
   detail::HeadLayout head_layout;
   detail::RopeTable rope;  // training positions [0, seq_len)
+  // Per unit, per tensor: whether this path reads its fp32 view (fp32_views_read).
+  std::vector<std::vector<bool>> fp32_read;
 
   // The batch.
   std::vector<std::int32_t> inputs, targets;
@@ -124,7 +126,6 @@ struct DecoderModel::Impl {
   void check_views(std::size_t unit, UnitParams params, UnitParams shared,
                    const UnitBf16& bf16 = {}) const;
   void check_bf16_views(const UnitSpec& spec, UnitParamsBf16 bf16) const;
-  bool fp32_view_read(const UnitSpec& spec, std::size_t tensor) const;
 
   // decoder_model.cpp
   void forward_embedding(UnitParams p);

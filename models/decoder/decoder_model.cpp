@@ -49,7 +49,13 @@ DecoderModel::Impl::Impl(const HfConfig& config_in, const DecoderOptions& option
   weights.resize(max_rows);
   row_position.resize(max_rows);
   row_first_key.resize(max_rows);
-  if (device != nullptr && device->kind() == tiers::DeviceKind::kCuda) {
+  const bool on_cuda = device != nullptr && device->kind() == tiers::DeviceKind::kCuda;
+  for (const UnitSpec& spec : units) {
+    fp32_read.push_back(on_cuda && !options.cuda_fp32_products
+                            ? cuda_bf16_fp32_views_read(spec)
+                            : std::vector<bool>(spec.tensors.size(), true));
+  }
+  if (on_cuda) {
 #if STRATA_HAVE_CUDA
     cuda = detail::make_cuda_decoder(config, options, *device);
     return;
@@ -125,46 +131,55 @@ void DecoderModel::Impl::check_views(std::size_t unit, UnitParams params, UnitPa
   STRATA_ASSERT(params.size() == spec.tensors.size(), "one span per tensor of the unit");
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (params[i].empty() && !bf16.params.empty()) {
-      STRATA_ASSERT(!fp32_view_read(spec, i), "an fp32 view this path reads left out");
+      STRATA_ASSERT(!fp32_read[unit][i], "an fp32 view this path reads left out");
       continue;
     }
     STRATA_ASSERT(params[i].size() == spec.tensors[i].numel(), "parameter span of the wrong size");
   }
   if (spec.reads_embedding) {
     STRATA_ASSERT(shared.size() == units[0].tensors.size(), "tied head needs the embedding unit");
-    STRATA_ASSERT(shared[detail::kTokenEmbedding].size() == units[0].tensors[0].numel());
     check_bf16_views(units[0], bf16.shared);
+    const bool left_out = shared[detail::kTokenEmbedding].empty() && !bf16.shared.empty();
+    STRATA_ASSERT(left_out ? !fp32_read[0][detail::kTokenEmbedding]
+                           : shared[detail::kTokenEmbedding].size() == units[0].tensors[0].numel(),
+                  "the tied head's embedding view");
   } else {
     STRATA_ASSERT(shared.empty() && bf16.shared.empty(), "only the tied head reads another unit");
   }
 }
 
 // [Note: bf16 decoder]: given bf16 views, the CUDA bf16 path reads as fp32 only the norms' gains
-// and biases, the biases of its fp32 outputs (GPT-2's attention and MLP projections) and the
-// embeddings; the host and the fp32 reference read every fp32 view.
-bool DecoderModel::Impl::fp32_view_read(const UnitSpec& spec, std::size_t tensor) const {
-  if (cuda == nullptr || options.cuda_fp32_products) return true;
+// and biases and the biases of its fp32 outputs (GPT-2's attention and MLP projections); the
+// products' weights, the embeddings (their rows widen to the fp32 residual stream) and the head
+// it reads in bf16.
+std::vector<bool> cuda_bf16_fp32_views_read(const UnitSpec& spec) {
+  std::vector<bool> read(spec.tensors.size(), false);
+  const auto mark = [&read](std::size_t tensor) {
+    if (tensor != detail::kAbsent) read.at(tensor) = true;
+  };
   switch (spec.kind) {
     case UnitKind::kEmbedding:
-      return true;
+      break;
     case UnitKind::kLayer: {
       const detail::LayerLayout l = detail::layer_layout(spec);
-      return tensor == l.norm1_weight || tensor == l.norm1_bias || tensor == l.norm2_weight ||
-             tensor == l.norm2_bias || tensor == l.out_bias || tensor == l.proj_bias;
+      for (std::size_t t : {l.norm1_weight, l.norm1_bias, l.norm2_weight, l.norm2_bias, l.out_bias,
+                            l.proj_bias}) {
+        mark(t);
+      }
+      break;
     }
     case UnitKind::kHead: {
       const detail::HeadLayout h = detail::head_layout(spec);
-      return tensor == h.norm_weight || tensor == h.norm_bias;
+      mark(h.norm_weight);
+      mark(h.norm_bias);
+      break;
     }
   }
-  return true;
+  return read;
 }
 
 std::vector<bool> DecoderModel::fp32_views_read(std::size_t unit) const {
-  const UnitSpec& spec = impl_->units.at(unit);
-  std::vector<bool> read(spec.tensors.size());
-  for (std::size_t t = 0; t < read.size(); ++t) read[t] = impl_->fp32_view_read(spec, t);
-  return read;
+  return impl_->fp32_read.at(unit);
 }
 
 DecoderModel::DecoderModel(const HfConfig& config, const DecoderOptions& options,
@@ -276,7 +291,7 @@ void DecoderModel::forward_unit(std::size_t unit, UnitParams params, UnitParams 
   const UnitSpec& spec = m.units[unit];
   switch (spec.kind) {
     case UnitKind::kEmbedding:
-      m.cuda ? m.cuda->forward_embedding(params) : m.forward_embedding(params);
+      m.cuda ? m.cuda->forward_embedding(params, bf16.params) : m.forward_embedding(params);
       break;
     case UnitKind::kLayer:
       m.cuda ? m.cuda->forward_layer(spec.layer, params, bf16.params)

@@ -81,6 +81,9 @@ struct UnitSpec {
 std::vector<UnitSpec> decoder_units(const HfConfig& config);
 // What the Engine registers for a unit (names within the unit, shapes, inits, decay flags).
 runtime::UnitSpec engine_unit(const UnitSpec& unit);
+// Which of the unit's tensors CUDA's bf16 path reads as fp32 views when given bf16 views too: the
+// norms' gains and biases and the biases of fp32 outputs (GPT-2's attention and MLP projections).
+std::vector<bool> cuda_bf16_fp32_views_read(const UnitSpec& unit);
 // Splits a unit's flat buffer into one span per tensor, in spec order.
 std::vector<std::span<const float>> split_unit(const UnitSpec& unit, std::span<const float> flat);
 std::vector<std::span<float>> split_unit(const UnitSpec& unit, std::span<float> flat);
@@ -168,9 +171,9 @@ class DecoderModel {
   // docs/design.md.
   tiers::ComputeFence* enable_asynchronous_calls();
   // Which of unit `unit`'s tensors this model reads as fp32 views when it is given bf16 views
-  // too (UnitBf16): on CUDA's bf16 path only the norms' gains and biases, the biases of fp32
-  // outputs and the embeddings, the others' fp32 views may be empty (the Engine then skips their
-  // cast: runtime::TensorSpec::fp32_view); on the host and the fp32 reference path, all.
+  // too (UnitBf16): on CUDA's bf16 path those cuda_bf16_fp32_views_read names, the others' fp32
+  // views may be empty (the Engine then neither casts nor keeps them: runtime::TensorSpec::
+  // fp32_view); on the host and the fp32 reference path, all.
   std::vector<bool> fp32_views_read(std::size_t unit) const;
   // Which attention runs, for run logs: "fp32 on the host", or the CUDA backend's kernels
   // ("flash-attention, bf16 tensor cores" or "tiled fp32, CUDA cores").

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -19,6 +20,7 @@
 #include "models/decoder/hf_config.hpp"
 #include "runtime/config/config.hpp"
 #include "runtime/plan/memory_plan.hpp"
+#include "runtime/plan/partition.hpp"
 #include "tiers/device/device.hpp"
 
 namespace strata::llm {
@@ -61,6 +63,17 @@ inline runtime::PlanInputs plan_inputs(const HfConfig& hf_config, std::uint32_t 
   inputs.ranks = ranks;
   for (const UnitSpec& unit : decoder_units(hf_config)) inputs.unit_numels.push_back(unit.numel);
   if (!on_cuda) return inputs;
+  // The bf16 path's units keep fp32 views of their norms and biases alone (the trainer registers
+  // the rest with runtime::TensorSpec::fp32_view = false), packed as the Engine packs them.
+  for (const UnitSpec& unit : decoder_units(hf_config)) {
+    std::vector<std::uint64_t> numels;
+    for (const TensorSpec& tensor : unit.tensors) numels.push_back(tensor.numel());
+    const std::vector<bool> widened = options.cuda_fp32_products
+                                          ? std::vector<bool>(unit.tensors.size(), true)
+                                          : cuda_bf16_fp32_views_read(unit);
+    inputs.unit_fp32_view_numels.push_back(
+        runtime::pack_fp32_views(runtime::make_unit_layout(numels, ranks), widened).numel);
+  }
   inputs.compute_device_bytes = cuda_compute_bytes(hf_config, options);
   inputs.compute_description = fmt::format(
       "the model's compute on the GPU: activations of {} x {} tokens{}, bf16 operands, two "

@@ -61,11 +61,11 @@ GatheredUnit::~GatheredUnit() {
 std::span<const float> GatheredUnit::tensor(std::size_t index) const {
   const UnitState& unit = engine_->state_->unit(unit_);
   STRATA_ASSERT(index < unit.layout.tensors.size(), "tensor index out of range");
-  if (!engine_->state_->widens(unit.spec.tensors[index])) {
+  const std::uint64_t offset = unit.fp32_views.tensor_offsets[index];
+  if (offset == Fp32ViewPacking::kNone) {
     return {};  // not widened (TensorSpec::fp32_view): tensor_bf16 holds it
   }
-  const auto& placement = unit.layout.tensors[index];
-  return {data_ + placement.offset, placement.numel};
+  return {data_ + offset, unit.layout.tensors[index].numel};
 }
 
 std::span<const float> GatheredUnit::tensor(std::string_view name) const {

@@ -35,6 +35,14 @@ io::IoEngineOptions io_options_of(const NvmeTierConfig& nvme, io::FaultInjector*
   return options;
 }
 
+// TensorSpec::fp32_view of each of the unit's tensors.
+std::vector<bool> fp32_view_flags(const UnitSpec& unit) {
+  std::vector<bool> flags;
+  flags.reserve(unit.tensors.size());
+  for (const TensorSpec& tensor : unit.tensors) flags.push_back(tensor.fp32_view);
+  return flags;
+}
+
 // The initial master values of elements [first, first + values.size()) of the flattened unit,
 // cut at tensor boundaries (padding stays zero).
 void initial_values(std::uint64_t seed, const UnitState& unit, std::uint64_t first,
@@ -72,10 +80,12 @@ void EngineState::finalize() {
 // (tier and element type); the buffer plan sizes everything else. Returns the NVMe extents.
 std::vector<tiers::ExtentSpec> EngineState::plan_homes() {
   BufferPlanInputs inputs;
-  for (const UnitState& unit : units_) {
-    std::uint64_t numel = 0;
-    for (const TensorSpec& tensor : unit.spec.tensors) numel += tensor.numel();
-    inputs.unit_numels.push_back(numel);
+  for (UnitState& unit : units_) {
+    unit.layout = make_unit_layout(unit.spec, ranks_);
+    inputs.unit_numels.push_back(unit.layout.numel);
+    // (counted only with 16-bit parameters, where widens() follows these flags)
+    inputs.unit_fp32_view_numels.push_back(
+        pack_fp32_views(unit.layout, fp32_view_flags(unit.spec)).numel);
   }
   inputs.ranks = ranks_;
   inputs.grad_accumulation = options_.grad_accumulation;
@@ -87,7 +97,9 @@ std::vector<tiers::ExtentSpec> EngineState::plan_homes() {
   std::vector<tiers::ExtentSpec> extents;
   for (std::size_t u = 0; u < units_.size(); ++u) {
     UnitState& unit = units_[u];
-    unit.layout = make_unit_layout(unit.spec, ranks_);
+    std::vector<bool> widened;
+    for (const TensorSpec& tensor : unit.spec.tensors) widened.push_back(widens(tensor));
+    unit.fp32_views = pack_fp32_views(unit.layout, widened);
     unit.groups = make_sub_groups(unit.layout.shard_numel, config_.zero.sub_group_size);
     unit.params_in_master = plan_.kind(Kind::kParam).in_master;
     for (Kind kind : kAllShardKinds) {

@@ -71,6 +71,7 @@ inline constexpr std::array<Kind, 5> kUpdateWriteKinds = {
 struct UnitState {
   UnitSpec spec;
   UnitLayout layout;
+  Fp32ViewPacking fp32_views;  // where each tensor lies in the gathered fp32 view (widens())
   std::vector<SubGroup> groups;
   std::array<std::optional<ShardHome>, kKindCount> homes;
   // KindPlacement::in_master: the parameters are read from the master's home (home(kParam) is

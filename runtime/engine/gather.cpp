@@ -26,33 +26,6 @@
 #include "runtime/engine/engine_state.hpp"
 
 namespace strata::runtime::detail {
-namespace {
-
-// The elements of a unit's gathered copy its fp32 view holds, as [offset, offset + count) runs:
-// the whole padded unit, or, when some tensor is not widened (EngineState::widens), the other
-// tensors' elements (adjacent ones merged into one run).
-std::vector<std::pair<std::uint64_t, std::uint64_t>> fp32_view_runs(const EngineState& engine,
-                                                                    const UnitState& unit) {
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> runs;
-  bool all = true;
-  for (const TensorSpec& tensor : unit.spec.tensors) all = all && engine.widens(tensor);
-  if (all) {
-    runs.emplace_back(0, unit.layout.padded_numel);
-    return runs;
-  }
-  for (std::size_t t = 0; t < unit.spec.tensors.size(); ++t) {
-    if (!engine.widens(unit.spec.tensors[t])) continue;
-    const auto& placement = unit.layout.tensors[t];
-    if (!runs.empty() && runs.back().first + runs.back().second == placement.offset) {
-      runs.back().second += placement.numel;
-    } else {
-      runs.emplace_back(placement.offset, placement.numel);
-    }
-  }
-  return runs;
-}
-
-}  // namespace
 
 const float* EngineState::gather(UnitId id) {
   STRATA_ASSERT(finalized_, "gather before finalize");
@@ -104,7 +77,7 @@ void EngineState::start_load(tiers::UnitId id) {
   STRATA_ASSERT(gathered.state() == GatherState::kEvicted, "a load started for a loaded unit");
   const std::uint64_t padded = unit.layout.padded_numel;
   const DType param_dtype = this->param_dtype();
-  tiers::DeviceBuffer full32 = device_->allocate(padded * 4);
+  tiers::DeviceBuffer full32 = device_->allocate(unit.fp32_views.numel * 4);
   tiers::DeviceBuffer full16;
   if (param_dtype != DType::kFp32) full16 = device_->allocate(padded * dtype_bytes(param_dtype));
   gathered.begin_load(std::move(full32), std::move(full16));
@@ -358,11 +331,12 @@ void EngineState::cast_gathered_to_fp32(UnitState& unit) {
   const DType param_dtype = this->param_dtype();
   if (param_dtype == DType::kFp32) return;
   const std::uint64_t element_bytes = dtype_bytes(param_dtype);
-  for (const auto& [offset, count] : fp32_view_runs(*this, unit)) {
+  for (const Fp32ViewRun& run : unit.fp32_views.runs) {
     cpu_adam::convert(
-        cpu_adam::ConstTypedSpan(unit.gathered.full16.data() + offset * element_bytes, count,
-                                 param_dtype),
-        cpu_adam::TypedSpan(unit.gathered.full32.data() + offset * 4, count, DType::kFp32),
+        cpu_adam::ConstTypedSpan(unit.gathered.full16.data() + run.offset * element_bytes,
+                                 run.numel, param_dtype),
+        cpu_adam::TypedSpan(unit.gathered.full32.data() + run.packed_offset * 4, run.numel,
+                            DType::kFp32),
         *arena_);
   }
 }
@@ -692,14 +666,14 @@ void EngineState::queue_cast(UnitState& unit) {
   }
 }
 
-// The 16 -> 32 casts of the unit's fp32 view on the compute stream (fp32_view_runs).
+// The 16 -> 32 casts of the unit's fp32 view on the compute stream (UnitState::fp32_views).
 void EngineState::queue_fp32_view_casts(UnitState& unit) {
   const DType param_dtype = this->param_dtype();
   const std::uint64_t element_bytes = dtype_bytes(param_dtype);
   GatheredCopy& copy = unit.gathered;
-  for (const auto& [offset, count] : fp32_view_runs(*this, unit)) {
-    lanes_->compute.cast(copy.full32.span(offset * 4, count * 4), DType::kFp32,
-                         copy.full16.span(offset * element_bytes, count * element_bytes),
+  for (const Fp32ViewRun& run : unit.fp32_views.runs) {
+    lanes_->compute.cast(copy.full32.span(run.packed_offset * 4, run.numel * 4), DType::kFp32,
+                         copy.full16.span(run.offset * element_bytes, run.numel * element_bytes),
                          param_dtype);
   }
 }

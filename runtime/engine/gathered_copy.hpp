@@ -222,7 +222,9 @@ class GatheredCopy {
   // The data the states carry ---------------------------------------------------------------------
   // Buffers (kLoading on).
   tiers::DeviceBuffer full16;  // padded numel in the parameter dtype (absent for fp32 params)
-  tiers::DeviceBuffer full32;  // padded numel fp32: what GatheredUnit views
+  // The fp32 view GatheredUnit hands out: the padded unit (fp32 parameters: the parameters
+  // themselves), or with 16-bit parameters the widened tensors packed (UnitState::fp32_views).
+  tiers::DeviceBuffer full32;
   // OwnShard::kReading: the NVMe parameter reads, one per sub-group.
   std::vector<tiers::StoreRead> reads;
   // Staged device memory with parameters on NVMe: pinned memory the reads land in, copied to the

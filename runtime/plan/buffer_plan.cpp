@@ -268,8 +268,18 @@ BufferPlan make_buffer_plan(const Config& config, const BufferPlanInputs& inputs
   plan.ranks = inputs.ranks;
   const DType param_dtype = plan.kind(ShardKind::kParam).dtype;
   const std::uint64_t param_bytes = dtype_bytes(param_dtype);
-  const std::uint64_t gathered_bytes_per_element =
-      4 + (param_dtype == DType::kFp32 ? 0 : param_bytes);
+  STRATA_ASSERT(inputs.unit_fp32_view_numels.empty() ||
+                    inputs.unit_fp32_view_numels.size() == inputs.unit_numels.size(),
+                "one fp32 view count per unit, or none");
+  // A gathered unit: its parameters (fp32: they are the fp32 view), and with 16-bit parameters
+  // their fp32 view too, the whole unit or the tensors packed (pack_fp32_views).
+  const auto gathered_bytes = [&](std::size_t u, const UnitLayout& layout) {
+    if (param_dtype == DType::kFp32) return layout.padded_numel * 4;
+    const std::uint64_t fp32_numel = inputs.unit_fp32_view_numels.empty()
+                                         ? layout.padded_numel
+                                         : inputs.unit_fp32_view_numels[u];
+    return layout.padded_numel * param_bytes + fp32_numel * 4;
+  };
   std::vector<UnitLayout> layouts;
   for (std::uint64_t numel : inputs.unit_numels) layouts.push_back(layout_of(numel, inputs.ranks));
   plan_shares(plan, config, layouts);
@@ -277,10 +287,11 @@ BufferPlan make_buffer_plan(const Config& config, const BufferPlanInputs& inputs
     const UnitLayout& layout = layouts[u];
     plan.largest_padded_numel = std::max(plan.largest_padded_numel, layout.padded_numel);
     plan.largest_shard_numel = std::max(plan.largest_shard_numel, layout.shard_numel);
-    plan.gathered_unit_bytes.push_back(layout.padded_numel * gathered_bytes_per_element);
+    plan.gathered_unit_bytes.push_back(gathered_bytes(u, layout));
+    plan.gathered_unit_bytes_max =
+        std::max(plan.gathered_unit_bytes_max, plan.gathered_unit_bytes.back());
     plan_state(plan, config, layout, u);
   }
-  plan.gathered_unit_bytes_max = plan.largest_padded_numel * gathered_bytes_per_element;
   plan.grad_full_scratch_bytes = plan.largest_padded_numel * 4;
   plan.grad_shard_scratch_bytes = plan.largest_shard_numel * 4;
   plan.gather_send_bytes = plan.largest_shard_numel * param_bytes;

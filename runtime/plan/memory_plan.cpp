@@ -47,6 +47,8 @@ BufferPlanInputs buffer_inputs(const Config& config, const PlanInputs& inputs,
                                const MemoryPlan& plan) {
   BufferPlanInputs out;
   out.unit_numels = inputs.unit_numels;
+  out.unit_fp32_view_numels = inputs.unit_numels.empty() ? std::vector<std::uint64_t>{}
+                                                         : inputs.unit_fp32_view_numels;
   if (out.unit_numels.empty()) {
     const std::uint64_t unit = std::max<std::uint64_t>(1, plan.unit_elements);
     for (std::uint64_t done = 0; done < plan.params; done += unit) {

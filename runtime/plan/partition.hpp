@@ -36,6 +36,33 @@ struct UnitLayout {
 };
 
 UnitLayout make_unit_layout(const UnitSpec& unit, std::uint32_t ranks);
+// The same layout from the tensors' element counts alone (a memory plan that knows a model's
+// shapes, not its initialisers).
+UnitLayout make_unit_layout(std::span<const std::uint64_t> tensor_numels, std::uint32_t ranks);
+
+// The fp32 view of a gathered unit whose parameters are 16-bit: the elements of the tensors that
+// have one (TensorSpec::fp32_view; EngineState::widens), packed into one buffer, so a tensor read
+// only in bf16 takes no fp32 memory. Every tensor widened: the whole padded unit, at its own
+// offsets (one run). Otherwise each run of adjacent widened tensors starts at the next element of
+// the packed buffer with the run's own offset modulo kFp32ViewAlignElements (a pointer into the
+// view is as aligned as into the unpadded one), and the buffer is a whole number of those.
+inline constexpr std::uint64_t kFp32ViewAlignElements = 64;  // 256 bytes of fp32
+
+struct Fp32ViewRun {
+  std::uint64_t offset = 0;         // first element in the flattened unit
+  std::uint64_t packed_offset = 0;  // first element in the packed view
+  std::uint64_t numel = 0;
+};
+
+struct Fp32ViewPacking {
+  static constexpr std::uint64_t kNone = ~std::uint64_t{0};
+  std::vector<Fp32ViewRun> runs;
+  std::vector<std::uint64_t> tensor_offsets;  // per tensor: its first packed element, or kNone
+  std::uint64_t numel = 0;  // elements of the packed buffer: kFp32ViewAlignElements at least
+};
+
+// `widened[t]`: whether tensor t has an fp32 view.
+Fp32ViewPacking pack_fp32_views(const UnitLayout& layout, const std::vector<bool>& widened);
 
 struct SubGroup {
   std::uint64_t begin = 0;  // first element within the shard

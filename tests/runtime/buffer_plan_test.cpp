@@ -15,6 +15,7 @@
 #include "runtime/comm/local_comm.hpp"
 #include "runtime/engine/engine.hpp"
 #include "runtime/plan/memory_plan.hpp"
+#include "runtime/plan/partition.hpp"
 #include "tests/io/io_test_support.hpp"
 #include "tests/runtime/engine_test_config.hpp"
 #include "tests/runtime/engine_test_model.hpp"
@@ -35,11 +36,13 @@ struct HighWater {
   std::uint64_t host = 0;
 };
 
-HighWater train_and_measure(const Config& config, Access access) {
+// `matrices_in_bf16`: the model's matrices without an fp32 view (TinyMlp::read_matrices_in_bf16).
+HighWater train_and_measure(const Config& config, Access access, bool matrices_in_bf16 = false) {
   auto device = testing::host_device(config);
   comm::LocalComm comm;
   Engine engine(config, *device, comm, EngineOptions{.device_access = access});
   testing::TinyMlp model(testing::kEngineTestWidths, 16, 7);
+  if (matrices_in_bf16) model.read_matrices_in_bf16();
   if (access == Access::kStaged) model.set_device(*device);
   model.add_units(engine);
   engine.finalize();
@@ -50,7 +53,7 @@ HighWater train_and_measure(const Config& config, Access access) {
   return {engine.device_high_water_bytes(), engine.host_high_water_bytes()};
 }
 
-nlohmann::json printed_plan(const Config& config, Access access) {
+nlohmann::json printed_plan(const Config& config, Access access, bool matrices_in_bf16 = false) {
   Config planned = config;
   // The plan reads the data path from the device kind: the staged path is the CUDA one.
   if (access == Access::kStaged) planned.tiers.device.kind = DeviceKind::kCuda;
@@ -61,6 +64,11 @@ nlohmann::json printed_plan(const Config& config, Access access) {
     const std::uint64_t out = testing::kEngineTestWidths[layer + 1];
     inputs.unit_numels.push_back(in * out + out);
     inputs.params += in * out + out;
+    if (matrices_in_bf16) {
+      const std::vector<std::uint64_t> numels{in * out, out};
+      inputs.unit_fp32_view_numels.push_back(
+          pack_fp32_views(make_unit_layout(numels, 1), {false, true}).numel);
+    }
   }
   return plan_to_json(make_memory_plan(planned, inputs), planned);
 }
@@ -90,6 +98,33 @@ TEST_P(PlanMatchesEngine, HighWaterMarksEqualThePlansTierTotals) {
   EXPECT_EQ(measured.device,
             plan["tiers"]["device"]["total_bytes"].get<std::uint64_t>() + model_gradient)
       << plan.dump(1);
+}
+
+// A model that reads its matrices in bf16 alone: the gathered units' fp32 views hold the biases
+// only (runtime::pack_fp32_views), in the plan as in the Engine, and that is less memory.
+TEST(BufferPlan, PackedFp32ViewsAreWhatTheEngineAllocates) {
+  if (nvme_forced()) GTEST_SKIP() << "STRATA_FORCE_NVME changes the placement under test";
+  for (const Access access : {Access::kAuto, Access::kStaged}) {
+    for (const Tier optimizer : {Tier::kDevice, Tier::kNvme}) {
+      SCOPED_TRACE(fmt::format("{} path, optimizer on {}",
+                               access == Access::kStaged ? "staged" : "direct", to_string(optimizer)));
+      io::testing::ScratchDir dir;
+      Config config = testing::engine_test_config(dir.path().string());
+      config.precision.params = DType::kBf16;
+      config.zero.optimizer = optimizer;
+      config.zero.buffer_count = 3;
+      const nlohmann::json plan = printed_plan(config, access, true);
+      const HighWater measured = train_and_measure(config, access, true);
+      const std::uint64_t model_gradient =
+          access == Access::kStaged ? round_up((72 * 40 + 40) * sizeof(float), 256) : 0;
+      const std::uint64_t planned = plan["tiers"]["device"]["total_bytes"].get<std::uint64_t>();
+      EXPECT_EQ(measured.device, planned + model_gradient) << plan.dump(1);
+      EXPECT_EQ(measured.host, plan["tiers"]["host"]["total_bytes"].get<std::uint64_t>());
+      const std::uint64_t whole =
+          printed_plan(config, access)["tiers"]["device"]["total_bytes"].get<std::uint64_t>();
+      EXPECT_LT(planned, whole) << "the matrices' fp32 views are not counted";
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

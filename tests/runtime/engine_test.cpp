@@ -18,6 +18,7 @@
 
 #include "base/debug_knobs.hpp"
 #include "runtime/comm/local_comm.hpp"
+#include "runtime/plan/partition.hpp"
 #include "tests/io/io_test_support.hpp"
 #include "tests/runtime/engine_test_config.hpp"
 #include "tests/runtime/engine_test_model.hpp"
@@ -882,6 +883,20 @@ TEST_P(EngineAccess, TensorsWithoutAnFp32ViewAreLeftToTheirBf16View) {
                             reference.tensor(1).size_bytes()),
                 0)
           << "unit " << u << ": the bias's fp32 view";
+    }
+    // Both keep every unit gathered (the budget allows it): the fp32 views left out take no
+    // memory, but for the packed views' alignment slack (256 bytes per unit at most).
+    std::uint64_t matrices = 0;
+    for (std::size_t layer = 0; layer + 1 < kEngineTestWidths.size(); ++layer) {
+      matrices += std::uint64_t{kEngineTestWidths[layer]} * kEngineTestWidths[layer + 1];
+    }
+    const std::uint64_t saved = device_all->in_use_bytes() - device_some->in_use_bytes();
+    if (bf16) {
+      EXPECT_GE(saved + 256 * ids.size(), matrices * 4);
+      EXPECT_LE(saved, matrices * 4 + (kShardGranuleElements * 4) * ids.size())
+          << "at most the matrices and each unit's padding";
+    } else {
+      EXPECT_EQ(saved, 0u) << "fp16 parameters widen every tensor";
     }
   }
 }

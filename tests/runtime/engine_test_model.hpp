@@ -4,7 +4,9 @@
 // address (CUDA), set_device() makes it copy the views to the host and the gradients to the device.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -30,6 +32,10 @@ class TinyMlp {
     for (float& y : targets_) y = 0.5f * normal(random);
   }
 
+  // Registers each matrix "w" without an fp32 view (TensorSpec::fp32_view = false) and reads it
+  // from its bf16 view, widened here (the same values): for bf16 parameters only.
+  void read_matrices_in_bf16() { matrices_in_bf16_ = true; }
+
   // Gathered views and gradients live in `device`'s memory, reached through its streams.
   void set_device(tiers::Device& device) {
     device_ = &device;
@@ -42,6 +48,7 @@ class TinyMlp {
       unit.name = "layer" + std::to_string(layer);
       const float std = 1.0f / std::sqrt(static_cast<float>(widths_[layer]));
       unit.tensors.push_back({"w", {widths_[layer], widths_[layer + 1]}, TensorInit::normal(std)});
+      unit.tensors.back().fp32_view = !matrices_in_bf16_;
       unit.tensors.push_back({"b", {widths_[layer + 1]}, TensorInit::zeros()});
       units_.push_back(engine.add_unit(unit));
     }
@@ -113,12 +120,35 @@ class TinyMlp {
   std::span<const float> view(const GatheredUnit& unit, std::string_view name,
                               std::vector<float>& storage) {
     const std::span<const float> tensor = unit.tensor(name);
+    if (tensor.empty() && matrices_in_bf16_) return widened_bf16(unit, name, storage);
     if (device_ == nullptr) return tensor;
     storage.resize(tensor.size());
     stream_->copy_to_host(
         storage.data(),
         {reinterpret_cast<std::byte*>(const_cast<float*>(tensor.data())), tensor.size_bytes()});
     stream_->synchronize();
+    return storage;
+  }
+
+  std::span<const float> widened_bf16(const GatheredUnit& unit, std::string_view name,
+                                      std::vector<float>& storage) {
+    const std::span<const std::uint16_t> bf16 = unit.tensor_bf16(name == "w" ? 0 : 1);
+    std::vector<std::uint16_t> bits(bf16.size());
+    if (device_ == nullptr) {
+      std::copy(bf16.begin(), bf16.end(), bits.begin());
+    } else {
+      stream_->copy_to_host(bits.data(), {reinterpret_cast<std::byte*>(
+                                              const_cast<std::uint16_t*>(bf16.data())),
+                                          bf16.size_bytes()});
+      stream_->synchronize();
+    }
+    storage.clear();
+    for (const std::uint16_t b : bits) {
+      const std::uint32_t widened = std::uint32_t{b} << 16;
+      float value = 0.0f;
+      std::memcpy(&value, &widened, sizeof(float));
+      storage.push_back(value);
+    }
     return storage;
   }
 
@@ -154,6 +184,7 @@ class TinyMlp {
   std::vector<float> inputs_;
   std::vector<float> targets_;
   std::vector<UnitId> units_;
+  bool matrices_in_bf16_ = false;
   tiers::Device* device_ = nullptr;
   std::optional<tiers::Stream> stream_;
 };

@@ -1,15 +1,21 @@
 // Proves the CUDA decoder's memory plan without a GPU (decoder_cuda_plan.cpp): the bf16 path's
 // loss chunks follow the option or hold about 2^26 logits in whole 64-row tiles, and on the
 // 1.08 B Llama (and the same with a 128 k vocabulary) the bf16 path plans less device memory
-// than the fp32 reference, its logits never [rows × vocab] whole.
+// than the fp32 reference, its logits never [rows × vocab] whole; and the gathered units the plan
+// counts for that path keep fp32 views of their norms alone (the Engine packs them), where the
+// fp32 reference keeps the whole unit, so the same budget caches more units.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "models/decoder/decoder_cuda.hpp"
 #include "models/decoder/hf_config.hpp"
+#include "models/decoder/model_plan.hpp"
+#include "runtime/config/config.hpp"
+#include "runtime/plan/memory_plan.hpp"
 
 namespace strata::llm {
 namespace {
@@ -59,6 +65,48 @@ TEST(DecoderCudaPlan, Bf16PathPlansLessThanTheFp32Reference) {
     const std::uint64_t whole_logits = std::uint64_t{8192} * vocab * sizeof(float);
     EXPECT_LT(bf16_bytes + whole_logits, fp32_bytes);
   }
+}
+
+TEST(DecoderCudaPlan, Bf16PathsUnitsKeepFp32ViewsOfTheirNormsAlone) {
+  const HfConfig config = parse_hf_config(llama_1b_json(32000));
+  DecoderOptions bf16 = step_options();
+  DecoderOptions fp32 = bf16;
+  fp32.cuda_fp32_products = true;
+  const runtime::PlanInputs packed = plan_inputs(config, 1, bf16, true);
+  const runtime::PlanInputs whole = plan_inputs(config, 1, fp32, true);
+  const std::vector<UnitSpec> units = decoder_units(config);
+  ASSERT_EQ(packed.unit_fp32_view_numels.size(), units.size());
+  ASSERT_EQ(whole.unit_fp32_view_numels.size(), units.size());
+  const std::uint64_t hidden = 2048;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    SCOPED_TRACE(units[u].name);
+    EXPECT_GE(whole.unit_fp32_view_numels[u], units[u].numel) << "the whole padded unit";
+    const std::uint64_t norms = units[u].kind == UnitKind::kLayer  ? 2 * hidden
+                                : units[u].kind == UnitKind::kHead ? hidden
+                                                                   : 0;
+    EXPECT_GE(packed.unit_fp32_view_numels[u], norms);
+    EXPECT_LE(packed.unit_fp32_view_numels[u], norms + 3 * runtime::kFp32ViewAlignElements);
+  }
+  EXPECT_TRUE(plan_inputs(config, 1, bf16, false).unit_fp32_view_numels.empty())
+      << "on the host every tensor is read in fp32";
+
+  // bf16 parameters, everything on the device: 2 bytes per parameter gathered, not 6.
+  runtime::Config runtime_config;
+  runtime_config.tiers.device.kind = runtime::DeviceKind::kCuda;
+  runtime_config.tiers.device.budget_bytes = std::uint64_t{1} << 40;
+  runtime_config.precision.params = DType::kBf16;
+  describe_model_for_plan(config, runtime_config);
+  const auto gathered = [&](const runtime::PlanInputs& inputs) {
+    const runtime::MemoryPlan plan = runtime::make_memory_plan(runtime_config, inputs);
+    for (const runtime::BufferRow& row : plan.buffers) {
+      if (row.purpose.find("gathered units") != std::string::npos) return row.bytes;
+    }
+    ADD_FAILURE() << "no gathered units' row";
+    return std::uint64_t{0};
+  };
+  const double params = static_cast<double>(config.parameter_count());
+  EXPECT_NEAR(static_cast<double>(gathered(whole)) / params, 6.0, 0.05);
+  EXPECT_NEAR(static_cast<double>(gathered(packed)) / params, 2.0, 0.05);
 }
 
 }  // namespace

@@ -70,19 +70,21 @@ class DeviceRun {
     stream_.synchronize();
   }
 
+  // How forward_backward hands the parameters over: fp32 views alone; the bf16 copy too; the
+  // bf16 copy with the fp32 views the model does not read left empty (as the Engine's are when
+  // it skips their cast: DecoderModel::fp32_views_read).
+  enum class Views : std::uint8_t { kFp32, kWithBf16, kBf16WhereNotRead };
+
   // The forward and the loss alone: logits() stays valid (the bf16 path recomputes them from
   // the head's weights, which a layer's backward replaces).
   double forward(DecoderModel& model, std::span<const std::int32_t> tokens,
                  std::size_t sequence_tokens, std::span<const float> weights) {
     model.set_batch(tokens, sequence_tokens, weights);
-    for (std::size_t u = 0; u < units_.size(); ++u) model.forward_unit(u, views(u), shared(u));
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+      model.forward_unit(u, views(u), shared(model, u, Views::kFp32));
+    }
     return model.loss();
   }
-
-  // How forward_backward hands the parameters over: fp32 views alone; the bf16 copy too; the
-  // bf16 copy with the fp32 views the model does not read left empty (as the Engine's are when
-  // it skips their cast: DecoderModel::fp32_views_read).
-  enum class Views : std::uint8_t { kFp32, kWithBf16, kBf16WhereNotRead };
 
   double forward_backward(DecoderModel& model, std::span<const std::int32_t> tokens,
                           std::size_t sequence_tokens, std::span<const float> weights,
@@ -90,13 +92,14 @@ class DeviceRun {
     model.set_batch(tokens, sequence_tokens, weights);
     for (std::size_t u = 0; u < units_.size(); ++u) {
       const auto bf16 = bf16_views(u, given != Views::kFp32);
-      model.forward_unit(u, fp32_views(model, u, given), shared(u), {bf16.first, bf16.second});
+      model.forward_unit(u, fp32_views(model, u, given), shared(model, u, given),
+                         {bf16.first, bf16.second});
     }
     const double loss = model.loss();
     for (std::size_t u = units_.size(); u-- > 0;) {
       const auto bf16 = bf16_views(u, given != Views::kFp32);
       model.backward_unit(u, fp32_views(model, u, given),
-                          split_unit(units_[u], device_floats(grads_[u])), shared(u),
+                          split_unit(units_[u], device_floats(grads_[u])), shared(model, u, given),
                           {bf16.first, bf16.second});
     }
     return loss;
@@ -128,9 +131,11 @@ class DeviceRun {
   std::vector<std::span<const float>> views(std::size_t u) const {
     return split_unit(units_[u], std::span<const float>(device_floats(params_[u])));
   }
-  std::vector<std::span<const float>> shared(std::size_t u) const {
+  // The tied head's embedding views, left out as the unit's own are (fp32_views).
+  std::vector<std::span<const float>> shared(const DecoderModel& model, std::size_t u,
+                                             Views given) const {
     if (!units_[u].reads_embedding) return {};
-    return views(0);
+    return fp32_views(model, 0, given);
   }
   std::vector<std::span<const float>> fp32_views(const DecoderModel& model, std::size_t u,
                                                  Views given) const {
