@@ -86,7 +86,7 @@ for config in ${H200_PLANS_CONFIGS:-all_device optimizer_host params_optimizer_h
   state=$(tier device state_bytes)
   compute=$(gib "$(device_row "compute on the GPU")")
   cache=$(gib "$(device_row "gathered units")")
-  scratch=$(gib "$(device_row "gradient of one unit")")
+  scratch=$(gib "$(device_row "gradient scratch")")
   next="(the largest shape)"
   if ((found > 0)); then
     read -r larger _ <<<"${shapes[$((found - 1))]}"

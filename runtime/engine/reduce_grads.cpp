@@ -223,6 +223,11 @@ const float* EngineState::reduce_to_shard(UnitState& unit, std::span<const float
     return shard;
   }
   DeviceLanes& lane = *lanes_;
+  if (plan_.grads_to_home) {  // one rank, its home on the device: read where the caller wrote it
+    device_shard = tiers::DeviceSpan{
+        reinterpret_cast<std::byte*>(const_cast<float*>(full_grads.data())), full_grads.size_bytes()};
+    return nullptr;
+  }
   // The caller's gradient is complete and in device memory; padding is zero.
   const tiers::DeviceSpan full = copy_to_grad_scratch(layout, full_grads);
   if (ranks_ == 1) {
@@ -259,7 +264,9 @@ void EngineState::store_grad_on_device(UnitState& unit, const float* host_shard,
     lane.h2d.record(lane.h2d_done);
     lane.compute.wait(lane.h2d_done);
   }
-  const bool queue = plan_.grad_stores_queued;
+  // Read from the caller's buffer (grads_to_home), the cast is waited for before returning: the
+  // caller may reuse it then.
+  const bool queue = plan_.grad_stores_queued && !plan_.grads_to_home;
   if (queue) {
     // What the caller and the next call reuse is free: the caller's buffer, copied into the
     // scratch on the compute stream (one rank) or read by the d2h reduce_to_shard waited for, and
@@ -271,10 +278,18 @@ void EngineState::store_grad_on_device(UnitState& unit, const float* host_shard,
     }
   }
   const tiers::DeviceSpan stored = home.device_span(0, home.numel);
+  // The unit's elements; past them (the caller's gradient without the shard's padding) zeros.
+  const std::uint64_t given = device_shard.bytes / 4;
+  STRATA_ASSERT(given <= home.numel, "a gradient longer than its shard");
+  const tiers::DeviceSpan values = home.device_span(0, given);
   if (accumulate) {  // fp32 storage when accumulating
-    lane.compute.accumulate(stored, device_shard, DType::kFp32);
+    lane.compute.accumulate(values, device_shard, DType::kFp32);
   } else {
-    lane.compute.cast(stored, home.dtype, device_shard, DType::kFp32);
+    lane.compute.cast(values, home.dtype, device_shard, DType::kFp32);
+  }
+  if (given < home.numel) {
+    const std::uint64_t bytes = home.element_bytes();
+    lane.compute.fill_bytes(stored.subspan(given * bytes, (home.numel - given) * bytes), 0);
   }
   // The gradient is complete: its sum of squares joins the norm's, on the device, in call order
   // (global_sum_of_squares reads the total back once).

@@ -292,9 +292,15 @@ BufferPlan make_buffer_plan(const Config& config, const BufferPlanInputs& inputs
         std::max(plan.gathered_unit_bytes_max, plan.gathered_unit_bytes.back());
     plan_state(plan, config, layout, u);
   }
-  plan.grad_full_scratch_bytes = plan.largest_padded_numel * 4;
-  plan.grad_shard_scratch_bytes = plan.largest_shard_numel * 4;
-  plan.gather_send_bytes = plan.largest_shard_numel * param_bytes;
+  plan.grads_to_home = !inputs.device_addressable && inputs.ranks == 1 &&
+                       plan.kind(ShardKind::kGrad).tier == Tier::kDevice &&
+                       plan.grads_share.units == 0;
+  plan.grad_full_scratch_bytes =
+      plan.grads_to_home ? kDecayRunScratchBytes : plan.largest_padded_numel * 4;
+  if (inputs.ranks > 1) {
+    plan.grad_shard_scratch_bytes = plan.largest_shard_numel * 4;
+    plan.gather_send_bytes = plan.largest_shard_numel * param_bytes;
+  }
   plan_nvme_staging(plan, config);
   plan_staged_path(plan, config, inputs);
   plan_gather_slots(plan, config, inputs);

@@ -92,6 +92,10 @@ struct UnitShare {
   }
 };
 
+// With BufferPlan::grads_to_home, the gradient scratch's room for weight-decay runs: units of up
+// to 64 KiB / sizeof(cpu_adam::DecayRun) - 1 tensors are updated in place on the device.
+inline constexpr std::uint64_t kDecayRunScratchBytes = 64 * 1024;
+
 struct BufferPlan {
   std::array<KindPlacement, kShardKindCount> kinds{};
   std::uint32_t ranks = 1;
@@ -102,9 +106,14 @@ struct BufferPlan {
   // Device memory. Each gathered unit holds its padded elements in fp32 (what compute reads) and,
   // for 16-bit parameters, in the parameter type (what the all-gather moves).
   std::uint64_t device_state_bytes = 0;
-  std::uint64_t grad_full_scratch_bytes = 0;   // a padded unit's gradient, fp32
-  std::uint64_t grad_shard_scratch_bytes = 0;  // its reduced shard, fp32
-  std::uint64_t gather_send_bytes = 0;         // the all-gather's send copy of a parameter shard
+  // A padded unit's gradient, fp32; with grads_to_home only room for a sub-group's weight-decay
+  // runs (kDecayRunScratchBytes: the device optimizer reads them from there).
+  std::uint64_t grad_full_scratch_bytes = 0;
+  std::uint64_t grad_shard_scratch_bytes = 0;  // its reduced shard, fp32 (several ranks)
+  std::uint64_t gather_send_bytes = 0;  // the all-gather's send copy of a parameter shard (idem)
+  // The staged path with one rank and every gradient homed on the device: reduce_grads converts
+  // (or adds) the caller's gradient into its home directly, through no padded scratch copy.
+  bool grads_to_home = false;
   std::vector<std::uint64_t> gathered_unit_bytes;  // per unit
   std::uint64_t gathered_unit_bytes_max = 0;
 

@@ -108,8 +108,14 @@ void add_buffer_rows(MemoryPlan& plan, const Config& config, const BufferPlan& b
   }
   plan.buffers.push_back({gathered_purpose, Tier::kDevice,
                           gathered_device_bytes(plan, config, buffers, inputs)});
-  plan.buffers.push_back({"gradient of one unit (fp32) and its reduced shard, gather send copy",
-                          Tier::kDevice, buffers.device_scratch_bytes()});
+  plan.buffers.push_back(
+      {buffers.grads_to_home
+           ? "gradient scratch: the norm's sum and the optimizer's weight-decay runs (one rank, "
+             "gradients homed on the device: each is converted into its home directly)"
+       : buffers.ranks > 1
+           ? "gradient scratch: one unit's gradient (fp32) and its reduced shard, gather send copy"
+           : "gradient scratch: one unit's gradient (fp32)",
+       Tier::kDevice, buffers.device_scratch_bytes()});
   if (buffers.pipeline_buffer_count > 0) {
     plan.buffers.push_back({fmt::format("{} optimizer pipeline buffers of {} elements",
                                         buffers.pipeline_buffer_count, buffers.largest_group_numel),

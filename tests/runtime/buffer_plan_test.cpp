@@ -286,11 +286,22 @@ TEST(BufferPlan, TheDeviceBudgetCheckIsThePlansNeed) {
   inputs.unit_numels = {1800, 2920, 328};
   const BufferPlan plan = make_buffer_plan(config, inputs);
   // bf16 params on the device: 3 shards of 2048/4096/2048 elements x (2 param + 2 grad + 12
-  // optimizer) bytes; scratch: fp32 gradient of the largest padded unit, its shard and the bf16
-  // send copy; one gathered unit of 4096 elements in fp32 + bf16.
+  // optimizer) bytes; scratch: fp32 gradient of the largest padded unit (one rank: no reduced
+  // shard, no send copy); one gathered unit of 4096 elements in fp32 + bf16.
   EXPECT_EQ(plan.device_state_bytes, 8192u * 16);
-  EXPECT_EQ(plan.device_scratch_bytes(), 4096u * 4 + 4096 * 4 + 4096 * 2);
-  EXPECT_EQ(plan.device_need_bytes(), 8192u * 16 + 4096 * 10 + 4096 * 6);
+  EXPECT_EQ(plan.device_scratch_bytes(), 4096u * 4);
+  EXPECT_EQ(plan.device_need_bytes(), 8192u * 16 + 4096 * 4 + 4096 * 6);
+  // Two ranks add the reduced shard and the send copy (shards of 1024 / 2048 / 1024 elements).
+  BufferPlanInputs two = inputs;
+  two.ranks = 2;
+  EXPECT_EQ(make_buffer_plan(config, two).device_scratch_bytes(), 4096u * 4 + 2048 * 4 + 2048 * 2);
+  // The staged path with one rank and the gradients on the device: no padded gradient copy.
+  BufferPlanInputs staged = inputs;
+  staged.device_addressable = false;
+  staged.collectives_on_device = false;
+  const BufferPlan direct_to_home = make_buffer_plan(config, staged);
+  EXPECT_TRUE(direct_to_home.grads_to_home);
+  EXPECT_EQ(direct_to_home.grad_full_scratch_bytes, kDecayRunScratchBytes);
   config.tiers.device.budget_bytes = plan.device_need_bytes() - 1;
   auto device = testing::host_device(config);
   comm::LocalComm comm;
