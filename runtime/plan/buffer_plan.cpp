@@ -272,12 +272,14 @@ BufferPlan make_buffer_plan(const Config& config, const BufferPlanInputs& inputs
                     inputs.unit_fp32_view_numels.size() == inputs.unit_numels.size(),
                 "one fp32 view count per unit, or none");
   // A gathered unit: its parameters (fp32: they are the fp32 view), and with 16-bit parameters
-  // their fp32 view too, the whole unit or the tensors packed (pack_fp32_views).
+  // their fp32 view too: the whole unit, or with bf16 parameters the tensors given one, packed
+  // (pack_fp32_views; fp16 has no bf16 view to read instead: EngineState::widens).
   const auto gathered_bytes = [&](std::size_t u, const UnitLayout& layout) {
     if (param_dtype == DType::kFp32) return layout.padded_numel * 4;
-    const std::uint64_t fp32_numel = inputs.unit_fp32_view_numels.empty()
-                                         ? layout.padded_numel
-                                         : inputs.unit_fp32_view_numels[u];
+    const std::uint64_t fp32_numel =
+        inputs.unit_fp32_view_numels.empty() || param_dtype != DType::kBf16
+            ? layout.padded_numel
+            : inputs.unit_fp32_view_numels[u];
     return layout.padded_numel * param_bytes + fp32_numel * 4;
   };
   std::vector<UnitLayout> layouts;

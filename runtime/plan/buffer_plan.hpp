@@ -62,8 +62,8 @@ struct KindPlacement {
 
 struct BufferPlanInputs {
   std::vector<std::uint64_t> unit_numels;  // real elements of each unit, in registration order
-  // With 16-bit parameters, the elements of each unit's fp32 view (pack_fp32_views: only the
-  // tensors given one). Empty: every unit widened whole (its padded elements).
+  // With bf16 parameters, the elements of each unit's fp32 view (pack_fp32_views: only the
+  // tensors given one). Empty, or other parameter dtypes: every unit widened whole.
   std::vector<std::uint64_t> unit_fp32_view_numels;
   std::uint32_t ranks = 1;
   std::uint32_t grad_accumulation = 1;  // > 1 keeps the gradient shard in fp32

@@ -33,8 +33,8 @@ struct PlanInputs {
   // marks. Empty: Ψ cut into units of the largest unit's size (estimated from [model]), state as
   // the ZeRO paper counts it, and at stage 3 only the working set of prefetch_depth + 1 units.
   std::vector<std::uint64_t> unit_numels;
-  // With unit_numels and 16-bit parameters: each unit's fp32 view as the Engine packs it (a
-  // model that reads some tensors only in bf16: runtime::pack_fp32_views). Empty: whole units.
+  // With unit_numels and bf16 parameters: each unit's fp32 view as the Engine packs it (a model
+  // that reads some tensors only in bf16: runtime::pack_fp32_views). Empty: whole units.
   std::vector<std::uint64_t> unit_fp32_view_numels;
 
   // Device memory the model's own compute takes (a micro-batch's activations, gradients and
