@@ -103,8 +103,9 @@ struct BufferPlan {
   std::uint64_t largest_shard_numel = 0;
   std::uint64_t largest_group_numel = 0;  // optimizer sub-group
 
-  // Device memory. Each gathered unit holds its padded elements in fp32 (what compute reads) and,
-  // for 16-bit parameters, in the parameter type (what the all-gather moves).
+  // Device memory. Each gathered unit holds its padded elements in the parameter type (what the
+  // all-gather moves) and, for 16-bit parameters, an fp32 view (what compute reads): the whole
+  // unit, or with bf16 parameters the tensors given one, packed (BufferPlanInputs).
   std::uint64_t device_state_bytes = 0;
   // A padded unit's gradient, fp32; with grads_to_home only room for a sub-group's weight-decay
   // runs (kDecayRunScratchBytes: the device optimizer reads them from there).
